@@ -1,0 +1,168 @@
+//! The process refresh cache: answers for an unchanged warehouse come from
+//! memory after a `stat` of each entry, never from re-reading manifests,
+//! re-opening stores or re-counting record files.
+//!
+//! Every entry is stored with the stat identity ([`FileId`]) of the files
+//! its value was derived from, taken *before* the value was computed, and is
+//! reused only while a fresh `lstat` gives the same identities. The cache is
+//! an optimisation on top of the on-disk truth (manifests, files); dropping
+//! it changes no answer.
+//!
+//! Timestamp granularity makes a stat identity ambiguous for a file changed
+//! within the same clock tick as the stat (the "racy" case git knows): a
+//! second write in that tick can leave size, mtime and ctime unchanged. So
+//! an identity whose mtime or ctime is younger than [`RACY_WINDOW_NS`] is
+//! never cached; such entries are recomputed until they settle.
+
+use std::fs::Metadata;
+use std::hash::Hash;
+use std::io;
+use std::num::NonZeroUsize;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+/// How recent a change must be for its stat identity to be untrusted.
+pub const RACY_WINDOW_NS: i64 = 1_000_000_000;
+
+/// The stat identity of a file or directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub mode: u32,
+}
+
+impl FileId {
+    pub fn of(meta: &Metadata) -> FileId {
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
+            ctime_ns: meta.ctime().saturating_mul(1_000_000_000).saturating_add(meta.ctime_nsec()),
+            mode: meta.mode(),
+        }
+    }
+
+    /// The identity of `path` without following a symlink, `None` if absent.
+    pub fn probe(path: &Path) -> io::Result<Option<FileId>> {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) => Ok(Some(FileId::of(&meta))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether this identity may hide a change made in the same tick.
+    pub fn is_racy(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(i64::MAX);
+        now.saturating_sub(self.mtime_ns.max(self.ctime_ns)) < RACY_WINDOW_NS
+    }
+}
+
+/// Stat identities of several paths (absent ones as `None`).
+pub type Stamps = Vec<(PathBuf, Option<FileId>)>;
+
+/// Whether every path in `stamps` still has the recorded identity.
+pub fn stamps_hold(stamps: &[(PathBuf, Option<FileId>)]) -> bool {
+    stamps
+        .iter()
+        .all(|(path, id)| FileId::probe(path).ok().as_ref() == Some(id))
+}
+
+/// Whether any identity in `stamps` is too recent to be trusted.
+pub fn stamps_racy(stamps: &[(PathBuf, Option<FileId>)]) -> bool {
+    stamps.iter().any(|(_, id)| id.is_some_and(|id| id.is_racy()))
+}
+
+/// An LRU map whose entries are valid only while their stamp matches.
+pub struct StampedLru<K: Hash + Eq, S, V> {
+    inner: Mutex<LruCache<K, (S, V)>>,
+}
+
+impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
+    pub fn new(capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        StampedLru {
+            inner: Mutex::new(LruCache::new(capacity)),
+        }
+    }
+
+    /// The cached value if `valid` accepts its stamp. The check runs
+    /// outside the lock (it may stat files); an entry it rejects is dropped.
+    pub fn get(&self, key: &K, valid: impl FnOnce(&S) -> bool) -> Option<V> {
+        let (stamp, value) = self.inner.lock().get(key).cloned()?;
+        if valid(&stamp) {
+            Some(value)
+        } else {
+            self.inner.lock().pop(key);
+            None
+        }
+    }
+
+    pub fn put(&self, key: K, stamp: S, value: V) {
+        self.inner.lock().put(key, (stamp, value));
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn clear(&self) {
+        self.inner.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_entries_are_dropped() {
+        let cache: StampedLru<u32, u32, &str> = StampedLru::new(2);
+        cache.put(1, 10, "a");
+        assert_eq!(cache.get(&1, |s| *s == 10), Some("a"));
+        assert_eq!(cache.get(&1, |s| *s == 11), None);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn capacity_bounds_entries() {
+        let cache: StampedLru<u32, (), u32> = StampedLru::new(2);
+        for i in 0..5 {
+            cache.put(i, (), i);
+        }
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get(&4, |_| true), Some(4));
+        assert_eq!(cache.get(&0, |_| true), None);
+    }
+
+    #[test]
+    fn fresh_changes_are_racy_old_ones_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, "x").unwrap();
+        let id = FileId::probe(&path).unwrap().unwrap();
+        assert!(id.is_racy());
+        let old = FileId {
+            mtime_ns: id.mtime_ns - 10 * RACY_WINDOW_NS,
+            ctime_ns: id.ctime_ns - 10 * RACY_WINDOW_NS,
+            ..id
+        };
+        assert!(!old.is_racy());
+        assert_eq!(FileId::probe(&dir.path().join("missing")).unwrap(), None);
+    }
+}

@@ -1,0 +1,187 @@
+//! Classification of a directory, and the preview of a leaf.
+//!
+//! A directory is a leaf when, in this order: its manifest says
+//! `kind = "leaf"`; or a registered store recognises its physical markers
+//! (storyline's `CURRENT` first, then the others in registration order).
+//! Otherwise it is a plain directory — a branch manifest included, since a
+//! branch only describes. A malformed manifest is reported as a warning and
+//! classification carries on with the physical markers.
+//!
+//! A leaf's preview comes from its manifest when the manifest's fingerprint
+//! matches the store's cheap physical fingerprint; then no record is read.
+//! Otherwise the store scans the data and, unless repairs are disabled,
+//! rewrites the leaf's own manifest; when that fails the scanned counts are
+//! still reported. A leaf of a format no store can open reports its
+//! manifest's stats as they are, marked unverified.
+//!
+//! Nothing here recurses below the directory it classifies.
+
+use std::path::Path;
+
+use super::manifest::{self, Manifest, ManifestKind};
+use super::model::{Counts, DatasetPreview, StatsOrigin};
+use crate::error::{Error, ErrorCode};
+use crate::store::{LeafStore, RecordCounter, Stores};
+
+/// What a directory is, with the warnings met while finding out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirNode {
+    /// `Some` for a leaf.
+    pub leaf: Option<DatasetPreview>,
+    pub warnings: Vec<NodeWarning>,
+}
+
+/// A warning about a directory node; `subpath` is relative to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeWarning {
+    pub code: ErrorCode,
+    pub subpath: Option<String>,
+    pub message: String,
+}
+
+impl NodeWarning {
+    fn from_error(dir: &Path, error: &Error) -> Self {
+        let subpath = error
+            .path
+            .as_deref()
+            .and_then(|p| p.strip_prefix(dir).ok())
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(|p| p.to_string_lossy().into_owned());
+        NodeWarning {
+            code: error.code,
+            subpath,
+            message: error.message.clone(),
+        }
+    }
+}
+
+/// Classifies `dir` (which must be a real directory, not a symlink).
+pub fn classify_dir(dir: &Path, stores: &Stores, repair: bool, counter: &dyn RecordCounter) -> DirNode {
+    let mut warnings = Vec::new();
+    let manifest = match manifest::read(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            warnings.push(NodeWarning::from_error(dir, &e));
+            None
+        }
+    };
+    if let Some(m) = manifest.as_ref().filter(|m| m.kind == ManifestKind::Leaf) {
+        let format = m.format.clone().unwrap_or_default();
+        let leaf = match stores.by_format(&format) {
+            Some(store) => preview(dir, store.as_ref(), manifest, repair, counter, &mut warnings),
+            None => {
+                warnings.push(NodeWarning {
+                    code: ErrorCode::FormatUnsupported,
+                    subpath: None,
+                    message: format!("format {format:?} cannot be opened by this build"),
+                });
+                unverified(format, manifest.as_ref())
+            }
+        };
+        return DirNode {
+            leaf: Some(leaf),
+            warnings,
+        };
+    }
+    for store in stores.iter() {
+        match store.detect(dir) {
+            Ok(true) => {
+                let leaf = preview(dir, store.as_ref(), manifest, repair, counter, &mut warnings);
+                return DirNode {
+                    leaf: Some(leaf),
+                    warnings,
+                };
+            }
+            Ok(false) => {}
+            Err(e) => warnings.push(NodeWarning::from_error(dir, &e)),
+        }
+    }
+    DirNode { leaf: None, warnings }
+}
+
+/// The preview of a leaf that `store` can open.
+fn preview(
+    dir: &Path,
+    store: &dyn LeafStore,
+    manifest: Option<Manifest>,
+    repair: bool,
+    counter: &dyn RecordCounter,
+    warnings: &mut Vec<NodeWarning>,
+) -> DatasetPreview {
+    let format = store.format().to_string();
+    let manifest = manifest.filter(|m| m.kind == ManifestKind::Leaf);
+    let physical = match store.fingerprint(dir) {
+        Ok(f) => f,
+        Err(e) => {
+            warnings.push(NodeWarning::from_error(dir, &e));
+            return unverified(format, manifest.as_ref());
+        }
+    };
+    if let Some(m) = &manifest {
+        if let (ManifestKind::Leaf, Some(stats)) = (m.kind, m.stats) {
+            if m.fingerprint.as_deref() == Some(physical.as_str()) {
+                return DatasetPreview {
+                    format,
+                    counts: stats.into(),
+                    fingerprint: Some(physical),
+                    trusted: true,
+                    stats_origin: StatsOrigin::Manifest,
+                };
+            }
+        }
+    }
+    let scan = match store.scan(dir, counter) {
+        Ok(scan) => scan,
+        Err(e) => {
+            warnings.push(NodeWarning::from_error(dir, &e));
+            return DatasetPreview {
+                format,
+                counts: Counts::default(),
+                fingerprint: Some(physical),
+                trusted: false,
+                stats_origin: StatsOrigin::Unavailable,
+            };
+        }
+    };
+    let repaired = if repair {
+        match store.write_manifest(dir, manifest, &scan) {
+            Ok(_) => true,
+            Err(e) => {
+                warnings.push(NodeWarning::from_error(dir, &e));
+                false
+            }
+        }
+    } else {
+        if manifest.is_some() {
+            warnings.push(NodeWarning {
+                code: ErrorCode::ManifestStale,
+                subpath: Some(manifest::MANIFEST_FILE.into()),
+                message: format!("manifest does not match revision {}", scan.fingerprint),
+            });
+        }
+        false
+    };
+    DatasetPreview {
+        format,
+        counts: scan.stats.into(),
+        fingerprint: Some(scan.fingerprint),
+        trusted: true,
+        stats_origin: if repaired { StatsOrigin::Repaired } else { StatsOrigin::Scan },
+    }
+}
+
+/// A preview taken from a manifest as written, unchecked.
+fn unverified(format: String, manifest: Option<&Manifest>) -> DatasetPreview {
+    let stats = manifest.and_then(|m| m.stats);
+    DatasetPreview {
+        format,
+        counts: stats.map(Counts::from).unwrap_or_default(),
+        fingerprint: manifest.and_then(|m| m.fingerprint.clone()),
+        trusted: false,
+        stats_origin: if stats.is_some() {
+            StatsOrigin::Unverified
+        } else {
+            StatsOrigin::Unavailable
+        },
+    }
+}

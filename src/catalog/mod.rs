@@ -1,0 +1,579 @@
+//! The RFC-0015 core: classification, `list`, `open`, and the refresh
+//! cache, over one warehouse directory.
+//!
+//! [`Catalog::list`] is one level, like `ls`: each child is a directory, a
+//! dataset (a leaf, with its preview) or a file; a leaf lists as itself
+//! alone and its interior is never shown; nothing is rolled up.
+//! [`Catalog::open`] freezes a path as a [`Snapshot`]: a leaf is one source
+//! `.`, a record file is one source, a directory is the virtual dataset of
+//! every leaf and record file below it that is not inside a leaf, with
+//! `_file_` relative to the opened path and hive-style attributes from the
+//! directories in between. [`Stats`] is a Snapshot rolled up.
+//!
+//! Symlinks are ignored everywhere, `.pchronicle/` (pchronicle's own state)
+//! is hidden, and traversal is bounded by `max_entries` per directory and
+//! `max_files` per open; a bound that is hit marks the answer `truncated`.
+//!
+//! This module knows nothing of FUSE or the CLI: both call these methods
+//! and serialise what they return.
+
+pub mod cache;
+pub mod classify;
+pub mod hive;
+pub mod manifest;
+pub mod model;
+
+use std::collections::BTreeMap;
+use std::fs::{self, Metadata};
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use cache::{FileId, StampedLru, Stamps, stamps_hold, stamps_racy};
+use classify::{DirNode, classify_dir};
+pub use model::{
+    Counts, DatasetPreview, Entry, Listing, NodeKind, Snapshot, Source, SourceKind, Stats, StatsOrigin,
+    Timestamp, Warning,
+};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::{RecordFormat, RecordStats, count_file};
+use crate::store::{RecordCounter, Stores};
+
+/// The directory where pchronicle keeps its own state inside a warehouse.
+/// Hidden from every listing and never a source.
+pub const STATE_DIR: &str = ".pchronicle";
+
+/// Bounds and switches of a catalog.
+#[derive(Debug, Clone)]
+pub struct CatalogOptions {
+    /// Children considered per directory before the answer is truncated.
+    pub max_entries: usize,
+    /// Sources collected per `open` before the answer is truncated.
+    pub max_files: usize,
+    /// Rewrite missing or stale leaf manifests (`ensure_manifest`).
+    pub repair: bool,
+    /// Directory listings kept in the refresh cache.
+    pub dir_cache_entries: usize,
+    /// Directory classifications and leaf previews kept.
+    pub node_cache_entries: usize,
+    /// Record-file counts kept.
+    pub file_cache_entries: usize,
+}
+
+impl Default for CatalogOptions {
+    fn default() -> Self {
+        CatalogOptions {
+            max_entries: 100_000,
+            max_files: 100_000,
+            repair: true,
+            dir_cache_entries: 4_096,
+            node_cache_entries: 65_536,
+            file_cache_entries: 262_144,
+        }
+    }
+}
+
+/// The names of one directory's subdirectories and regular files, sorted,
+/// as of one stat identity.
+#[derive(Debug)]
+struct DirScan {
+    children: Vec<String>,
+    truncated: bool,
+    non_utf8: Vec<String>,
+}
+
+/// A path inside the warehouse, resolved without following symlinks.
+struct Target {
+    abs: PathBuf,
+    meta: Metadata,
+}
+
+/// One warehouse: its root, its stores and its refresh cache.
+pub struct Catalog {
+    root: PathBuf,
+    options: CatalogOptions,
+    stores: Stores,
+    dirs: StampedLru<PathBuf, FileId, Arc<DirScan>>,
+    nodes: StampedLru<PathBuf, Stamps, Arc<DirNode>>,
+    files: StampedLru<PathBuf, FileId, RecordStats>,
+}
+
+impl Catalog {
+    /// A catalog over `root` with the default stores.
+    pub fn new(root: &Path, options: CatalogOptions) -> Result<Catalog> {
+        Catalog::with_stores(root, options, Stores::default())
+    }
+
+    /// A catalog over `root` with the given stores. The root itself may be
+    /// reached through a symlink; nothing below it is.
+    pub fn with_stores(root: &Path, options: CatalogOptions, stores: Stores) -> Result<Catalog> {
+        let root = fs::canonicalize(root).map_err(|e| Error::io(root, &e))?;
+        if !root.is_dir() {
+            return Err(Error::at(ErrorCode::PathInvalid, &root, "a warehouse root must be a directory"));
+        }
+        Ok(Catalog {
+            dirs: StampedLru::new(options.dir_cache_entries),
+            nodes: StampedLru::new(options.node_cache_entries),
+            files: StampedLru::new(options.file_cache_entries),
+            root,
+            options,
+            stores,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn options(&self) -> &CatalogOptions {
+        &self.options
+    }
+
+    /// Drops every cached answer (the next call re-reads the warehouse).
+    pub fn clear_cache(&self) {
+        self.dirs.clear();
+        self.nodes.clear();
+        self.files.clear();
+    }
+
+    /// What `rel` (relative to the root) is.
+    pub fn kind_of(&self, rel: &Path) -> Result<NodeKind> {
+        let target = self.resolve(rel)?;
+        Ok(if target.meta.is_dir() {
+            match self.dir_node(&target.abs, &target.meta).leaf {
+                Some(_) => NodeKind::Dataset,
+                None => NodeKind::Directory,
+            }
+        } else {
+            NodeKind::File
+        })
+    }
+
+    /// One level of `rel`, like `ls`.
+    pub fn list(&self, rel: &Path) -> Result<Listing> {
+        let target = self.resolve(rel)?;
+        if !target.meta.is_dir() {
+            return Ok(Listing {
+                kind: NodeKind::File,
+                entries: vec![file_entry(".", &target.abs, &target.meta)],
+                truncated: false,
+                warnings: Vec::new(),
+            });
+        }
+        let node = self.dir_node(&target.abs, &target.meta);
+        let mut warnings = node_warnings(&node, "");
+        if let Some(preview) = &node.leaf {
+            return Ok(Listing {
+                kind: NodeKind::Dataset,
+                entries: vec![Entry::Dataset {
+                    name: ".".into(),
+                    preview: preview.clone(),
+                }],
+                truncated: false,
+                warnings,
+            });
+        }
+        let scan = self.dir_scan(&target.abs, &target.meta)?;
+        scan_warnings(&scan, "", self.options.max_entries, &mut warnings);
+        let mut entries = Vec::with_capacity(scan.children.len());
+        for name in &scan.children {
+            let path = target.abs.join(name);
+            // A child that vanished or turned into a symlink since the scan
+            // is simply not listed.
+            let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+            if meta.is_dir() {
+                let child = self.dir_node(&path, &meta);
+                warnings.extend(node_warnings(&child, name));
+                entries.push(match &child.leaf {
+                    Some(preview) => Entry::Dataset {
+                        name: name.clone(),
+                        preview: preview.clone(),
+                    },
+                    None => Entry::Directory { name: name.clone() },
+                });
+            } else if meta.is_file() {
+                entries.push(file_entry(name, &path, &meta));
+            }
+        }
+        Ok(Listing {
+            kind: NodeKind::Directory,
+            entries,
+            truncated: scan.truncated,
+            warnings,
+        })
+    }
+
+    /// The Snapshot of `rel`.
+    pub fn open(&self, rel: &Path) -> Result<Snapshot> {
+        let target = self.resolve(rel)?;
+        if !target.meta.is_dir() {
+            let name = target.abs.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let mut snapshot = Snapshot {
+                kind: NodeKind::File,
+                sources: Vec::new(),
+                truncated: false,
+                warnings: Vec::new(),
+            };
+            if let Some(format) = RecordFormat::from_name(name) {
+                let source = self.file_source(".", &target.abs, &target.meta, format, BTreeMap::new());
+                snapshot.warnings.extend(source.1);
+                snapshot.sources.push(source.0);
+            }
+            return Ok(snapshot);
+        }
+        let node = self.dir_node(&target.abs, &target.meta);
+        if let Some(preview) = &node.leaf {
+            return Ok(Snapshot {
+                kind: NodeKind::Dataset,
+                sources: vec![leaf_source(".", preview, BTreeMap::new())],
+                truncated: false,
+                warnings: node_warnings(&node, ""),
+            });
+        }
+        let mut walk = Walk {
+            sources: Vec::new(),
+            warnings: node_warnings(&node, ""),
+            truncated: false,
+        };
+        self.walk(target.abs, &target.meta, &mut walk)?;
+        walk.sources.sort_by(|a, b| a.file.cmp(&b.file));
+        Ok(Snapshot {
+            kind: NodeKind::Directory,
+            sources: walk.sources,
+            truncated: walk.truncated,
+            warnings: walk.warnings,
+        })
+    }
+
+    /// `open(rel)` rolled up.
+    pub fn stats(&self, rel: &Path) -> Result<Stats> {
+        self.open(rel).map(|s| s.stats())
+    }
+
+    /// Collects the virtual dataset below `root_abs`, depth first in name
+    /// order, with an explicit stack so deep trees cannot overflow a thread.
+    fn walk(&self, root_abs: PathBuf, root_meta: &Metadata, walk: &mut Walk) -> Result<()> {
+        struct Pending {
+            abs: PathBuf,
+            rel: String,
+            meta: Metadata,
+            attrs: BTreeMap<String, String>,
+        }
+        let mut stack = vec![Pending {
+            abs: root_abs,
+            rel: String::new(),
+            meta: root_meta.clone(),
+            attrs: BTreeMap::new(),
+        }];
+        while let Some(dir) = stack.pop() {
+            let scan = match self.dir_scan(&dir.abs, &dir.meta) {
+                Ok(scan) => scan,
+                Err(e) if dir.rel.is_empty() => return Err(e),
+                Err(e) => {
+                    walk.warn(e.code, &dir.rel, e.message);
+                    continue;
+                }
+            };
+            scan_warnings(&scan, &dir.rel, self.options.max_entries, &mut walk.warnings);
+            walk.truncated |= scan.truncated;
+            let mut subdirs = Vec::new();
+            for name in &scan.children {
+                if walk.sources.len() >= self.options.max_files {
+                    walk.truncated = true;
+                    walk.warn(
+                        ErrorCode::BoundReached,
+                        &dir.rel,
+                        format!("stopped at max_files = {}", self.options.max_files),
+                    );
+                    return Ok(());
+                }
+                let abs = dir.abs.join(name);
+                let rel = join_rel(&dir.rel, name);
+                let Ok(meta) = fs::symlink_metadata(&abs) else { continue };
+                if meta.is_dir() {
+                    let node = self.dir_node(&abs, &meta);
+                    walk.warnings.extend(node_warnings(&node, &rel));
+                    match &node.leaf {
+                        Some(preview) => walk.sources.push(leaf_source(&rel, preview, dir.attrs.clone())),
+                        None => {
+                            let mut attrs = dir.attrs.clone();
+                            hive::merge_segment(&mut attrs, name);
+                            subdirs.push(Pending { abs, rel, meta, attrs });
+                        }
+                    }
+                } else if meta.is_file() {
+                    if let Some(format) = RecordFormat::from_name(name) {
+                        let (source, warnings) = self.file_source(&rel, &abs, &meta, format, dir.attrs.clone());
+                        walk.sources.push(source);
+                        walk.warnings.extend(warnings);
+                    }
+                }
+            }
+            stack.extend(subdirs.into_iter().rev());
+        }
+        Ok(())
+    }
+
+    /// A record file as a source, counted through the cache.
+    fn file_source(
+        &self,
+        rel: &str,
+        abs: &Path,
+        meta: &Metadata,
+        format: RecordFormat,
+        path_attrs: BTreeMap<String, String>,
+    ) -> (Source, Vec<Warning>) {
+        let id = FileId::of(meta);
+        let (counts, trusted, origin, warnings) = match self.count_identified(abs, id, format) {
+            Ok(stats) => (Counts::from(stats), true, StatsOrigin::Scan, Vec::new()),
+            Err(e) => (
+                Counts::default(),
+                false,
+                StatsOrigin::Unavailable,
+                vec![Warning {
+                    code: ErrorCode::RecordFileUnreadable,
+                    path: display_rel(rel),
+                    message: e.to_string(),
+                }],
+            ),
+        };
+        let source = Source {
+            file: rel.to_string(),
+            kind: SourceKind::File,
+            format: format.as_str().to_string(),
+            counts,
+            fingerprint: Some(format!("file:{}:{}", id.size, id.mtime_ns)),
+            trusted,
+            stats_origin: origin,
+            size: Some(id.size),
+            path_attrs,
+        };
+        (source, warnings)
+    }
+
+    /// Counts a record file whose identity the caller just read.
+    fn count_identified(&self, abs: &Path, id: FileId, format: RecordFormat) -> io::Result<RecordStats> {
+        let key = abs.to_path_buf();
+        if let Some(stats) = self.files.get(&key, |cached| *cached == id) {
+            return Ok(stats);
+        }
+        let stats = count_file(abs, format)?;
+        if !id.is_racy() {
+            self.files.put(key, id, stats);
+        }
+        Ok(stats)
+    }
+
+    /// The classification of a directory, from the cache while the
+    /// directory and its manifest and marker files keep their identity.
+    fn dir_node(&self, abs: &Path, meta: &Metadata) -> Arc<DirNode> {
+        let key = abs.to_path_buf();
+        let id = FileId::of(meta);
+        let cached = self.nodes.get(&key, |stamps| {
+            stamps.first().is_some_and(|(_, first)| *first == Some(id)) && stamps_hold(&stamps[1..])
+        });
+        if let Some(node) = cached {
+            return node;
+        }
+        // Stamps are taken before classifying, so a change made while
+        // classifying invalidates the entry rather than hiding behind it.
+        let stamps = self.node_stamps(abs, id);
+        let node = Arc::new(classify_dir(abs, &self.stores, self.options.repair, self));
+        if !stamps_racy(&stamps) {
+            self.nodes.put(key, stamps, Arc::clone(&node));
+        }
+        node
+    }
+
+    /// The identities a directory's classification depends on: the
+    /// directory itself (its mtime moves when an entry appears, vanishes or
+    /// is renamed into place) and each manifest or marker that exists
+    /// (caught when rewritten in place).
+    fn node_stamps(&self, abs: &Path, id: FileId) -> Stamps {
+        let mut stamps = vec![(abs.to_path_buf(), Some(id))];
+        let names = std::iter::once(manifest::MANIFEST_FILE).chain(self.stores.iter().flat_map(|s| s.markers().iter().copied()));
+        for name in names {
+            let path = abs.join(name);
+            if let Ok(Some(marker)) = FileId::probe(&path) {
+                if !stamps.iter().any(|(p, _)| *p == path) {
+                    stamps.push((path, Some(marker)));
+                }
+            }
+        }
+        stamps
+    }
+
+    /// The sorted, bounded names of a directory.
+    fn dir_scan(&self, abs: &Path, meta: &Metadata) -> Result<Arc<DirScan>> {
+        let key = abs.to_path_buf();
+        let id = FileId::of(meta);
+        if let Some(scan) = self.dirs.get(&key, |cached| *cached == id) {
+            return Ok(scan);
+        }
+        let mut scan = DirScan {
+            children: Vec::new(),
+            truncated: false,
+            non_utf8: Vec::new(),
+        };
+        for entry in fs::read_dir(abs).map_err(|e| Error::io(abs, &e))? {
+            let entry = entry.map_err(|e| Error::io(abs, &e))?;
+            // The type from readdir costs no stat. Symlinks, sockets, fifos
+            // and devices are never part of a warehouse.
+            let Ok(kind) = entry.file_type() else { continue };
+            if !kind.is_dir() && !kind.is_file() {
+                continue;
+            }
+            let name = match entry.file_name().into_string() {
+                Ok(name) => name,
+                Err(raw) => {
+                    scan.non_utf8.push(raw.to_string_lossy().into_owned());
+                    continue;
+                }
+            };
+            if name == STATE_DIR {
+                continue;
+            }
+            if scan.children.len() == self.options.max_entries {
+                scan.truncated = true;
+                break;
+            }
+            scan.children.push(name);
+        }
+        scan.children.sort();
+        let scan = Arc::new(scan);
+        if !id.is_racy() {
+            self.dirs.put(key, id, Arc::clone(&scan));
+        }
+        Ok(scan)
+    }
+
+    /// Resolves `rel` below the root without following symlinks, refusing
+    /// `..`, absolute paths, `.pchronicle/` and the interior of a leaf.
+    fn resolve(&self, rel: &Path) -> Result<Target> {
+        let mut abs = self.root.clone();
+        let mut meta = fs::symlink_metadata(&abs).map_err(|e| Error::io(&abs, &e))?;
+        for component in rel.components() {
+            let name = match component {
+                Component::CurDir => continue,
+                Component::Normal(name) => name,
+                _ => {
+                    return Err(Error::at(ErrorCode::PathInvalid, rel, "the path must stay inside the warehouse"));
+                }
+            };
+            if !meta.is_dir() {
+                return Err(Error::at(ErrorCode::PathNotFound, rel, "a component of the path is not a directory"));
+            }
+            if self.dir_node(&abs, &meta).leaf.is_some() {
+                return Err(Error::at(
+                    ErrorCode::PathNotFound,
+                    rel,
+                    "the path is inside a dataset leaf, whose interior is not listed",
+                ));
+            }
+            if name == STATE_DIR {
+                return Err(Error::at(ErrorCode::PathNotFound, rel, "pchronicle's own state directory is hidden"));
+            }
+            abs.push(name);
+            meta = fs::symlink_metadata(&abs).map_err(|e| Error::io(rel, &e))?;
+            if meta.file_type().is_symlink() {
+                return Err(Error::at(ErrorCode::PathNotFound, rel, "the path is a symlink, and symlinks are ignored"));
+            }
+        }
+        if !meta.is_dir() && !meta.is_file() {
+            return Err(Error::at(ErrorCode::PathNotFound, rel, "not a regular file or directory"));
+        }
+        Ok(Target { abs, meta })
+    }
+}
+
+impl RecordCounter for Catalog {
+    fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
+        let meta = fs::symlink_metadata(path)?;
+        self.count_identified(path, FileId::of(&meta), format)
+    }
+}
+
+/// What a directory walk collects.
+struct Walk {
+    sources: Vec<Source>,
+    warnings: Vec<Warning>,
+    truncated: bool,
+}
+
+impl Walk {
+    fn warn(&mut self, code: ErrorCode, rel: &str, message: String) {
+        self.warnings.push(Warning {
+            code,
+            path: display_rel(rel),
+            message,
+        });
+    }
+}
+
+fn leaf_source(rel: &str, preview: &DatasetPreview, path_attrs: BTreeMap<String, String>) -> Source {
+    Source {
+        file: display_rel(rel),
+        kind: SourceKind::Dataset,
+        format: preview.format.clone(),
+        counts: preview.counts,
+        fingerprint: preview.fingerprint.clone(),
+        trusted: preview.trusted,
+        stats_origin: preview.stats_origin,
+        size: None,
+        path_attrs,
+    }
+}
+
+fn file_entry(name: &str, abs: &Path, meta: &Metadata) -> Entry {
+    let file_name = abs.file_name().and_then(|n| n.to_str()).unwrap_or(name);
+    Entry::File {
+        name: name.to_string(),
+        size: meta.len(),
+        format: RecordFormat::from_name(file_name),
+    }
+}
+
+/// A node's warnings with paths made relative to the listed/opened path.
+fn node_warnings(node: &DirNode, rel: &str) -> Vec<Warning> {
+    node.warnings
+        .iter()
+        .map(|w| Warning {
+            code: w.code,
+            path: match &w.subpath {
+                Some(sub) => display_rel(&join_rel(rel, sub)),
+                None => display_rel(rel),
+            },
+            message: w.message.clone(),
+        })
+        .collect()
+}
+
+fn scan_warnings(scan: &DirScan, rel: &str, max_entries: usize, warnings: &mut Vec<Warning>) {
+    for name in &scan.non_utf8 {
+        warnings.push(Warning {
+            code: ErrorCode::NameNotUtf8,
+            path: display_rel(rel),
+            message: format!("skipped an entry whose name is not UTF-8: {name:?}"),
+        });
+    }
+    if scan.truncated {
+        warnings.push(Warning {
+            code: ErrorCode::BoundReached,
+            path: display_rel(rel),
+            message: format!("stopped at max_entries = {max_entries}"),
+        });
+    }
+}
+
+fn join_rel(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+fn display_rel(rel: &str) -> String {
+    if rel.is_empty() { ".".into() } else { rel.to_string() }
+}

@@ -1,0 +1,319 @@
+//! The shapes `list` and `open` return, and their JSON form.
+//!
+//! These types are the contract with tooling: `pchronicle ls --json`,
+//! `ls --sources --json`, `stats --json` and the mount's `.stats` and
+//! `.sources` files are their serde serialisations, documented field by
+//! field in `docs/cli.md`. Every field is always present (absent values
+//! are `null`), so a consumer never has to guess the shape. Nothing in them
+//! depends on where the warehouse is: paths are relative to the listed or
+//! opened path, so the CLI and a mount give byte-identical output.
+
+use std::collections::BTreeMap;
+
+use serde::{Serialize, Serializer};
+
+use crate::error::ErrorCode;
+use crate::records::timestamp::{self, Micros};
+use crate::records::{RecordFormat, RecordStats};
+
+/// What a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeKind {
+    /// A navigational directory (including one with a branch manifest).
+    Directory,
+    /// A dataset leaf: opaque, its interior is never listed.
+    Dataset,
+    /// A regular file.
+    File,
+}
+
+/// A condition met while answering that did not stop the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub code: ErrorCode,
+    /// Relative to the listed or opened path (`.` for the path itself).
+    pub path: String,
+    pub message: String,
+}
+
+/// Where a dataset's counts came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatsOrigin {
+    /// A manifest whose fingerprint matches the physical revision.
+    Manifest,
+    /// The data was scanned and the manifest rewritten to match.
+    Repaired,
+    /// The data was scanned; the manifest is missing or stale and was not
+    /// rewritten (repairs disabled or the write failed).
+    Scan,
+    /// The manifest's stats as written, unchecked: the format cannot be
+    /// opened by this build, or its revision could not be read.
+    Unverified,
+    /// No counts could be had.
+    Unavailable,
+}
+
+/// A timestamp, serialised as RFC 3339 UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(pub Micros);
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&timestamp::format_rfc3339(self.0))
+    }
+}
+
+/// Counts as reported: `None` where they could not be had.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub record_count: Option<u64>,
+    pub failed_count: Option<u64>,
+    pub min_timestamp: Option<Timestamp>,
+    pub max_timestamp: Option<Timestamp>,
+}
+
+impl From<RecordStats> for Counts {
+    fn from(s: RecordStats) -> Self {
+        Counts {
+            record_count: Some(s.record_count),
+            failed_count: Some(s.failed_count),
+            min_timestamp: s.min_timestamp.map(Timestamp),
+            max_timestamp: s.max_timestamp.map(Timestamp),
+        }
+    }
+}
+
+/// A leaf's preview: what `list` shows for a dataset without opening it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DatasetPreview {
+    pub format: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub fingerprint: Option<String>,
+    /// True when the counts are known to describe the current physical
+    /// revision (origin `manifest`, `repaired` or `scan`); false when they
+    /// are a manifest's unchecked word or missing.
+    pub trusted: bool,
+    pub stats_origin: StatsOrigin,
+}
+
+/// One child in a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Entry {
+    Directory {
+        name: String,
+    },
+    Dataset {
+        name: String,
+        #[serde(flatten)]
+        preview: DatasetPreview,
+    },
+    File {
+        name: String,
+        size: u64,
+        /// The record format, or `null` when the file is not a record source.
+        format: Option<RecordFormat>,
+    },
+}
+
+impl Entry {
+    pub fn name(&self) -> &str {
+        match self {
+            Entry::Directory { name } | Entry::Dataset { name, .. } | Entry::File { name, .. } => name,
+        }
+    }
+
+    pub fn kind(&self) -> NodeKind {
+        match self {
+            Entry::Directory { .. } => NodeKind::Directory,
+            Entry::Dataset { .. } => NodeKind::Dataset,
+            Entry::File { .. } => NodeKind::File,
+        }
+    }
+}
+
+/// The result of `list(path)`: one level, like `ls`. For a leaf or a file
+/// it holds that one node, named `.`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listing {
+    pub kind: NodeKind,
+    pub entries: Vec<Entry>,
+    pub truncated: bool,
+    pub warnings: Vec<Warning>,
+}
+
+/// Whether a source is a leaf or a record file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Dataset,
+    File,
+}
+
+/// One member of a Snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Source {
+    /// Path relative to the opened path; `.` when the opened path is itself
+    /// the source.
+    #[serde(rename = "_file_")]
+    pub file: String,
+    pub kind: SourceKind,
+    /// Leaf format (`storyline/v1`) or record format (`jsonl`).
+    pub format: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Leaves: the revision fingerprint. Files: `file:<size>:<mtime_ns>`.
+    pub fingerprint: Option<String>,
+    /// As in [`DatasetPreview`]; a record file counted from its content is
+    /// trusted.
+    pub trusted: bool,
+    pub stats_origin: StatsOrigin,
+    /// Files: size in bytes. Datasets: `null`.
+    pub size: Option<u64>,
+    /// Hive-style `key=value` attributes of the directories between the
+    /// opened path and this source.
+    pub path_attrs: BTreeMap<String, String>,
+}
+
+/// The result of `open(path)`: a frozen set of sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    pub kind: NodeKind,
+    /// Ordered by `_file_`.
+    pub sources: Vec<Source>,
+    pub truncated: bool,
+    pub warnings: Vec<Warning>,
+}
+
+/// Per-format totals inside [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct FormatTotals {
+    pub sources: u64,
+    pub record_count: u64,
+    pub failed_count: u64,
+}
+
+/// A Snapshot rolled up: the content of `.stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub kind: NodeKind,
+    /// The format of a leaf or record file; `null` for a directory.
+    pub format: Option<String>,
+    pub sources: u64,
+    pub datasets: u64,
+    pub files: u64,
+    pub record_count: u64,
+    pub failed_count: u64,
+    pub min_timestamp: Option<Timestamp>,
+    pub max_timestamp: Option<Timestamp>,
+    /// Sources whose counts are not known to match their data
+    /// (`unverified` or `unavailable`).
+    pub untrusted_sources: u64,
+    /// Sources with no counts at all (left out of the totals).
+    pub unreadable_sources: u64,
+    pub formats: BTreeMap<String, FormatTotals>,
+    pub truncated: bool,
+    pub warnings: Vec<Warning>,
+}
+
+impl Snapshot {
+    /// Rolls the sources up. Unreadable sources add nothing to the totals.
+    pub fn stats(&self) -> Stats {
+        let mut stats = Stats {
+            kind: self.kind,
+            format: match self.kind {
+                NodeKind::Directory => None,
+                _ => self.sources.first().map(|s| s.format.clone()),
+            },
+            sources: self.sources.len() as u64,
+            datasets: 0,
+            files: 0,
+            record_count: 0,
+            failed_count: 0,
+            min_timestamp: None,
+            max_timestamp: None,
+            untrusted_sources: 0,
+            unreadable_sources: 0,
+            formats: BTreeMap::new(),
+            truncated: self.truncated,
+            warnings: self.warnings.clone(),
+        };
+        for source in &self.sources {
+            match source.kind {
+                SourceKind::Dataset => stats.datasets += 1,
+                SourceKind::File => stats.files += 1,
+            }
+            if !source.trusted {
+                stats.untrusted_sources += 1;
+            }
+            let totals = stats.formats.entry(source.format.clone()).or_default();
+            totals.sources += 1;
+            let Some(records) = source.counts.record_count else {
+                stats.unreadable_sources += 1;
+                continue;
+            };
+            let failed = source.counts.failed_count.unwrap_or(0);
+            totals.record_count += records;
+            totals.failed_count += failed;
+            stats.record_count += records;
+            stats.failed_count += failed;
+            stats.min_timestamp = min_opt(stats.min_timestamp, source.counts.min_timestamp);
+            stats.max_timestamp = max_opt(stats.max_timestamp, source.counts.max_timestamp);
+        }
+        stats
+    }
+}
+
+fn min_opt(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn max_opt(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The exact text of the JSON outputs, shared by the CLI and the mount so
+/// the two are byte-identical.
+impl Listing {
+    /// Pretty JSON plus a final newline (`pchronicle ls --json`).
+    pub fn to_json(&self) -> String {
+        pretty(self)
+    }
+}
+
+impl Stats {
+    /// Pretty JSON plus a final newline (`stats --json`, `.stats`).
+    pub fn to_json(&self) -> String {
+        pretty(self)
+    }
+}
+
+impl Snapshot {
+    /// JSON Lines, one source per line (`ls --sources --json`, `.sources`).
+    pub fn sources_jsonl(&self) -> String {
+        let mut out = String::new();
+        for source in &self.sources {
+            // A Source holds only strings, integers, booleans and string
+            // maps, which always serialize.
+            out.push_str(&serde_json::to_string(source).expect("a Source always serializes"));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn pretty<T: Serialize>(value: &T) -> String {
+    // Only called on the model types above, which always serialize.
+    let mut out = serde_json::to_string_pretty(value).expect("model types always serialize");
+    out.push('\n');
+    out
+}

@@ -1,0 +1,206 @@
+//! The command line: argument parsing and output formatting only. Every
+//! answer comes from the catalog; `--json` prints exactly what the mount's
+//! synthetic files hold.
+//!
+//! Exit codes: 0 success, 1 a failure (printed as `error[CODE]: …`),
+//! 2 bad usage.
+
+mod table;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::catalog::{Catalog, CatalogOptions};
+use crate::error::{Error, ErrorCode, Result};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pchronicle",
+    version,
+    about = "Browse a trajectory warehouse: list datasets, count records, and (soon) mount it read-only.",
+    long_about = "pchronicle reads a trajectory warehouse: a directory tree of dataset leaves \
+(compact-jsonl Lance tables, storyline generations), loose JSON/JSONL/NDJSON/JSONSEQ record files \
+and sealed record shards. `ls` lists one level like the shell does; `ls --sources` and `stats` \
+open a path as a virtual dataset of every leaf and record file below it.\n\n\
+Exit codes: 0 success, 1 failure (error[CODE] on stderr; see `pchronicle errors CODE`), 2 bad usage."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List one level of PATH, like `ls`: directories, datasets (with a count
+    /// preview) and files. A dataset leaf lists as itself alone.
+    Ls {
+        /// A warehouse directory, a dataset leaf, or a record file.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// Print the Snapshot sources of PATH instead (every leaf and record
+        /// file below it, with `_file_` relative to PATH).
+        #[arg(long)]
+        sources: bool,
+        /// Print JSON (a listing object; with --sources, JSON Lines).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        walk: WalkArgs,
+    },
+    /// Open PATH as a Snapshot and print its rolled-up stats: sources,
+    /// records, failed records, time range, per-format totals.
+    Stats {
+        /// A warehouse directory, a dataset leaf, or a record file.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// Print pretty JSON (the content of the mount's `.stats`).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        walk: WalkArgs,
+    },
+    /// Print every error code with what it means and how to fix it, or one.
+    Errors {
+        /// A code such as PCHRONICLE_MANIFEST_PARSE.
+        code: Option<String>,
+    },
+    /// Build the sample warehouse in DIR (new or empty).
+    Demo {
+        #[arg(default_value = "pchronicle-demo")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct WalkArgs {
+    /// Children considered per directory before the answer is truncated.
+    #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().max_entries)]
+    max_entries: usize,
+    /// Sources collected per open before the answer is truncated.
+    #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().max_files)]
+    max_files: usize,
+    /// Never rewrite a missing or stale leaf manifest; count from the data.
+    #[arg(long)]
+    no_repair: bool,
+}
+
+impl WalkArgs {
+    fn options(&self) -> CatalogOptions {
+        CatalogOptions {
+            max_entries: self.max_entries,
+            max_files: self.max_files,
+            repair: !self.no_repair,
+            ..CatalogOptions::default()
+        }
+    }
+}
+
+/// Parses the process arguments and runs the command.
+pub fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
+    match execute(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{}", e.render());
+            eprintln!("  fix: {}", e.code.fixup());
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn execute(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Ls {
+            path,
+            sources,
+            json,
+            walk,
+        } => {
+            let (catalog, rel) = open_catalog(&path, walk.options())?;
+            if sources {
+                let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
+                if json {
+                    print!("{}", snapshot.sources_jsonl());
+                } else {
+                    print!("{}", table::sources(&snapshot));
+                }
+                table::warn(&snapshot.warnings, snapshot.truncated);
+            } else {
+                let listing = catalog.list(&rel).map_err(|e| at_user_path(e, &path))?;
+                if json {
+                    print!("{}", listing.to_json());
+                } else {
+                    print!("{}", table::listing(&listing));
+                }
+                table::warn(&listing.warnings, listing.truncated);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { path, json, walk } => {
+            let (catalog, rel) = open_catalog(&path, walk.options())?;
+            let stats = catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?;
+            if json {
+                print!("{}", stats.to_json());
+            } else {
+                print!("{}", table::stats(&stats));
+            }
+            table::warn(&stats.warnings, stats.truncated);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Errors { code } => match code {
+            None => {
+                print!("{}", table::error_codes(ErrorCode::ALL));
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(text) => match ErrorCode::parse(&text) {
+                Some(code) => {
+                    print!("{}", table::error_codes(&[code]));
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    let code = ErrorCode::UnknownCode;
+                    eprintln!("error[{code}]: no error code {text:?}");
+                    eprintln!("  fix: {}", code.fixup());
+                    Ok(ExitCode::from(2))
+                }
+            },
+        },
+        Command::Demo { dir } => {
+            let summary = crate::demo::build(&dir)?;
+            println!("built the demo warehouse in {}", dir.display());
+            println!("  {summary}");
+            println!("try: pchronicle ls {0}  |  pchronicle stats {0}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A catalog rooted at `path` (or at its parent when it is a file), and the
+/// path to ask it for. What the user named is resolved once, so naming a
+/// symlink on the command line works; symlinks below it are still ignored.
+fn open_catalog(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
+    let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
+    if canonical.is_dir() {
+        return Ok((Catalog::new(&canonical, options)?, PathBuf::from(".")));
+    }
+    match (canonical.parent(), canonical.file_name()) {
+        (Some(parent), Some(name)) => Ok((Catalog::new(parent, options)?, PathBuf::from(name))),
+        _ => Err(Error::at(ErrorCode::PathInvalid, path, "not a file or directory")),
+    }
+}
+
+/// Errors name the path as the user typed it, not the catalog-relative one.
+fn at_user_path(mut error: Error, user: &Path) -> Error {
+    if error.path.as_deref().is_some_and(Path::is_relative) {
+        error.path = Some(user.to_path_buf());
+    }
+    error
+}

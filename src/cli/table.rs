@@ -1,0 +1,153 @@
+//! Human-readable tables for the terminal. The JSON forms are the stable
+//! contract; these are for people and may change.
+
+use std::fmt::Write;
+
+use crate::catalog::{Entry, Listing, Snapshot, Stats, Timestamp, Warning};
+use crate::error::ErrorCode;
+use crate::records::timestamp::format_rfc3339;
+
+/// Left-aligned columns, two spaces apart; numeric columns right-aligned.
+fn render(header: &[&str], right: &[bool], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(header.iter().map(|h| h.to_string()).collect::<Vec<_>>()).chain(rows.iter().cloned()) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if right[i] {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn opt<T: ToString>(value: Option<T>) -> String {
+    value.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn time(value: Option<Timestamp>) -> String {
+    value.map(|t| format_rfc3339(t.0)).unwrap_or_else(|| "-".into())
+}
+
+pub fn listing(listing: &Listing) -> String {
+    let rows: Vec<Vec<String>> = listing
+        .entries
+        .iter()
+        .map(|entry| match entry {
+            Entry::Directory { name } => vec![format!("{name}/"), "directory".into(), "".into(), "".into(), "".into(), "".into()],
+            Entry::Dataset { name, preview } => vec![
+                name.clone(),
+                "dataset".into(),
+                preview.format.clone(),
+                opt(preview.counts.record_count),
+                opt(preview.counts.failed_count),
+                format!("{} ({:?})", opt(preview.fingerprint.as_deref()), preview.stats_origin).to_lowercase(),
+            ],
+            Entry::File { name, size, format } => vec![
+                name.clone(),
+                "file".into(),
+                format.map(|f| f.as_str().to_string()).unwrap_or_default(),
+                "".into(),
+                "".into(),
+                format!("{size} bytes"),
+            ],
+        })
+        .collect();
+    render(
+        &["NAME", "KIND", "FORMAT", "RECORDS", "FAILED", "DETAIL"],
+        &[false, false, false, true, true, false],
+        &rows,
+    )
+}
+
+pub fn sources(snapshot: &Snapshot) -> String {
+    let rows: Vec<Vec<String>> = snapshot
+        .sources
+        .iter()
+        .map(|s| {
+            let attrs: Vec<String> = s.path_attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            vec![
+                s.file.clone(),
+                format!("{:?}", s.kind).to_lowercase(),
+                s.format.clone(),
+                opt(s.counts.record_count),
+                opt(s.counts.failed_count),
+                attrs.join(","),
+            ]
+        })
+        .collect();
+    render(
+        &["_FILE_", "KIND", "FORMAT", "RECORDS", "FAILED", "PATH_ATTRS"],
+        &[false, false, false, true, true, false],
+        &rows,
+    )
+}
+
+pub fn stats(stats: &Stats) -> String {
+    let mut out = String::new();
+    let kind = format!("{:?}", stats.kind).to_lowercase();
+    let _ = writeln!(out, "kind        {kind}{}", stats.format.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
+    let _ = writeln!(out, "sources     {} ({} datasets, {} files)", stats.sources, stats.datasets, stats.files);
+    let _ = writeln!(out, "records     {}", stats.record_count);
+    let _ = writeln!(out, "failed      {}", stats.failed_count);
+    let _ = writeln!(out, "from        {}", time(stats.min_timestamp));
+    let _ = writeln!(out, "to          {}", time(stats.max_timestamp));
+    if stats.untrusted_sources + stats.unreadable_sources > 0 {
+        let _ = writeln!(
+            out,
+            "untrusted   {} (unreadable {})",
+            stats.untrusted_sources, stats.unreadable_sources
+        );
+    }
+    if !stats.formats.is_empty() {
+        let rows: Vec<Vec<String>> = stats
+            .formats
+            .iter()
+            .map(|(format, t)| {
+                vec![
+                    format.clone(),
+                    t.sources.to_string(),
+                    t.record_count.to_string(),
+                    t.failed_count.to_string(),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&render(&["FORMAT", "SOURCES", "RECORDS", "FAILED"], &[false, true, true, true], &rows));
+    }
+    out
+}
+
+pub fn error_codes(codes: &[ErrorCode]) -> String {
+    let mut out = String::new();
+    for code in codes {
+        let _ = writeln!(out, "{code}\n  {}\n  fix: {}\n", code.summary(), code.fixup());
+    }
+    out
+}
+
+/// Warnings and truncation go to stderr so stdout stays the answer.
+pub fn warn(warnings: &[Warning], truncated: bool) {
+    for w in warnings {
+        eprintln!("warning[{}]: {}: {}", w.code, w.path, w.message);
+    }
+    if truncated {
+        eprintln!("note: the answer is truncated (a traversal bound was reached)");
+    }
+}

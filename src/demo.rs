@@ -1,0 +1,137 @@
+//! The sample warehouse `pchronicle demo` builds: every layout this build
+//! reads, small enough to read by eye, deterministic so docs and tests can
+//! quote it.
+
+use std::fmt;
+use std::fs;
+use std::path::Path;
+
+use crate::catalog::manifest::Manifest;
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::RecordStats;
+use crate::store::{DirectCounter, LeafStore, StorylineStore};
+
+/// What was built.
+#[derive(Debug, Default)]
+pub struct DemoSummary {
+    pub leaves: usize,
+    pub record_files: usize,
+    pub records: u64,
+}
+
+impl fmt::Display for DemoSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} dataset leaves, {} loose record files, {} records",
+            self.leaves, self.record_files, self.records
+        )
+    }
+}
+
+/// A session's records: a user turn, tool calls, an assistant turn.
+fn session_records(session: &str, day: u32, turns: u32) -> Vec<String> {
+    (0..turns)
+        .map(|i| {
+            let role = ["user", "tool", "assistant"][(i % 3) as usize];
+            format!(
+                r#"{{"id":"{session}-{i:04}","session":"{session}","ts":"2026-11-{day:02}T{:02}:{:02}:00Z","role":"{role}","content":"turn {i} of {session}"}}"#,
+                9 + i / 60,
+                i % 60
+            )
+        })
+        .collect()
+}
+
+fn write(dir: &Path, rel: &str, content: &str) -> Result<()> {
+    let path = dir.join(rel);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| Error::io(parent, &e))?;
+    }
+    fs::write(&path, content).map_err(|e| Error::io(&path, &e))
+}
+
+fn lines(records: &[String]) -> String {
+    records.iter().map(|r| format!("{r}\n")).collect()
+}
+
+fn packed(records: &[String]) -> String {
+    records.iter().map(|r| format!("\u{1e}{r}")).collect::<String>() + "\u{1e}"
+}
+
+/// Builds the demo warehouse in `dir`, which must be new or empty.
+pub fn build(dir: &Path) -> Result<DemoSummary> {
+    if let Ok(mut entries) = fs::read_dir(dir) {
+        if entries.next().is_some() {
+            return Err(Error::at(ErrorCode::DemoTargetNotEmpty, dir, "the directory is not empty"));
+        }
+    }
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
+    let mut summary = DemoSummary::default();
+    let mut loose = |rel: &str, content: String, records: u64| -> Result<()> {
+        summary.record_files += 1;
+        summary.records += records;
+        write(dir, rel, &content)
+    };
+
+    // Loose record files in hive-style partitions: line, packed, a torn
+    // record, and a JSON array document.
+    loose("runs/date=2026-11-01__agent=codex/s-0001.jsonl", lines(&session_records("s-0001", 1, 12)), 12)?;
+    let mut torn = lines(&session_records("s-0002", 2, 8));
+    torn.push_str("{\"id\":\"s-0002-0008\",\"session\":\"s-00\n");
+    loose("runs/date=2026-11-02/agent=claude/s-0002.ndjson", torn, 9)?;
+    loose(
+        "runs/date=2026-11-02/agent=claude/s-0003.5e1f0a2b.jsonseq",
+        packed(&session_records("s-0003", 2, 6)),
+        6,
+    )?;
+    loose(
+        "exports/highlights.json",
+        format!("[{}]\n", session_records("s-0001", 1, 3).join(",")),
+        3,
+    )?;
+    let summary_records = summary.records;
+    let record_files = summary.record_files;
+    write(dir, "README.txt", "A sample trajectory warehouse built by `pchronicle demo`.\n")?;
+
+    // Storyline leaves: one whose manifest is written here, one left for
+    // the first reader to repair, under a branch that only describes.
+    let mut leaves = 0;
+    let mut records = summary_records;
+    for (rel, sessions, write_manifest) in [("team/planner", 3u32, true), ("archive/2026-10", 2, false)] {
+        let leaf = dir.join(rel);
+        write(dir, &format!("{rel}/generations/g1/part-0000.jsonl"), &lines(&session_records("old", 1, 4)))?;
+        for s in 0..sessions {
+            let session = format!("p-{s:04}");
+            let content = session_records(&session, 3 + s, 10);
+            let name = format!("{rel}/generations/g2/{session}.jsonl");
+            write(dir, &name, &lines(&content))?;
+            records += 10;
+        }
+        write(dir, &format!("{rel}/CURRENT"), "g2\n")?;
+        if write_manifest {
+            StorylineStore.ensure_manifest(&leaf, &DirectCounter)?;
+        }
+        leaves += 1;
+    }
+    Manifest::branch().write(&dir.join("team"))?;
+
+    // A leaf of a format this build cannot open: reported from its manifest.
+    let foreign = Manifest::leaf(
+        "parquet-trajectories/v2",
+        "parquet:snapshot:7",
+        RecordStats {
+            record_count: 1000,
+            ..RecordStats::default()
+        },
+    );
+    fs::create_dir_all(dir.join("vendor/parquet_export")).map_err(|e| Error::io(dir, &e))?;
+    foreign.write(&dir.join("vendor/parquet_export"))?;
+    leaves += 1;
+
+    Ok(DemoSummary {
+        leaves,
+        record_files,
+        records,
+    })
+}

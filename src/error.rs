@@ -1,0 +1,193 @@
+//! Stable error codes and the error type every layer reports through.
+//!
+//! A user-visible failure always carries an [`ErrorCode`]: a stable string
+//! (`PCHRONICLE_…`) that tests, scripts and users match on, a one-line
+//! summary, and a fix-up text saying what to do about it. The CLI prints
+//! `error[CODE]: message` and exits 1; `pchronicle errors` prints the table
+//! below. Warnings that do not stop an operation (a malformed manifest that
+//! classification falls back from, a bound that was hit) use the same codes.
+//!
+//! Codes are never renamed or reused: a removed condition keeps its row.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+macro_rules! error_codes {
+    ($( $variant:ident => $code:literal, $summary:literal, $fixup:literal; )*) => {
+        /// Every stable error code pchronicle can report.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ErrorCode { $( $variant, )* }
+
+        impl ErrorCode {
+            /// All codes, in the order `pchronicle errors` prints them.
+            pub const ALL: &'static [ErrorCode] = &[ $( ErrorCode::$variant, )* ];
+
+            /// The stable string form, e.g. `PCHRONICLE_MANIFEST_PARSE`.
+            pub fn as_str(self) -> &'static str {
+                match self { $( ErrorCode::$variant => $code, )* }
+            }
+
+            /// One line saying what the condition is.
+            pub fn summary(self) -> &'static str {
+                match self { $( ErrorCode::$variant => $summary, )* }
+            }
+
+            /// What the user should do about it.
+            pub fn fixup(self) -> &'static str {
+                match self { $( ErrorCode::$variant => $fixup, )* }
+            }
+        }
+    };
+}
+
+error_codes! {
+    PathNotFound => "PCHRONICLE_PATH_NOT_FOUND",
+        "the path does not exist, or one of its components is a symlink (symlinks are ignored)",
+        "Check the spelling with `ls`; pchronicle never follows symlinks inside a warehouse, so name the real directory instead.";
+    PathInvalid => "PCHRONICLE_PATH_INVALID",
+        "the path is not inside the warehouse (it is absolute or climbs out with `..`)",
+        "Pass a path below the warehouse root, without `..` components.";
+    Io => "PCHRONICLE_IO",
+        "reading or writing a file failed (permissions, a vanished file, a device error)",
+        "Check that the user running pchronicle can read the path (`ls -l`, `namei -l PATH`) and that the filesystem is healthy, then retry.";
+    NameNotUtf8 => "PCHRONICLE_NAME_NOT_UTF8",
+        "an entry name is not valid UTF-8, so it cannot appear in JSON output; it was skipped",
+        "Rename the entry to a UTF-8 name (for example with `mv -- \"$(printf 'bad\\xff')\" fixed`), then list again.";
+    BoundReached => "PCHRONICLE_BOUND_REACHED",
+        "a traversal bound (max_entries per directory or max_files per open) was reached; the result is truncated",
+        "Open a narrower path, or raise the bound with `--max-entries N` / `--max-files N`.";
+    ManifestUnreadable => "PCHRONICLE_MANIFEST_UNREADABLE",
+        "chronicle.manifest exists but could not be read; classification fell back to the physical markers",
+        "Fix the file's permissions (`chmod a+r chronicle.manifest`) or remove it and let the store rewrite it.";
+    ManifestParse => "PCHRONICLE_MANIFEST_PARSE",
+        "chronicle.manifest is not valid UTF-8 TOML, or a field has the wrong type; classification fell back to the physical markers",
+        "Correct the TOML (see docs/manifest.md) or delete the file; a leaf store rewrites a missing manifest on the next read unless repairs are disabled.";
+    ManifestVersion => "PCHRONICLE_MANIFEST_VERSION",
+        "chronicle.manifest has a schema_version this pchronicle does not support (only 1 is); classification fell back to the physical markers",
+        "Upgrade pchronicle if the manifest was written by a newer version; otherwise set `schema_version = 1`.";
+    ManifestKind => "PCHRONICLE_MANIFEST_KIND",
+        "chronicle.manifest has a missing or unknown `kind` (it must be \"leaf\" or \"branch\"); classification fell back to the physical markers",
+        "Set `kind = \"leaf\"` for a dataset root or `kind = \"branch\"` for a directory that only nests datasets.";
+    ManifestFormatMissing => "PCHRONICLE_MANIFEST_FORMAT_MISSING",
+        "a leaf chronicle.manifest has no `format`; classification fell back to the physical markers",
+        "Add `format = \"compact-jsonl/v1\"` or `format = \"storyline/v1\"` (whichever the leaf is), or delete the manifest so the store rewrites it.";
+    ManifestStale => "PCHRONICLE_MANIFEST_STALE",
+        "a leaf's manifest fingerprint does not match its physical revision, and repairs are disabled; stats were computed from the data",
+        "Run `pchronicle stats PATH` without `--no-repair` (or mount without `--no-repair`) to rewrite the manifest.";
+    ManifestWrite => "PCHRONICLE_MANIFEST_WRITE",
+        "writing a leaf's chronicle.manifest failed; readers fell back to the physical data",
+        "Make the leaf directory writable for the user running pchronicle, or run with `--no-repair` to stop trying.";
+    FormatUnsupported => "PCHRONICLE_FORMAT_UNSUPPORTED",
+        "a leaf declares a format this pchronicle cannot open; its manifest stats are reported as they are, unverified",
+        "Upgrade pchronicle to a version that reads this format; until then the counts shown come only from the manifest.";
+    StorylineCurrentInvalid => "PCHRONICLE_STORYLINE_CURRENT_INVALID",
+        "a storyline leaf's CURRENT file is empty, unreadable, or names an invalid generation",
+        "Write the name of an existing directory under `generations/` as the first line of CURRENT.";
+    StorylineGenerationMissing => "PCHRONICLE_STORYLINE_GENERATION_MISSING",
+        "the generation that a storyline leaf's CURRENT names does not exist under generations/",
+        "Restore `generations/<name>/`, or point CURRENT at a generation that exists.";
+    RecordFileUnreadable => "PCHRONICLE_RECORD_FILE_UNREADABLE",
+        "a record file could not be read; it was counted as unreadable and left out of the totals",
+        "Check the file's permissions and that it still exists, then read the stats again.";
+    DemoTargetNotEmpty => "PCHRONICLE_DEMO_TARGET_NOT_EMPTY",
+        "the directory given to `pchronicle demo` exists and is not empty",
+        "Name a new or empty directory, e.g. `pchronicle demo /tmp/pchronicle-demo-$$`.";
+    UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
+        "`pchronicle errors CODE` was given a code that does not exist",
+        "Run `pchronicle errors` without an argument to list every code.";
+}
+
+impl ErrorCode {
+    /// Looks a code up by its stable string (case-insensitive).
+    pub fn parse(text: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL
+            .iter()
+            .copied()
+            .find(|code| code.as_str().eq_ignore_ascii_case(text.trim()))
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// A failure with its stable code, the path it concerns and a message.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    pub code: ErrorCode,
+    pub path: Option<PathBuf>,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            path: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn at(code: ErrorCode, path: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            path: Some(path.as_ref().to_path_buf()),
+            message: message.into(),
+        }
+    }
+
+    /// An I/O failure on `path`, classified: a missing file is
+    /// `PathNotFound`, anything else `Io`.
+    pub fn io(path: impl AsRef<Path>, err: &std::io::Error) -> Self {
+        let code = match err.kind() {
+            std::io::ErrorKind::NotFound => ErrorCode::PathNotFound,
+            _ => ErrorCode::Io,
+        };
+        Error::at(code, path, err.to_string())
+    }
+
+    /// `error[CODE]: path: message` — the CLI's one-line form.
+    pub fn render(&self) -> String {
+        match &self.path {
+            Some(path) => format!("error[{}]: {}: {}", self.code, path.display(), self.message),
+            None => format!("error[{}]: {}", self.code, self.message),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn codes_are_unique_prefixed_and_have_fixups() {
+        let mut seen = HashSet::new();
+        for code in ErrorCode::ALL {
+            assert!(seen.insert(code.as_str()), "duplicate {code}");
+            assert!(code.as_str().starts_with("PCHRONICLE_"));
+            assert!(!code.summary().is_empty());
+            assert!(!code.fixup().is_empty());
+        }
+    }
+
+    #[test]
+    fn parse_round_trips_every_code() {
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(*code));
+        }
+        assert_eq!(ErrorCode::parse("pchronicle_io"), Some(ErrorCode::Io));
+        assert_eq!(ErrorCode::parse("NOPE"), None);
+    }
+}

@@ -1,0 +1,223 @@
+//! Record timestamps: parsing RFC 3339 text and epoch numbers into UTC
+//! microseconds, and formatting them back as RFC 3339 UTC.
+//!
+//! This runs once per record on the counting hot path, so it is a small
+//! hand-written parser over bytes rather than a general date library.
+
+/// Microseconds since the Unix epoch, UTC.
+pub type Micros = i64;
+
+/// Epoch numbers at or above this magnitude are milliseconds, below it
+/// seconds. 1e11 seconds is the year 5138; 1e11 milliseconds is 1973.
+const MILLIS_THRESHOLD: f64 = 1e11;
+
+/// Parses an epoch number (seconds or milliseconds, see
+/// [`MILLIS_THRESHOLD`]) into microseconds. Non-finite or out-of-range
+/// values give `None`.
+pub fn from_epoch(value: f64) -> Option<Micros> {
+    if !value.is_finite() {
+        return None;
+    }
+    let micros = if value.abs() >= MILLIS_THRESHOLD {
+        value * 1_000.0
+    } else {
+        value * 1_000_000.0
+    };
+    // Keep within years 0000..=9999 so formatting always succeeds.
+    const MIN: f64 = -62_167_219_200_000_000.0;
+    const MAX: f64 = 253_402_300_799_999_999.0;
+    (MIN..=MAX).contains(&micros).then(|| micros.round() as Micros)
+}
+
+/// Parses RFC 3339 (`2026-01-01T00:00:00Z`, `…T00:00:00.5+02:00`; a space
+/// or lowercase `t` separator and `z` are accepted). Fractions beyond
+/// microseconds are truncated. Returns `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<Micros> {
+    let b = text.as_bytes();
+    if b.len() < 20 {
+        return None;
+    }
+    let year = digits(b, 0, 4)?;
+    let month = digits(b, 5, 2)?;
+    let day = digits(b, 8, 2)?;
+    let hour = digits(b, 11, 2)?;
+    let minute = digits(b, 14, 2)?;
+    let second = digits(b, 17, 2)?;
+    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    // 60 admits a leap second; it is folded into the next minute.
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut pos = 19;
+    let mut micros_frac: i64 = 0;
+    if b.get(pos) == Some(&b'.') {
+        pos += 1;
+        let start = pos;
+        while pos < b.len() && b[pos].is_ascii_digit() {
+            if pos - start < 6 {
+                micros_frac = micros_frac * 10 + i64::from(b[pos] - b'0');
+            }
+            pos += 1;
+        }
+        let len = pos - start;
+        if len == 0 {
+            return None;
+        }
+        for _ in len..6 {
+            micros_frac *= 10;
+        }
+    }
+    let offset_secs: i64 = match b.get(pos)? {
+        b'Z' | b'z' if pos + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if pos + 6 == b.len() && b[pos + 3] == b':' => {
+            let oh = digits(b, pos + 1, 2)?;
+            let om = digits(b, pos + 4, 2)?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let off = i64::from(oh) * 3600 + i64::from(om) * 60;
+            if *sign == b'+' { off } else { -off }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(i64::from(year), month, day);
+    let secs = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second)
+        - offset_secs;
+    Some(secs * 1_000_000 + micros_frac)
+}
+
+/// Formats microseconds as RFC 3339 UTC: `YYYY-MM-DDTHH:MM:SSZ`, with a
+/// fraction (`.ffffff`, trailing zeros trimmed) only when it is non-zero.
+pub fn format_rfc3339(micros: Micros) -> String {
+    let secs = micros.div_euclid(1_000_000);
+    let frac = micros.rem_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    let mut out = format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    );
+    if frac != 0 {
+        let digits = format!("{frac:06}");
+        out.push('.');
+        out.push_str(digits.trim_end_matches('0'));
+    }
+    out.push('Z');
+    out
+}
+
+fn digits(b: &[u8], start: usize, len: usize) -> Option<u32> {
+    let slice = b.get(start..start + len)?;
+    let mut value = 0u32;
+    for &c in slice {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + u32::from(c - b'0');
+    }
+    Some(value)
+}
+
+fn is_leap(year: u32) -> bool {
+    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+}
+
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// well-known civil calendar algorithm).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The inverse of [`days_from_civil`].
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_utc_and_offsets() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_rfc3339("1969-12-31T23:00:00-01:00"), Some(0));
+        assert_eq!(parse_rfc3339("2026-01-01 00:00:00.25z"), Some(1_767_225_600_250_000));
+        assert_eq!(parse_rfc3339("2000-02-29T12:00:00.123456789Z"), Some(951_825_600_123_456));
+    }
+
+    #[test]
+    fn rejects_malformed_text() {
+        for bad in [
+            "",
+            "2026-01-01",
+            "2026-13-01T00:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "2026-01-01T24:00:00Z",
+            "2026-01-01T00:00:00",
+            "2026-01-01T00:00:00.Z",
+            "2026-01-01T00:00:00+0100",
+            "2026-01-01T00:00:00Zjunk",
+            "２０２６-01-01T00:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for text in [
+            "1970-01-01T00:00:00Z",
+            "2026-09-07T01:00:00Z",
+            "1969-07-20T20:17:40.5Z",
+            "2400-02-29T23:59:59.999999Z",
+            "0001-01-01T00:00:00Z",
+        ] {
+            assert_eq!(format_rfc3339(parse_rfc3339(text).unwrap()), text);
+        }
+    }
+
+    #[test]
+    fn epoch_seconds_and_millis() {
+        assert_eq!(from_epoch(1_767_225_600.0), Some(1_767_225_600_000_000));
+        assert_eq!(from_epoch(1_767_225_600_000.0), Some(1_767_225_600_000_000));
+        assert_eq!(from_epoch(1.5), Some(1_500_000));
+        assert_eq!(from_epoch(f64::NAN), None);
+        assert_eq!(from_epoch(1e30), None);
+    }
+}

@@ -1,0 +1,137 @@
+//! Physical leaf layouts behind one trait.
+//!
+//! A [`LeafStore`] knows one leaf format: how to recognise a directory of
+//! that format from its physical markers, how to read the current physical
+//! revision cheaply (the fingerprint that a manifest is checked against),
+//! how to compute stats from the data, and how to publish a manifest. The
+//! catalog only talks to this trait, so a new format (the Lance-backed
+//! compact-jsonl store) plugs in by registering one more store in
+//! [`Stores`], without touching classification or `list`/`open`.
+
+pub mod storyline;
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::catalog::manifest::{self, Manifest, ManifestKind};
+use crate::error::Result;
+use crate::records::{RecordFormat, RecordStats};
+
+pub use storyline::StorylineStore;
+
+/// What a physical scan of a leaf found, bound to the revision it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafScan {
+    /// The physical revision the stats belong to.
+    pub fingerprint: String,
+    pub stats: RecordStats,
+}
+
+/// Counts a record file. The catalog passes its cached counter, so stores
+/// that keep records in plain files (storyline) reuse the refresh cache.
+pub trait RecordCounter {
+    fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats>;
+}
+
+/// Counting without a cache.
+pub struct DirectCounter;
+
+impl RecordCounter for DirectCounter {
+    fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
+        crate::records::count_file(path, format)
+    }
+}
+
+/// One physical leaf format.
+pub trait LeafStore: Send + Sync {
+    /// The manifest `format` this store handles, e.g. `storyline/v1`.
+    fn format(&self) -> &'static str;
+
+    /// Names of entries directly inside a leaf whose presence marks the
+    /// format and whose stat identity changes with the physical revision.
+    /// The refresh cache re-stats them to validate a cached preview.
+    fn markers(&self) -> &'static [&'static str];
+
+    /// Whether `dir` is physically a leaf of this format (no manifest is
+    /// consulted). Must not recurse below `dir`.
+    fn detect(&self, dir: &Path) -> Result<bool>;
+
+    /// The fingerprint of the current physical revision. Must be cheap: no
+    /// scan of the records.
+    fn fingerprint(&self, dir: &Path) -> Result<String>;
+
+    /// Stats computed from the physical data.
+    fn scan(&self, dir: &Path, counter: &dyn RecordCounter) -> Result<LeafScan>;
+
+    /// Writes the leaf's manifest for `scan`, keeping every unknown key of
+    /// `existing` when it is a leaf manifest. Only this leaf's manifest is
+    /// written, never an ancestor's.
+    fn write_manifest(&self, dir: &Path, existing: Option<Manifest>, scan: &LeafScan) -> Result<Manifest> {
+        let manifest = match existing {
+            Some(mut m) if m.kind == ManifestKind::Leaf => {
+                m.set_leaf_state(&scan.fingerprint, scan.stats);
+                m
+            }
+            _ => Manifest::leaf(self.format(), &scan.fingerprint, scan.stats),
+        };
+        manifest.write(dir)?;
+        Ok(manifest)
+    }
+
+    /// Makes the leaf's manifest current: when it is missing, unreadable or
+    /// its fingerprint does not match the physical revision, the data is
+    /// scanned and the manifest rewritten in place.
+    fn ensure_manifest(&self, dir: &Path, counter: &dyn RecordCounter) -> Result<Manifest> {
+        let existing = manifest::read(dir).ok().flatten();
+        let current = self.fingerprint(dir)?;
+        if let Some(m) = &existing {
+            if m.kind == ManifestKind::Leaf && m.fingerprint.as_deref() == Some(&current) && m.stats.is_some() {
+                return Ok(m.clone());
+            }
+        }
+        let scan = self.scan(dir, counter)?;
+        self.write_manifest(dir, existing, &scan)
+    }
+}
+
+/// The registered leaf stores, in classification order.
+#[derive(Clone)]
+pub struct Stores {
+    stores: Vec<Arc<dyn LeafStore>>,
+}
+
+impl Default for Stores {
+    /// The stores this build can open: storyline. The compact-jsonl store
+    /// registers itself after it (classification checks `CURRENT` before
+    /// Lance).
+    fn default() -> Self {
+        Stores {
+            stores: vec![Arc::new(StorylineStore)],
+        }
+    }
+}
+
+impl Stores {
+    /// No stores at all: every leaf is recognised only by its manifest and
+    /// reported unverified.
+    pub fn empty() -> Self {
+        Stores { stores: Vec::new() }
+    }
+
+    /// Registers `store` after the existing ones.
+    pub fn with(mut self, store: Arc<dyn LeafStore>) -> Self {
+        self.stores.push(store);
+        self
+    }
+
+    /// The store for a manifest `format`, if this build can open it.
+    pub fn by_format(&self, format: &str) -> Option<&Arc<dyn LeafStore>> {
+        self.stores.iter().find(|s| s.format() == format)
+    }
+
+    /// The stores in classification order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn LeafStore>> {
+        self.stores.iter()
+    }
+}
