@@ -14,7 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Replaces `path` with `bytes` atomically.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let temp = temp_path(dir, path);
     let result = (|| {
         let mut file = OpenOptions::new()
@@ -43,7 +46,10 @@ fn temp_path(dir: &Path, target: &Path) -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     dir.join(format!(".{name}.tmp.{}.{n}.{nanos}", std::process::id()))
 }
 

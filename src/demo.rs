@@ -56,14 +56,22 @@ fn lines(records: &[String]) -> String {
 }
 
 fn packed(records: &[String]) -> String {
-    records.iter().map(|r| format!("\u{1e}{r}")).collect::<String>() + "\u{1e}"
+    records
+        .iter()
+        .map(|r| format!("\u{1e}{r}"))
+        .collect::<String>()
+        + "\u{1e}"
 }
 
 /// Builds the demo warehouse in `dir`, which must be new or empty.
 pub fn build(dir: &Path) -> Result<DemoSummary> {
     if let Ok(mut entries) = fs::read_dir(dir) {
         if entries.next().is_some() {
-            return Err(Error::at(ErrorCode::DemoTargetNotEmpty, dir, "the directory is not empty"));
+            return Err(Error::at(
+                ErrorCode::DemoTargetNotEmpty,
+                dir,
+                "the directory is not empty",
+            ));
         }
     }
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
@@ -76,7 +84,11 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
 
     // Loose record files in hive-style partitions: line, packed, a torn
     // record, and a JSON array document.
-    loose("runs/date=2026-11-01__agent=codex/s-0001.jsonl", lines(&session_records("s-0001", 1, 12)), 12)?;
+    loose(
+        "runs/date=2026-11-01__agent=codex/s-0001.jsonl",
+        lines(&session_records("s-0001", 1, 12)),
+        12,
+    )?;
     let mut torn = lines(&session_records("s-0002", 2, 8));
     torn.push_str("{\"id\":\"s-0002-0008\",\"session\":\"s-00\n");
     loose("runs/date=2026-11-02/agent=claude/s-0002.ndjson", torn, 9)?;
@@ -92,15 +104,25 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
     )?;
     let summary_records = summary.records;
     let record_files = summary.record_files;
-    write(dir, "README.txt", "A sample trajectory warehouse built by `pchronicle demo`.\n")?;
+    write(
+        dir,
+        "README.txt",
+        "A sample trajectory warehouse built by `pchronicle demo`.\n",
+    )?;
 
     // Storyline leaves: one whose manifest is written here, one left for
     // the first reader to repair, under a branch that only describes.
     let mut leaves = 0;
     let mut records = summary_records;
-    for (rel, sessions, write_manifest) in [("team/planner", 3u32, true), ("archive/2026-10", 2, false)] {
+    for (rel, sessions, write_manifest) in
+        [("team/planner", 3u32, true), ("archive/2026-10", 2, false)]
+    {
         let leaf = dir.join(rel);
-        write(dir, &format!("{rel}/generations/g1/part-0000.jsonl"), &lines(&session_records("old", 1, 4)))?;
+        write(
+            dir,
+            &format!("{rel}/generations/g1/part-0000.jsonl"),
+            &lines(&session_records("old", 1, 4)),
+        )?;
         for s in 0..sessions {
             let session = format!("p-{s:04}");
             let content = session_records(&session, 3 + s, 10);

@@ -20,6 +20,7 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use lru::LruCache;
 use parking_lot::Mutex;
@@ -44,8 +45,14 @@ impl FileId {
             dev: meta.dev(),
             ino: meta.ino(),
             size: meta.size(),
-            mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
-            ctime_ns: meta.ctime().saturating_mul(1_000_000_000).saturating_add(meta.ctime_nsec()),
+            mtime_ns: meta
+                .mtime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.mtime_nsec()),
+            ctime_ns: meta
+                .ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.ctime_nsec()),
             mode: meta.mode(),
         }
     }
@@ -81,12 +88,23 @@ pub fn stamps_hold(stamps: &[(PathBuf, Option<FileId>)]) -> bool {
 
 /// Whether any identity in `stamps` is too recent to be trusted.
 pub fn stamps_racy(stamps: &[(PathBuf, Option<FileId>)]) -> bool {
-    stamps.iter().any(|(_, id)| id.is_some_and(|id| id.is_racy()))
+    stamps
+        .iter()
+        .any(|(_, id)| id.is_some_and(|id| id.is_racy()))
 }
 
 /// An LRU map whose entries are valid only while their stamp matches.
 pub struct StampedLru<K: Hash + Eq, S, V> {
     inner: Mutex<LruCache<K, (S, V)>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+/// How often a cache answered from memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HitCount {
+    pub hits: u64,
+    pub misses: u64,
 }
 
 impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
@@ -94,18 +112,37 @@ impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
         let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         StampedLru {
             inner: Mutex::new(LruCache::new(capacity)),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
     /// The cached value if `valid` accepts its stamp. The check runs
     /// outside the lock (it may stat files); an entry it rejects is dropped.
     pub fn get(&self, key: &K, valid: impl FnOnce(&S) -> bool) -> Option<V> {
-        let (stamp, value) = self.inner.lock().get(key).cloned()?;
-        if valid(&stamp) {
-            Some(value)
+        let cached = self.inner.lock().get(key).cloned();
+        let found = match cached {
+            Some((stamp, value)) if valid(&stamp) => Some(value),
+            Some(_) => {
+                self.inner.lock().pop(key);
+                None
+            }
+            None => None,
+        };
+        let counter = if found.is_some() {
+            &self.hits
         } else {
-            self.inner.lock().pop(key);
-            None
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Lookups answered from memory and lookups that were not.
+    pub fn hit_count(&self) -> HitCount {
+        HitCount {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
         }
     }
 

@@ -56,7 +56,12 @@ impl NodeWarning {
 }
 
 /// Classifies `dir` (which must be a real directory, not a symlink).
-pub fn classify_dir(dir: &Path, stores: &Stores, repair: bool, counter: &dyn RecordCounter) -> DirNode {
+pub fn classify_dir(
+    dir: &Path,
+    stores: &Stores,
+    repair: bool,
+    counter: &dyn RecordCounter,
+) -> DirNode {
     let mut warnings = Vec::new();
     let manifest = match manifest::read(dir) {
         Ok(m) => m,
@@ -68,7 +73,14 @@ pub fn classify_dir(dir: &Path, stores: &Stores, repair: bool, counter: &dyn Rec
     if let Some(m) = manifest.as_ref().filter(|m| m.kind == ManifestKind::Leaf) {
         let format = m.format.clone().unwrap_or_default();
         let leaf = match stores.by_format(&format) {
-            Some(store) => preview(dir, store.as_ref(), manifest, repair, counter, &mut warnings),
+            Some(store) => preview(
+                dir,
+                store.as_ref(),
+                manifest,
+                repair,
+                counter,
+                &mut warnings,
+            ),
             None => {
                 warnings.push(NodeWarning {
                     code: ErrorCode::FormatUnsupported,
@@ -86,7 +98,14 @@ pub fn classify_dir(dir: &Path, stores: &Stores, repair: bool, counter: &dyn Rec
     for store in stores.iter() {
         match store.detect(dir) {
             Ok(true) => {
-                let leaf = preview(dir, store.as_ref(), manifest, repair, counter, &mut warnings);
+                let leaf = preview(
+                    dir,
+                    store.as_ref(),
+                    manifest,
+                    repair,
+                    counter,
+                    &mut warnings,
+                );
                 return DirNode {
                     leaf: Some(leaf),
                     warnings,
@@ -96,7 +115,10 @@ pub fn classify_dir(dir: &Path, stores: &Stores, repair: bool, counter: &dyn Rec
             Err(e) => warnings.push(NodeWarning::from_error(dir, &e)),
         }
     }
-    DirNode { leaf: None, warnings }
+    DirNode {
+        leaf: None,
+        warnings,
+    }
 }
 
 /// The preview of a leaf that `store` can open.
@@ -166,7 +188,11 @@ fn preview(
         counts: scan.stats.into(),
         fingerprint: Some(scan.fingerprint),
         trusted: true,
-        stats_origin: if repaired { StatsOrigin::Repaired } else { StatsOrigin::Scan },
+        stats_origin: if repaired {
+            StatsOrigin::Repaired
+        } else {
+            StatsOrigin::Scan
+        },
     }
 }
 

@@ -80,9 +80,18 @@ impl Manifest {
         let identity = table_entry(&mut self.document, "identity");
         identity.insert("fingerprint".into(), Value::String(fingerprint.into()));
         let table = table_entry(&mut self.document, "stats");
-        table.insert("record_count".into(), Value::Integer(saturating_i64(stats.record_count)));
-        table.insert("failed_count".into(), Value::Integer(saturating_i64(stats.failed_count)));
-        for (key, value) in [("min_timestamp", stats.min_timestamp), ("max_timestamp", stats.max_timestamp)] {
+        table.insert(
+            "record_count".into(),
+            Value::Integer(saturating_i64(stats.record_count)),
+        );
+        table.insert(
+            "failed_count".into(),
+            Value::Integer(saturating_i64(stats.failed_count)),
+        );
+        for (key, value) in [
+            ("min_timestamp", stats.min_timestamp),
+            ("max_timestamp", stats.max_timestamp),
+        ] {
             match value {
                 Some(micros) => {
                     table.insert(key.into(), Value::String(timestamp::format_rfc3339(micros)));
@@ -99,24 +108,38 @@ impl Manifest {
     /// Parses and validates manifest text. Errors carry no path; [`read`]
     /// adds it.
     pub fn parse(text: &str) -> Result<Manifest> {
-        let document: Table = toml::from_str(text)
-            .map_err(|e| Error::new(ErrorCode::ManifestParse, format!("not valid TOML: {}", e.message())))?;
+        let document: Table = toml::from_str(text).map_err(|e| {
+            Error::new(
+                ErrorCode::ManifestParse,
+                format!("not valid TOML: {}", e.message()),
+            )
+        })?;
         let version = match document.get("schema_version") {
-            None => return Err(Error::new(ErrorCode::ManifestVersion, "schema_version is missing")),
+            None => {
+                return Err(Error::new(
+                    ErrorCode::ManifestVersion,
+                    "schema_version is missing",
+                ));
+            }
             Some(Value::Integer(v)) => *v,
             Some(other) => return Err(wrong_type("schema_version", "an integer", other)),
         };
         if version != SCHEMA_VERSION {
             return Err(Error::new(
                 ErrorCode::ManifestVersion,
-                format!("schema_version {version} is not supported (this pchronicle reads {SCHEMA_VERSION})"),
+                format!(
+                    "schema_version {version} is not supported (this pchronicle reads {SCHEMA_VERSION})"
+                ),
             ));
         }
         let kind = match document.get("kind") {
             Some(Value::String(k)) if k == "leaf" => ManifestKind::Leaf,
             Some(Value::String(k)) if k == "branch" => ManifestKind::Branch,
             Some(Value::String(k)) => {
-                return Err(Error::new(ErrorCode::ManifestKind, format!("unknown kind {k:?}")));
+                return Err(Error::new(
+                    ErrorCode::ManifestKind,
+                    format!("unknown kind {k:?}"),
+                ));
             }
             Some(other) => return Err(wrong_type("kind", "a string", other)),
             None => return Err(Error::new(ErrorCode::ManifestKind, "kind is missing")),
@@ -127,14 +150,20 @@ impl Manifest {
             Some(other) => return Err(wrong_type("format", "a string", other)),
         };
         if kind == ManifestKind::Leaf && format.is_none() {
-            return Err(Error::new(ErrorCode::ManifestFormatMissing, "a leaf manifest needs a format"));
+            return Err(Error::new(
+                ErrorCode::ManifestFormatMissing,
+                "a leaf manifest needs a format",
+            ));
         }
-        let fingerprint = match sub_table(&document, "identity")?.and_then(|t| t.get("fingerprint")) {
+        let fingerprint = match sub_table(&document, "identity")?.and_then(|t| t.get("fingerprint"))
+        {
             None => None,
             Some(Value::String(f)) => Some(f.clone()),
             Some(other) => return Err(wrong_type("identity.fingerprint", "a string", other)),
         };
-        let stats = sub_table(&document, "stats")?.map(parse_stats).transpose()?;
+        let stats = sub_table(&document, "stats")?
+            .map(parse_stats)
+            .transpose()?;
         Ok(Manifest {
             kind,
             format,
@@ -148,7 +177,11 @@ impl Manifest {
     pub fn to_toml(&self) -> String {
         // Serializing a table of plain TOML values cannot fail: every key is
         // a string and no value is a non-TOML type.
-        toml::to_string(&self.document).expect("a toml::Table always serializes")
+        let mut text = toml::to_string(&self.document).expect("a toml::Table always serializes");
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text
     }
 
     /// Writes `dir/chronicle.manifest` atomically.
@@ -166,7 +199,13 @@ pub fn read(dir: &Path) -> Result<Option<Manifest>> {
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::at(ErrorCode::ManifestUnreadable, &path, e.to_string())),
+        Err(e) => {
+            return Err(Error::at(
+                ErrorCode::ManifestUnreadable,
+                &path,
+                e.to_string(),
+            ));
+        }
     };
     let text = String::from_utf8(bytes)
         .map_err(|_| Error::at(ErrorCode::ManifestParse, &path, "not valid UTF-8"))?;
@@ -181,7 +220,11 @@ fn parse_stats(table: &Table) -> Result<RecordStats> {
         match table.get(key) {
             None => Ok(None),
             Some(Value::Integer(n)) if *n >= 0 => Ok(Some(*n as u64)),
-            Some(other) => Err(wrong_type(&format!("stats.{key}"), "a non-negative integer", other)),
+            Some(other) => Err(wrong_type(
+                &format!("stats.{key}"),
+                "a non-negative integer",
+                other,
+            )),
         }
     };
     let time = |key: &str| -> Result<Option<Micros>> {
@@ -189,10 +232,19 @@ fn parse_stats(table: &Table) -> Result<RecordStats> {
             None => return Ok(None),
             Some(Value::String(s)) => s.clone(),
             Some(Value::Datetime(d)) => d.to_string(),
-            Some(other) => return Err(wrong_type(&format!("stats.{key}"), "an RFC 3339 timestamp", other)),
+            Some(other) => {
+                return Err(wrong_type(
+                    &format!("stats.{key}"),
+                    "an RFC 3339 timestamp",
+                    other,
+                ));
+            }
         };
         timestamp::parse_rfc3339(&text).map(Some).ok_or_else(|| {
-            Error::new(ErrorCode::ManifestParse, format!("stats.{key} {text:?} is not an RFC 3339 timestamp"))
+            Error::new(
+                ErrorCode::ManifestParse,
+                format!("stats.{key} {text:?} is not an RFC 3339 timestamp"),
+            )
         })
     };
     let record_count = count("record_count")?
@@ -214,7 +266,9 @@ fn sub_table<'a>(document: &'a Table, key: &str) -> Result<Option<&'a Table>> {
 }
 
 fn table_entry<'a>(document: &'a mut Table, key: &str) -> &'a mut Table {
-    let slot = document.entry(key.to_string()).or_insert_with(|| Value::Table(Table::new()));
+    let slot = document
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Table(Table::new()));
     if !slot.is_table() {
         *slot = Value::Table(Table::new());
     }
@@ -265,8 +319,14 @@ token_total = 99
         assert_eq!(m.fingerprint.as_deref(), Some("lance:version:1"));
         let stats = m.stats.unwrap();
         assert_eq!((stats.record_count, stats.failed_count), (12345, 2));
-        assert_eq!(timestamp::format_rfc3339(stats.min_timestamp.unwrap()), "2026-01-01T00:00:00Z");
-        assert_eq!(timestamp::format_rfc3339(stats.max_timestamp.unwrap()), "2026-09-07T01:00:00Z");
+        assert_eq!(
+            timestamp::format_rfc3339(stats.min_timestamp.unwrap()),
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            timestamp::format_rfc3339(stats.max_timestamp.unwrap()),
+            "2026-09-07T01:00:00Z"
+        );
     }
 
     #[test]
@@ -295,7 +355,12 @@ token_total = 99
 
     #[test]
     fn written_field_order_is_the_documented_one() {
-        let text = Manifest::leaf("storyline/v1", "storyline:generation:g1", RecordStats::default()).to_toml();
+        let text = Manifest::leaf(
+            "storyline/v1",
+            "storyline:generation:g1",
+            RecordStats::default(),
+        )
+        .to_toml();
         let keys: Vec<_> = text.lines().filter_map(|l| l.split(" =").next()).collect();
         assert_eq!(&keys[..3], ["schema_version", "kind", "format"]);
         assert!(text.find("[identity]").unwrap() < text.find("[stats]").unwrap());
@@ -321,19 +386,52 @@ token_total = 99
     fn each_malformation_has_its_code() {
         let cases: &[(&str, ErrorCode)] = &[
             ("schema_version = ", ErrorCode::ManifestParse),
-            ("kind = \"leaf\"\nformat = \"x\"", ErrorCode::ManifestVersion),
-            ("schema_version = 2\nkind = \"branch\"", ErrorCode::ManifestVersion),
-            ("schema_version = \"1\"\nkind = \"branch\"", ErrorCode::ManifestParse),
-            ("schema_version = 1\nkind = \"trunk\"", ErrorCode::ManifestKind),
+            (
+                "kind = \"leaf\"\nformat = \"x\"",
+                ErrorCode::ManifestVersion,
+            ),
+            (
+                "schema_version = 2\nkind = \"branch\"",
+                ErrorCode::ManifestVersion,
+            ),
+            (
+                "schema_version = \"1\"\nkind = \"branch\"",
+                ErrorCode::ManifestParse,
+            ),
+            (
+                "schema_version = 1\nkind = \"trunk\"",
+                ErrorCode::ManifestKind,
+            ),
             ("schema_version = 1", ErrorCode::ManifestKind),
             ("schema_version = 1\nkind = 3", ErrorCode::ManifestParse),
-            ("schema_version = 1\nkind = \"leaf\"", ErrorCode::ManifestFormatMissing),
-            ("schema_version = 1\nkind = \"leaf\"\nformat = \"  \"", ErrorCode::ManifestFormatMissing),
-            ("schema_version = 1\nkind = \"leaf\"\nformat = 1", ErrorCode::ManifestParse),
-            ("schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\nidentity = 3", ErrorCode::ManifestParse),
-            ("schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\n[stats]\nrecord_count = -1", ErrorCode::ManifestParse),
-            ("schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\n[stats]\nfailed_count = 1", ErrorCode::ManifestParse),
-            ("schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\n[stats]\nrecord_count = 1\nmax_timestamp = \"yesterday\"", ErrorCode::ManifestParse),
+            (
+                "schema_version = 1\nkind = \"leaf\"",
+                ErrorCode::ManifestFormatMissing,
+            ),
+            (
+                "schema_version = 1\nkind = \"leaf\"\nformat = \"  \"",
+                ErrorCode::ManifestFormatMissing,
+            ),
+            (
+                "schema_version = 1\nkind = \"leaf\"\nformat = 1",
+                ErrorCode::ManifestParse,
+            ),
+            (
+                "schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\nidentity = 3",
+                ErrorCode::ManifestParse,
+            ),
+            (
+                "schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\n[stats]\nrecord_count = -1",
+                ErrorCode::ManifestParse,
+            ),
+            (
+                "schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\n[stats]\nfailed_count = 1",
+                ErrorCode::ManifestParse,
+            ),
+            (
+                "schema_version = 1\nkind = \"leaf\"\nformat = \"f\"\n[stats]\nrecord_count = 1\nmax_timestamp = \"yesterday\"",
+                ErrorCode::ManifestParse,
+            ),
         ];
         for (text, code) in cases {
             let err = Manifest::parse(text).unwrap_err();
@@ -350,6 +448,9 @@ token_total = 99
         assert_eq!(err.code, ErrorCode::ManifestParse);
         assert_eq!(err.path.unwrap(), dir.path().join(MANIFEST_FILE));
         Manifest::branch().write(dir.path()).unwrap();
-        assert_eq!(read(dir.path()).unwrap().unwrap().kind, ManifestKind::Branch);
+        assert_eq!(
+            read(dir.path()).unwrap().unwrap().kind,
+            ManifestKind::Branch
+        );
     }
 }

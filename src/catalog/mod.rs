@@ -29,11 +29,11 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use cache::{FileId, StampedLru, Stamps, stamps_hold, stamps_racy};
+use cache::{FileId, HitCount, StampedLru, Stamps, stamps_hold, stamps_racy};
 use classify::{DirNode, classify_dir};
 pub use model::{
-    Counts, DatasetPreview, Entry, Listing, NodeKind, Snapshot, Source, SourceKind, Stats, StatsOrigin,
-    Timestamp, Warning,
+    Counts, DatasetPreview, Entry, Listing, NodeKind, Snapshot, Source, SourceKind, Stats,
+    StatsOrigin, Timestamp, Warning,
 };
 
 use crate::error::{Error, ErrorCode, Result};
@@ -89,6 +89,17 @@ struct Target {
     meta: Metadata,
 }
 
+/// Hit counts of the three refresh caches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheHits {
+    /// Directory listings (names of a directory).
+    pub dirs: HitCount,
+    /// Directory classifications and leaf previews.
+    pub nodes: HitCount,
+    /// Record-file counts.
+    pub files: HitCount,
+}
+
 /// One warehouse: its root, its stores and its refresh cache.
 pub struct Catalog {
     root: PathBuf,
@@ -110,7 +121,11 @@ impl Catalog {
     pub fn with_stores(root: &Path, options: CatalogOptions, stores: Stores) -> Result<Catalog> {
         let root = fs::canonicalize(root).map_err(|e| Error::io(root, &e))?;
         if !root.is_dir() {
-            return Err(Error::at(ErrorCode::PathInvalid, &root, "a warehouse root must be a directory"));
+            return Err(Error::at(
+                ErrorCode::PathInvalid,
+                &root,
+                "a warehouse root must be a directory",
+            ));
         }
         Ok(Catalog {
             dirs: StampedLru::new(options.dir_cache_entries),
@@ -128,6 +143,15 @@ impl Catalog {
 
     pub fn options(&self) -> &CatalogOptions {
         &self.options
+    }
+
+    /// How often each refresh cache answered from memory.
+    pub fn cache_hits(&self) -> CacheHits {
+        CacheHits {
+            dirs: self.dirs.hit_count(),
+            nodes: self.nodes.hit_count(),
+            files: self.files.hit_count(),
+        }
     }
 
     /// Drops every cached answer (the next call re-reads the warehouse).
@@ -181,7 +205,9 @@ impl Catalog {
             let path = target.abs.join(name);
             // A child that vanished or turned into a symlink since the scan
             // is simply not listed.
-            let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
             if meta.is_dir() {
                 let child = self.dir_node(&path, &meta);
                 warnings.extend(node_warnings(&child, name));
@@ -208,7 +234,11 @@ impl Catalog {
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
         let target = self.resolve(rel)?;
         if !target.meta.is_dir() {
-            let name = target.abs.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let name = target
+                .abs
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("");
             let mut snapshot = Snapshot {
                 kind: NodeKind::File,
                 sources: Vec::new(),
@@ -216,7 +246,8 @@ impl Catalog {
                 warnings: Vec::new(),
             };
             if let Some(format) = RecordFormat::from_name(name) {
-                let source = self.file_source(".", &target.abs, &target.meta, format, BTreeMap::new());
+                let source =
+                    self.file_source(".", &target.abs, &target.meta, format, BTreeMap::new());
                 snapshot.warnings.extend(source.1);
                 snapshot.sources.push(source.0);
             }
@@ -237,7 +268,7 @@ impl Catalog {
             truncated: false,
         };
         self.walk(target.abs, &target.meta, &mut walk)?;
-        walk.sources.sort_by(|a, b| a.file.cmp(&b.file));
+        debug_assert!(walk.sources.is_sorted_by(|a, b| a.file <= b.file));
         Ok(Snapshot {
             kind: NodeKind::Directory,
             sources: walk.sources,
@@ -251,68 +282,110 @@ impl Catalog {
         self.open(rel).map(|s| s.stats())
     }
 
-    /// Collects the virtual dataset below `root_abs`, depth first in name
-    /// order, with an explicit stack so deep trees cannot overflow a thread.
+    /// Collects the virtual dataset below `root_abs` in `_file_` order, so a
+    /// `max_files` bound keeps the first sources by path. Children are
+    /// visited sorted by the key their paths sort under (a plain directory
+    /// by `name/`, since every path below it starts so; a leaf or file by
+    /// its name), descending into a directory where it falls in that order.
+    /// An explicit stack keeps deep trees from overflowing a thread's stack.
     fn walk(&self, root_abs: PathBuf, root_meta: &Metadata, walk: &mut Walk) -> Result<()> {
-        struct Pending {
-            abs: PathBuf,
-            rel: String,
-            meta: Metadata,
-            attrs: BTreeMap<String, String>,
-        }
-        let mut stack = vec![Pending {
-            abs: root_abs,
-            rel: String::new(),
-            meta: root_meta.clone(),
-            attrs: BTreeMap::new(),
-        }];
-        while let Some(dir) = stack.pop() {
-            let scan = match self.dir_scan(&dir.abs, &dir.meta) {
-                Ok(scan) => scan,
-                Err(e) if dir.rel.is_empty() => return Err(e),
-                Err(e) => {
-                    walk.warn(e.code, &dir.rel, e.message);
-                    continue;
-                }
+        let root_items = self.walk_items(&root_abs, root_meta, "", &BTreeMap::new(), walk)?;
+        let mut stack = vec![(String::new(), root_items.into_iter())];
+        while let Some((dir_rel, items)) = stack.last_mut() {
+            let Some(item) = items.next() else {
+                stack.pop();
+                continue;
             };
-            scan_warnings(&scan, &dir.rel, self.options.max_entries, &mut walk.warnings);
-            walk.truncated |= scan.truncated;
-            let mut subdirs = Vec::new();
-            for name in &scan.children {
-                if walk.sources.len() >= self.options.max_files {
-                    walk.truncated = true;
-                    walk.warn(
-                        ErrorCode::BoundReached,
-                        &dir.rel,
-                        format!("stopped at max_files = {}", self.options.max_files),
-                    );
-                    return Ok(());
+            if !matches!(item, WalkItem::Dir { .. }) && walk.sources.len() >= self.options.max_files
+            {
+                walk.truncated = true;
+                let message = format!("stopped at max_files = {}", self.options.max_files);
+                walk.warn(ErrorCode::BoundReached, &dir_rel.clone(), message);
+                return Ok(());
+            }
+            match item {
+                WalkItem::Leaf(source) => walk.sources.push(source),
+                WalkItem::File {
+                    abs,
+                    rel,
+                    meta,
+                    format,
+                    attrs,
+                } => {
+                    let (source, warnings) = self.file_source(&rel, &abs, &meta, format, attrs);
+                    walk.sources.push(source);
+                    walk.warnings.extend(warnings);
                 }
-                let abs = dir.abs.join(name);
-                let rel = join_rel(&dir.rel, name);
-                let Ok(meta) = fs::symlink_metadata(&abs) else { continue };
-                if meta.is_dir() {
-                    let node = self.dir_node(&abs, &meta);
-                    walk.warnings.extend(node_warnings(&node, &rel));
-                    match &node.leaf {
-                        Some(preview) => walk.sources.push(leaf_source(&rel, preview, dir.attrs.clone())),
-                        None => {
-                            let mut attrs = dir.attrs.clone();
-                            hive::merge_segment(&mut attrs, name);
-                            subdirs.push(Pending { abs, rel, meta, attrs });
-                        }
-                    }
-                } else if meta.is_file() {
-                    if let Some(format) = RecordFormat::from_name(name) {
-                        let (source, warnings) = self.file_source(&rel, &abs, &meta, format, dir.attrs.clone());
-                        walk.sources.push(source);
-                        walk.warnings.extend(warnings);
+                WalkItem::Dir {
+                    abs,
+                    rel,
+                    meta,
+                    attrs,
+                } => {
+                    // An unreadable subdirectory is reported, not fatal.
+                    match self.walk_items(&abs, &meta, &rel, &attrs, walk) {
+                        Ok(children) => stack.push((rel, children.into_iter())),
+                        Err(e) => walk.warn(e.code, &rel, e.message),
                     }
                 }
             }
-            stack.extend(subdirs.into_iter().rev());
         }
         Ok(())
+    }
+
+    /// The children of one directory of a walk, classified and sorted.
+    fn walk_items(
+        &self,
+        abs: &Path,
+        meta: &Metadata,
+        rel: &str,
+        attrs: &BTreeMap<String, String>,
+        walk: &mut Walk,
+    ) -> Result<Vec<WalkItem>> {
+        let scan = self.dir_scan(abs, meta)?;
+        scan_warnings(&scan, rel, self.options.max_entries, &mut walk.warnings);
+        walk.truncated |= scan.truncated;
+        let mut keyed = Vec::with_capacity(scan.children.len());
+        for name in &scan.children {
+            let child_abs = abs.join(name);
+            let child_rel = join_rel(rel, name);
+            let Ok(child_meta) = fs::symlink_metadata(&child_abs) else {
+                continue;
+            };
+            if child_meta.is_dir() {
+                let node = self.dir_node(&child_abs, &child_meta);
+                walk.warnings.extend(node_warnings(&node, &child_rel));
+                if let Some(preview) = &node.leaf {
+                    keyed.push((
+                        name.clone(),
+                        WalkItem::Leaf(leaf_source(&child_rel, preview, attrs.clone())),
+                    ));
+                } else {
+                    let mut child_attrs = attrs.clone();
+                    hive::merge_segment(&mut child_attrs, name);
+                    let item = WalkItem::Dir {
+                        abs: child_abs,
+                        rel: child_rel,
+                        meta: child_meta,
+                        attrs: child_attrs,
+                    };
+                    keyed.push((format!("{name}/"), item));
+                }
+            } else if let Some(format) =
+                RecordFormat::from_name(name).filter(|_| child_meta.is_file())
+            {
+                let item = WalkItem::File {
+                    abs: child_abs,
+                    rel: child_rel,
+                    meta: child_meta,
+                    format,
+                    attrs: attrs.clone(),
+                };
+                keyed.push((name.clone(), item));
+            }
+        }
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(keyed.into_iter().map(|(_, item)| item).collect())
     }
 
     /// A record file as a source, counted through the cache.
@@ -353,7 +426,12 @@ impl Catalog {
     }
 
     /// Counts a record file whose identity the caller just read.
-    fn count_identified(&self, abs: &Path, id: FileId, format: RecordFormat) -> io::Result<RecordStats> {
+    fn count_identified(
+        &self,
+        abs: &Path,
+        id: FileId,
+        format: RecordFormat,
+    ) -> io::Result<RecordStats> {
         let key = abs.to_path_buf();
         if let Some(stats) = self.files.get(&key, |cached| *cached == id) {
             return Ok(stats);
@@ -392,7 +470,8 @@ impl Catalog {
     /// (caught when rewritten in place).
     fn node_stamps(&self, abs: &Path, id: FileId) -> Stamps {
         let mut stamps = vec![(abs.to_path_buf(), Some(id))];
-        let names = std::iter::once(manifest::MANIFEST_FILE).chain(self.stores.iter().flat_map(|s| s.markers().iter().copied()));
+        let names = std::iter::once(manifest::MANIFEST_FILE)
+            .chain(self.stores.iter().flat_map(|s| s.markers().iter().copied()));
         for name in names {
             let path = abs.join(name);
             if let Ok(Some(marker)) = FileId::probe(&path) {
@@ -420,7 +499,9 @@ impl Catalog {
             let entry = entry.map_err(|e| Error::io(abs, &e))?;
             // The type from readdir costs no stat. Symlinks, sockets, fifos
             // and devices are never part of a warehouse.
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             if !kind.is_dir() && !kind.is_file() {
                 continue;
             }
@@ -458,11 +539,19 @@ impl Catalog {
                 Component::CurDir => continue,
                 Component::Normal(name) => name,
                 _ => {
-                    return Err(Error::at(ErrorCode::PathInvalid, rel, "the path must stay inside the warehouse"));
+                    return Err(Error::at(
+                        ErrorCode::PathInvalid,
+                        rel,
+                        "the path must stay inside the warehouse",
+                    ));
                 }
             };
             if !meta.is_dir() {
-                return Err(Error::at(ErrorCode::PathNotFound, rel, "a component of the path is not a directory"));
+                return Err(Error::at(
+                    ErrorCode::PathNotFound,
+                    rel,
+                    "a component of the path is not a directory",
+                ));
             }
             if self.dir_node(&abs, &meta).leaf.is_some() {
                 return Err(Error::at(
@@ -472,16 +561,28 @@ impl Catalog {
                 ));
             }
             if name == STATE_DIR {
-                return Err(Error::at(ErrorCode::PathNotFound, rel, "pchronicle's own state directory is hidden"));
+                return Err(Error::at(
+                    ErrorCode::PathNotFound,
+                    rel,
+                    "pchronicle's own state directory is hidden",
+                ));
             }
             abs.push(name);
             meta = fs::symlink_metadata(&abs).map_err(|e| Error::io(rel, &e))?;
             if meta.file_type().is_symlink() {
-                return Err(Error::at(ErrorCode::PathNotFound, rel, "the path is a symlink, and symlinks are ignored"));
+                return Err(Error::at(
+                    ErrorCode::PathNotFound,
+                    rel,
+                    "the path is a symlink, and symlinks are ignored",
+                ));
             }
         }
         if !meta.is_dir() && !meta.is_file() {
-            return Err(Error::at(ErrorCode::PathNotFound, rel, "not a regular file or directory"));
+            return Err(Error::at(
+                ErrorCode::PathNotFound,
+                rel,
+                "not a regular file or directory",
+            ));
         }
         Ok(Target { abs, meta })
     }
@@ -492,6 +593,26 @@ impl RecordCounter for Catalog {
         let meta = fs::symlink_metadata(path)?;
         self.count_identified(path, FileId::of(&meta), format)
     }
+}
+
+/// A child met by a walk: a source, or a directory still to enter. Record
+/// files are counted only when the walk reaches them, so nothing past a
+/// `max_files` bound is read.
+enum WalkItem {
+    Leaf(Source),
+    File {
+        abs: PathBuf,
+        rel: String,
+        meta: Metadata,
+        format: RecordFormat,
+        attrs: BTreeMap<String, String>,
+    },
+    Dir {
+        abs: PathBuf,
+        rel: String,
+        meta: Metadata,
+        attrs: BTreeMap<String, String>,
+    },
 }
 
 /// What a directory walk collects.
@@ -511,7 +632,11 @@ impl Walk {
     }
 }
 
-fn leaf_source(rel: &str, preview: &DatasetPreview, path_attrs: BTreeMap<String, String>) -> Source {
+fn leaf_source(
+    rel: &str,
+    preview: &DatasetPreview,
+    path_attrs: BTreeMap<String, String>,
+) -> Source {
     Source {
         file: display_rel(rel),
         kind: SourceKind::Dataset,
@@ -575,5 +700,9 @@ fn join_rel(parent: &str, name: &str) -> String {
 }
 
 fn display_rel(rel: &str) -> String {
-    if rel.is_empty() { ".".into() } else { rel.to_string() }
+    if rel.is_empty() {
+        ".".into()
+    } else {
+        rel.to_string()
+    }
 }

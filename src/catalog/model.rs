@@ -122,7 +122,9 @@ pub enum Entry {
 impl Entry {
     pub fn name(&self) -> &str {
         match self {
-            Entry::Directory { name } | Entry::Dataset { name, .. } | Entry::File { name, .. } => name,
+            Entry::Directory { name } | Entry::Dataset { name, .. } | Entry::File { name, .. } => {
+                name
+            }
         }
     }
 

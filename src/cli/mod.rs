@@ -177,7 +177,10 @@ fn execute(command: Command) -> Result<ExitCode> {
             let summary = crate::demo::build(&dir)?;
             println!("built the demo warehouse in {}", dir.display());
             println!("  {summary}");
-            println!("try: pchronicle ls {0}  |  pchronicle stats {0}", dir.display());
+            println!(
+                "try: pchronicle ls {0}  |  pchronicle stats {0}",
+                dir.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -193,7 +196,11 @@ fn open_catalog(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBu
     }
     match (canonical.parent(), canonical.file_name()) {
         (Some(parent), Some(name)) => Ok((Catalog::new(parent, options)?, PathBuf::from(name))),
-        _ => Err(Error::at(ErrorCode::PathInvalid, path, "not a file or directory")),
+        _ => Err(Error::at(
+            ErrorCode::PathInvalid,
+            path,
+            "not a file or directory",
+        )),
     }
 }
 

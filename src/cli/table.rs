@@ -16,7 +16,9 @@ fn render(header: &[&str], right: &[bool], rows: &[Vec<String>]) -> String {
         }
     }
     let mut out = String::new();
-    for row in std::iter::once(header.iter().map(|h| h.to_string()).collect::<Vec<_>>()).chain(rows.iter().cloned()) {
+    for row in std::iter::once(header.iter().map(|h| h.to_string()).collect::<Vec<_>>())
+        .chain(rows.iter().cloned())
+    {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             if i > 0 {
@@ -42,7 +44,9 @@ fn opt<T: ToString>(value: Option<T>) -> String {
 }
 
 fn time(value: Option<Timestamp>) -> String {
-    value.map(|t| format_rfc3339(t.0)).unwrap_or_else(|| "-".into())
+    value
+        .map(|t| format_rfc3339(t.0))
+        .unwrap_or_else(|| "-".into())
 }
 
 pub fn listing(listing: &Listing) -> String {
@@ -50,14 +54,26 @@ pub fn listing(listing: &Listing) -> String {
         .entries
         .iter()
         .map(|entry| match entry {
-            Entry::Directory { name } => vec![format!("{name}/"), "directory".into(), "".into(), "".into(), "".into(), "".into()],
+            Entry::Directory { name } => vec![
+                format!("{name}/"),
+                "directory".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+            ],
             Entry::Dataset { name, preview } => vec![
                 name.clone(),
                 "dataset".into(),
                 preview.format.clone(),
                 opt(preview.counts.record_count),
                 opt(preview.counts.failed_count),
-                format!("{} ({:?})", opt(preview.fingerprint.as_deref()), preview.stats_origin).to_lowercase(),
+                format!(
+                    "{} ({:?})",
+                    opt(preview.fingerprint.as_deref()),
+                    preview.stats_origin
+                )
+                .to_lowercase(),
             ],
             Entry::File { name, size, format } => vec![
                 name.clone(),
@@ -81,7 +97,11 @@ pub fn sources(snapshot: &Snapshot) -> String {
         .sources
         .iter()
         .map(|s| {
-            let attrs: Vec<String> = s.path_attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let attrs: Vec<String> = s
+                .path_attrs
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             vec![
                 s.file.clone(),
                 format!("{:?}", s.kind).to_lowercase(),
@@ -93,7 +113,14 @@ pub fn sources(snapshot: &Snapshot) -> String {
         })
         .collect();
     render(
-        &["_FILE_", "KIND", "FORMAT", "RECORDS", "FAILED", "PATH_ATTRS"],
+        &[
+            "_FILE_",
+            "KIND",
+            "FORMAT",
+            "RECORDS",
+            "FAILED",
+            "PATH_ATTRS",
+        ],
         &[false, false, false, true, true, false],
         &rows,
     )
@@ -102,8 +129,20 @@ pub fn sources(snapshot: &Snapshot) -> String {
 pub fn stats(stats: &Stats) -> String {
     let mut out = String::new();
     let kind = format!("{:?}", stats.kind).to_lowercase();
-    let _ = writeln!(out, "kind        {kind}{}", stats.format.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
-    let _ = writeln!(out, "sources     {} ({} datasets, {} files)", stats.sources, stats.datasets, stats.files);
+    let _ = writeln!(
+        out,
+        "kind        {kind}{}",
+        stats
+            .format
+            .as_ref()
+            .map(|f| format!(" ({f})"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "sources     {} ({} datasets, {} files)",
+        stats.sources, stats.datasets, stats.files
+    );
     let _ = writeln!(out, "records     {}", stats.record_count);
     let _ = writeln!(out, "failed      {}", stats.failed_count);
     let _ = writeln!(out, "from        {}", time(stats.min_timestamp));
@@ -129,7 +168,11 @@ pub fn stats(stats: &Stats) -> String {
             })
             .collect();
         out.push('\n');
-        out.push_str(&render(&["FORMAT", "SOURCES", "RECORDS", "FAILED"], &[false, true, true, true], &rows));
+        out.push_str(&render(
+            &["FORMAT", "SOURCES", "RECORDS", "FAILED"],
+            &[false, true, true, true],
+            &rows,
+        ));
     }
     out
 }
@@ -137,7 +180,12 @@ pub fn stats(stats: &Stats) -> String {
 pub fn error_codes(codes: &[ErrorCode]) -> String {
     let mut out = String::new();
     for code in codes {
-        let _ = writeln!(out, "{code}\n  {}\n  fix: {}\n", code.summary(), code.fixup());
+        let _ = writeln!(
+            out,
+            "{code}\n  {}\n  fix: {}\n",
+            code.summary(),
+            code.fixup()
+        );
     }
     out
 }

@@ -199,9 +199,14 @@ fn probe_segment(segment: &[u8], stats: &mut RecordStats) {
     if segment.is_empty() {
         return;
     }
-    match serde_json::from_slice::<Probe>(segment) {
-        Ok(probe) => stats.add_record(probe.0),
-        Err(_) => stats.add_failed(),
+    // serde_json does not check the UTF-8 of strings it skips, and JSON text
+    // must be UTF-8, so the segment is validated first (a fast pass).
+    let parsed = std::str::from_utf8(segment)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Probe>(text).ok());
+    match parsed {
+        Some(probe) => stats.add_record(probe.0),
+        None => stats.add_failed(),
     }
 }
 
@@ -223,6 +228,7 @@ fn stream_oversize_segment<R: Read>(
         finished: false,
         at_eof: false,
         saw_content: false,
+        utf8: Utf8Validator::default(),
         io_error: None,
     };
     let parsed = {
@@ -234,9 +240,9 @@ fn stream_oversize_segment<R: Read>(
         return Err(err);
     }
     match parsed {
-        Ok(probe) => stats.add_record(probe.0),
+        Ok(probe) if segment.utf8.is_valid() => stats.add_record(probe.0),
         Err(_) if !segment.saw_content => {}
-        Err(_) => stats.add_failed(),
+        _ => stats.add_failed(),
     }
     Ok((!segment.at_eof).then(|| segment.chunk[segment.pos..segment.len].to_vec()))
 }
@@ -253,6 +259,7 @@ struct SegmentReader<'a, R> {
     finished: bool,
     at_eof: bool,
     saw_content: bool,
+    utf8: Utf8Validator,
     /// An I/O error from `inner`, kept so it is not mistaken for bad JSON.
     io_error: Option<io::Error>,
 }
@@ -278,7 +285,8 @@ impl<R: Read> Read for SegmentReader<'_, R> {
                     Ok(n) => {
                         self.pos = 0;
                         self.len = n;
-                        self.separator_at = memchr::memchr2(b'\n', RECORD_SEPARATOR, &self.chunk[..n]);
+                        self.separator_at =
+                            memchr::memchr2(b'\n', RECORD_SEPARATOR, &self.chunk[..n]);
                     }
                     Err(e) => {
                         self.finished = true;
@@ -303,6 +311,7 @@ impl<R: Read> Read for SegmentReader<'_, R> {
         if !self.saw_content {
             self.saw_content = source.iter().any(|b| !b.is_ascii_whitespace());
         }
+        self.utf8.feed(source);
         Ok(source.len())
     }
 }
@@ -391,10 +400,12 @@ pub fn count_json_document<R: Read>(reader: R) -> io::Result<RecordStats> {
     let mut input = WhitespaceTracker {
         inner: reader,
         saw_content: false,
+        utf8: Utf8Validator::default(),
         io_error: None,
     };
     let parsed = {
-        let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(READ_CHUNK, &mut input));
+        let mut de =
+            serde_json::Deserializer::from_reader(BufReader::with_capacity(READ_CHUNK, &mut input));
         DocumentSeed(&mut stats)
             .deserialize(&mut de)
             .and_then(|()| de.end())
@@ -402,17 +413,19 @@ pub fn count_json_document<R: Read>(reader: R) -> io::Result<RecordStats> {
     if let Some(err) = input.io_error.take() {
         return Err(err);
     }
-    if parsed.is_err() && input.saw_content {
+    if (parsed.is_err() || !input.utf8.is_valid()) && input.saw_content {
         stats.add_failed();
     }
     Ok(stats)
 }
 
 /// Remembers whether any non-whitespace byte went through, so a blank
-/// `.json` file counts as zero records rather than one failed record.
+/// `.json` file counts as zero records rather than one failed record, and
+/// whether all of it was UTF-8.
 struct WhitespaceTracker<R> {
     inner: R,
     saw_content: bool,
+    utf8: Utf8Validator,
     io_error: Option<io::Error>,
 }
 
@@ -423,6 +436,7 @@ impl<R: Read> Read for WhitespaceTracker<R> {
                 if !self.saw_content {
                     self.saw_content = out[..n].iter().any(|b| !b.is_ascii_whitespace());
                 }
+                self.utf8.feed(&out[..n]);
                 Ok(n)
             }
             Err(e) => {
@@ -431,6 +445,63 @@ impl<R: Read> Read for WhitespaceTracker<R> {
                 Err(io::Error::from(kind))
             }
         }
+    }
+}
+
+/// UTF-8 validation of a stream fed in arbitrary chunks: a character cut
+/// by a chunk boundary is carried to the next chunk.
+#[derive(Default)]
+struct Utf8Validator {
+    pending: [u8; 4],
+    pending_len: usize,
+    invalid: bool,
+}
+
+impl Utf8Validator {
+    fn feed(&mut self, mut input: &[u8]) {
+        if self.invalid || input.is_empty() {
+            return;
+        }
+        if self.pending_len > 0 {
+            let take = (4 - self.pending_len).min(input.len());
+            let mut joined = [0u8; 8];
+            joined[..self.pending_len].copy_from_slice(&self.pending[..self.pending_len]);
+            joined[self.pending_len..self.pending_len + take].copy_from_slice(&input[..take]);
+            let total = self.pending_len + take;
+            match std::str::from_utf8(&joined[..total]) {
+                Ok(_) => input = &input[take..],
+                // The carried character completed (it starts at 0, so any
+                // valid prefix covers it); continue after what was valid.
+                Err(e) if e.valid_up_to() > 0 => {
+                    input = &input[e.valid_up_to() - self.pending_len..]
+                }
+                Err(e) if e.error_len().is_some() => {
+                    self.invalid = true;
+                    return;
+                }
+                Err(_) => {
+                    self.pending[..total].copy_from_slice(&joined[..total]);
+                    self.pending_len = total;
+                    return;
+                }
+            }
+            self.pending_len = 0;
+        }
+        if let Err(e) = std::str::from_utf8(input) {
+            match e.error_len() {
+                Some(_) => self.invalid = true,
+                None => {
+                    let tail = &input[e.valid_up_to()..];
+                    self.pending[..tail.len()].copy_from_slice(tail);
+                    self.pending_len = tail.len();
+                }
+            }
+        }
+    }
+
+    /// Whether everything fed so far was UTF-8 and no character is cut off.
+    fn is_valid(&self) -> bool {
+        !self.invalid && self.pending_len == 0
     }
 }
 
@@ -620,10 +691,22 @@ mod tests {
 
     #[test]
     fn record_format_from_name() {
-        assert_eq!(RecordFormat::from_name("a.jsonl"), Some(RecordFormat::Jsonl));
-        assert_eq!(RecordFormat::from_name("a.b.ndjson"), Some(RecordFormat::Ndjson));
-        assert_eq!(RecordFormat::from_name("s.0a1b2c3d.jsonseq"), Some(RecordFormat::Jsonseq));
-        assert_eq!(RecordFormat::from_name("doc.json"), Some(RecordFormat::Json));
+        assert_eq!(
+            RecordFormat::from_name("a.jsonl"),
+            Some(RecordFormat::Jsonl)
+        );
+        assert_eq!(
+            RecordFormat::from_name("a.b.ndjson"),
+            Some(RecordFormat::Ndjson)
+        );
+        assert_eq!(
+            RecordFormat::from_name("s.0a1b2c3d.jsonseq"),
+            Some(RecordFormat::Jsonseq)
+        );
+        assert_eq!(
+            RecordFormat::from_name("doc.json"),
+            Some(RecordFormat::Json)
+        );
         assert_eq!(RecordFormat::from_name("a.jsonl.indexes.json"), None);
         assert_eq!(RecordFormat::from_name("a.jsonl.3f2a.idx"), None);
         assert_eq!(RecordFormat::from_name("chronicle.manifest"), None);
@@ -665,8 +748,14 @@ mod tests {
         );
         assert_eq!(stats.record_count, 4);
         assert_eq!(stats.failed_count, 0);
-        assert_eq!(timestamp::format_rfc3339(stats.min_timestamp.unwrap()), "2026-01-01T00:00:00Z");
-        assert_eq!(timestamp::format_rfc3339(stats.max_timestamp.unwrap()), "2026-01-02T00:00:00Z");
+        assert_eq!(
+            timestamp::format_rfc3339(stats.min_timestamp.unwrap()),
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            timestamp::format_rfc3339(stats.max_timestamp.unwrap()),
+            "2026-01-02T00:00:00Z"
+        );
     }
 
     #[test]
@@ -678,7 +767,10 @@ mod tests {
 
     #[test]
     fn oversize_segment_is_streamed_not_buffered() {
-        let big = format!("{{\"ts\":5,\"pad\":\"{}\"}}", "y".repeat(MAX_BUFFERED_SEGMENT + 10));
+        let big = format!(
+            "{{\"ts\":5,\"pad\":\"{}\"}}",
+            "y".repeat(MAX_BUFFERED_SEGMENT + 10)
+        );
         let mut input = Vec::new();
         input.extend_from_slice(b"{\"a\":1}\n");
         input.extend_from_slice(big.as_bytes());
@@ -714,6 +806,33 @@ mod tests {
     }
 
     #[test]
+    fn utf8_validator_across_chunk_boundaries() {
+        let text = "añ€𝄞z".repeat(3);
+        for chunk in 1..=7 {
+            let mut v = Utf8Validator::default();
+            for piece in text.as_bytes().chunks(chunk) {
+                v.feed(piece);
+            }
+            assert!(v.is_valid(), "chunk {chunk}");
+        }
+        let mut cut = Utf8Validator::default();
+        cut.feed(&"€".as_bytes()[..2]);
+        assert!(!cut.is_valid());
+        let mut bad = Utf8Validator::default();
+        bad.feed(b"ok\xe2\x82");
+        bad.feed(b"\x41");
+        assert!(!bad.is_valid());
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_failed_record() {
+        let stats = count(b"{\"a\":\"\xff\"}\n{\"a\":1}\n");
+        assert_eq!((stats.record_count, stats.failed_count), (2, 1));
+        let doc = count_json_document(&b"[\"\xc3\"]"[..]).unwrap();
+        assert_eq!(doc.failed_count, 1);
+    }
+
+    #[test]
     fn parallel_ranges_match_serial_count() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big.jsonl");
@@ -722,7 +841,9 @@ mod tests {
             if i % 997 == 0 {
                 data.extend_from_slice(b"{\"torn\":\n");
             }
-            data.extend_from_slice(format!("{{\"i\":{i},\"ts\":{}}}\n", 1_700_000_000 + i).as_bytes());
+            data.extend_from_slice(
+                format!("{{\"i\":{i},\"ts\":{}}}\n", 1_700_000_000 + i).as_bytes(),
+            );
             if i % 3 == 0 {
                 data.push(RECORD_SEPARATOR);
             }

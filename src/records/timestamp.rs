@@ -26,7 +26,9 @@ pub fn from_epoch(value: f64) -> Option<Micros> {
     // Keep within years 0000..=9999 so formatting always succeeds.
     const MIN: f64 = -62_167_219_200_000_000.0;
     const MAX: f64 = 253_402_300_799_999_999.0;
-    (MIN..=MAX).contains(&micros).then(|| micros.round() as Micros)
+    (MIN..=MAX)
+        .contains(&micros)
+        .then(|| micros.round() as Micros)
 }
 
 /// Parses RFC 3339 (`2026-01-01T00:00:00Z`, `…T00:00:00.5+02:00`; a space
@@ -177,8 +179,14 @@ mod tests {
         assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
         assert_eq!(parse_rfc3339("1969-12-31T23:00:00-01:00"), Some(0));
-        assert_eq!(parse_rfc3339("2026-01-01 00:00:00.25z"), Some(1_767_225_600_250_000));
-        assert_eq!(parse_rfc3339("2000-02-29T12:00:00.123456789Z"), Some(951_825_600_123_456));
+        assert_eq!(
+            parse_rfc3339("2026-01-01 00:00:00.25z"),
+            Some(1_767_225_600_250_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2000-02-29T12:00:00.123456789Z"),
+            Some(951_825_600_123_456)
+        );
     }
 
     #[test]

@@ -67,7 +67,12 @@ pub trait LeafStore: Send + Sync {
     /// Writes the leaf's manifest for `scan`, keeping every unknown key of
     /// `existing` when it is a leaf manifest. Only this leaf's manifest is
     /// written, never an ancestor's.
-    fn write_manifest(&self, dir: &Path, existing: Option<Manifest>, scan: &LeafScan) -> Result<Manifest> {
+    fn write_manifest(
+        &self,
+        dir: &Path,
+        existing: Option<Manifest>,
+        scan: &LeafScan,
+    ) -> Result<Manifest> {
         let manifest = match existing {
             Some(mut m) if m.kind == ManifestKind::Leaf => {
                 m.set_leaf_state(&scan.fingerprint, scan.stats);
@@ -86,7 +91,10 @@ pub trait LeafStore: Send + Sync {
         let existing = manifest::read(dir).ok().flatten();
         let current = self.fingerprint(dir)?;
         if let Some(m) = &existing {
-            if m.kind == ManifestKind::Leaf && m.fingerprint.as_deref() == Some(&current) && m.stats.is_some() {
+            if m.kind == ManifestKind::Leaf
+                && m.fingerprint.as_deref() == Some(&current)
+                && m.stats.is_some()
+            {
                 return Ok(m.clone());
             }
         }

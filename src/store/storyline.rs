@@ -141,14 +141,20 @@ mod tests {
             ("g9\n", ErrorCode::StorylineGenerationMissing),
         ] {
             let dir = leaf(current);
-            assert_eq!(StorylineStore.fingerprint(dir.path()).unwrap_err().code, code, "{current:?}");
+            assert_eq!(
+                StorylineStore.fingerprint(dir.path()).unwrap_err().code,
+                code,
+                "{current:?}"
+            );
         }
     }
 
     #[test]
     fn ensure_manifest_writes_then_trusts() {
         let dir = leaf("g2");
-        let m = StorylineStore.ensure_manifest(dir.path(), &DirectCounter).unwrap();
+        let m = StorylineStore
+            .ensure_manifest(dir.path(), &DirectCounter)
+            .unwrap();
         assert_eq!(m.fingerprint.as_deref(), Some("storyline:generation:g2"));
         assert_eq!(m.stats.unwrap().record_count, 4);
         let again = crate::catalog::manifest::read(dir.path()).unwrap().unwrap();

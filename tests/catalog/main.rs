@@ -1,0 +1,9 @@
+//! Integration tests of the catalog core against real temporary
+//! warehouses, and of the CLI that exposes it. No FUSE here.
+
+mod classification;
+mod malformed;
+mod open;
+mod rfc;
+mod shapes;
+mod support;

@@ -1,0 +1,235 @@
+//! Test helpers: a temporary warehouse builder, a stand-in compact-jsonl
+//! store, and a runner for the real binary.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use pchronicle::catalog::manifest::Manifest;
+use pchronicle::catalog::{Catalog, CatalogOptions};
+use pchronicle::error::{Error, ErrorCode, Result};
+use pchronicle::records::{RecordFormat, RecordStats};
+use pchronicle::store::{LeafScan, LeafStore, RecordCounter, Stores};
+
+/// `n` JSON Lines records with epoch-second timestamps from `first_ts`.
+pub fn jsonl(n: usize, first_ts: i64) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "{{\"id\":\"r{i}\",\"ts\":{},\"text\":\"hello\"}}\n",
+                first_ts + i as i64
+            )
+        })
+        .collect()
+}
+
+/// A warehouse in a temporary directory, built step by step.
+pub struct Warehouse {
+    dir: tempfile::TempDir,
+}
+
+impl Warehouse {
+    pub fn new() -> Self {
+        Warehouse {
+            dir: tempfile::tempdir().expect("a temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn abs(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn file(&self, rel: &str, content: impl AsRef<[u8]>) -> &Self {
+        let path = self.abs(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, content).unwrap();
+        self
+    }
+
+    pub fn dir(&self, rel: &str) -> &Self {
+        fs::create_dir_all(self.abs(rel)).unwrap();
+        self
+    }
+
+    pub fn symlink(&self, target: &str, rel: &str) -> &Self {
+        let path = self.abs(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        symlink(target, path).unwrap();
+        self
+    }
+
+    pub fn manifest(&self, rel: &str, text: &str) -> &Self {
+        self.file(&format!("{rel}/chronicle.manifest"), text)
+    }
+
+    pub fn branch(&self, rel: &str) -> &Self {
+        self.manifest(rel, "schema_version = 1\nkind = \"branch\"\n")
+    }
+
+    /// A storyline leaf whose current generation `g2` holds `records`
+    /// records (and an older `g1` that must never be counted).
+    pub fn storyline(&self, rel: &str, records: usize) -> &Self {
+        self.file(&format!("{rel}/generations/g1/old.jsonl"), jsonl(99, 0));
+        self.file(
+            &format!("{rel}/generations/g2/part-0.jsonl"),
+            jsonl(records, 1_767_225_600),
+        );
+        self.file(&format!("{rel}/CURRENT"), "g2\n")
+    }
+
+    /// A compact-jsonl-shaped leaf at Lance version `version` holding
+    /// `records` rows, with a trusted manifest. Its "Lance interior" is a
+    /// stand-in: `_versions/<N>.manifest`, `data/`, and the rows as JSONL in
+    /// `data/rows.jsonl` for [`FakeCompactStore`] to count.
+    pub fn compact(&self, rel: &str, version: u64, records: usize) -> &Self {
+        self.compact_without_manifest(rel, version, records);
+        let stats = RecordStats {
+            record_count: records as u64,
+            ..RecordStats::default()
+        };
+        Manifest::leaf(
+            "compact-jsonl/v1",
+            &format!("lance:version:{version}"),
+            stats,
+        )
+        .write(&self.abs(rel))
+        .unwrap();
+        self
+    }
+
+    pub fn compact_without_manifest(&self, rel: &str, version: u64, records: usize) -> &Self {
+        self.file(&format!("{rel}/_versions/{version}.manifest"), b"lance");
+        self.file(&format!("{rel}/_versions/.format"), "compact-jsonl/v1");
+        self.file(&format!("{rel}/data/rows.jsonl"), jsonl(records, 0));
+        self.dir(&format!("{rel}/_offload"))
+    }
+
+    /// A catalog with the default stores (no compact-jsonl store).
+    pub fn catalog(&self) -> Catalog {
+        Catalog::new(self.path(), CatalogOptions::default()).unwrap()
+    }
+
+    pub fn catalog_with(&self, options: CatalogOptions) -> Catalog {
+        Catalog::new(self.path(), options).unwrap()
+    }
+
+    /// A catalog whose stores include the stand-in compact-jsonl store.
+    pub fn catalog_with_compact(&self, store: &Arc<FakeCompactStore>) -> Catalog {
+        let stores = Stores::default().with(Arc::clone(store) as Arc<dyn LeafStore>);
+        Catalog::with_stores(self.path(), CatalogOptions::default(), stores).unwrap()
+    }
+
+    /// Every file outside `except` with its bytes, to show writes stayed put.
+    pub fn snapshot_files(&self, except: &str) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.path().to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.starts_with(self.abs(except)) {
+                    continue;
+                }
+                let meta = fs::symlink_metadata(&path).unwrap();
+                if meta.is_dir() {
+                    stack.push(path);
+                } else if meta.is_file() {
+                    out.push((path.clone(), fs::read(&path).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// A stand-in for the Lance-backed compact-jsonl store: same format, same
+/// `_versions/` marker and fingerprint shape, but it counts `data/rows.jsonl`
+/// and records how often it was asked to open the data.
+#[derive(Default)]
+pub struct FakeCompactStore {
+    pub scans: AtomicUsize,
+    pub detects: AtomicUsize,
+}
+
+impl FakeCompactStore {
+    pub fn scans(&self) -> usize {
+        self.scans.load(Ordering::SeqCst)
+    }
+}
+
+impl LeafStore for FakeCompactStore {
+    fn format(&self) -> &'static str {
+        "compact-jsonl/v1"
+    }
+
+    fn markers(&self) -> &'static [&'static str] {
+        &["_versions"]
+    }
+
+    fn detect(&self, dir: &Path) -> Result<bool> {
+        self.detects.fetch_add(1, Ordering::SeqCst);
+        Ok(
+            fs::read_to_string(dir.join("_versions/.format"))
+                .is_ok_and(|f| f == "compact-jsonl/v1"),
+        )
+    }
+
+    fn fingerprint(&self, dir: &Path) -> Result<String> {
+        let versions = dir.join("_versions");
+        let latest = fs::read_dir(&versions)
+            .map_err(|e| Error::io(&versions, &e))?
+            .filter_map(|e| {
+                e.ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_suffix(".manifest")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .ok_or_else(|| Error::at(ErrorCode::Io, &versions, "no versions"))?;
+        Ok(format!("lance:version:{latest}"))
+    }
+
+    fn scan(&self, dir: &Path, counter: &dyn RecordCounter) -> Result<LeafScan> {
+        self.scans.fetch_add(1, Ordering::SeqCst);
+        let rows = dir.join("data/rows.jsonl");
+        let stats = counter
+            .count(&rows, RecordFormat::Jsonl)
+            .map_err(|e| Error::io(&rows, &e))?;
+        Ok(LeafScan {
+            fingerprint: self.fingerprint(dir)?,
+            stats,
+        })
+    }
+}
+
+/// Runs the real `pchronicle` binary.
+pub fn pchronicle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pchronicle"))
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("the pchronicle binary runs")
+}
+
+pub fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "pchronicle failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// Sleeps past the refresh cache's racy window so identities settle.
+pub fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+}
