@@ -2,6 +2,7 @@
 //! how they are counted.
 
 pub mod reader;
+pub mod scan;
 pub mod timestamp;
 
 pub use reader::{RecordFormat, RecordStats, count_file};

@@ -23,6 +23,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use super::scan::RecordScanner;
 use super::timestamp::{self, Micros};
 
 /// The record separator of packed (`.jsonseq`) shards, U+001E.
@@ -144,6 +145,7 @@ pub fn count_file(path: &Path, format: RecordFormat) -> io::Result<RecordStats> 
 /// U+001E).
 pub fn count_segments<R: Read>(mut reader: R) -> io::Result<RecordStats> {
     let mut stats = RecordStats::default();
+    let mut scanner = RecordScanner::default();
     let mut buf = vec![0u8; READ_CHUNK];
     // buf[start..end] is the unfinished segment; buf[start..scanned] is
     // known to hold no separator.
@@ -151,7 +153,7 @@ pub fn count_segments<R: Read>(mut reader: R) -> io::Result<RecordStats> {
     loop {
         while let Some(i) = memchr::memchr2(b'\n', RECORD_SEPARATOR, &buf[scanned..end]) {
             let sep = scanned + i;
-            probe_segment(&buf[start..sep], &mut stats);
+            probe_segment(&buf[start..sep], &mut scanner, &mut stats);
             start = sep + 1;
             scanned = start;
         }
@@ -177,7 +179,7 @@ pub fn count_segments<R: Read>(mut reader: R) -> io::Result<RecordStats> {
         }
         let n = read_retrying(&mut reader, &mut buf[end..])?;
         if n == 0 {
-            probe_segment(&buf[start..end], &mut stats);
+            probe_segment(&buf[start..end], &mut scanner, &mut stats);
             return Ok(stats);
         }
         end += n;
@@ -194,18 +196,13 @@ fn read_retrying<R: Read>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// Counts one segment (without its separator) into `stats`.
-fn probe_segment(segment: &[u8], stats: &mut RecordStats) {
+fn probe_segment(segment: &[u8], scanner: &mut RecordScanner, stats: &mut RecordStats) {
     let segment = segment.trim_ascii();
     if segment.is_empty() {
         return;
     }
-    // serde_json does not check the UTF-8 of strings it skips, and JSON text
-    // must be UTF-8, so the segment is validated first (a fast pass).
-    let parsed = std::str::from_utf8(segment)
-        .ok()
-        .and_then(|text| serde_json::from_str::<Probe>(text).ok());
-    match parsed {
-        Some(probe) => stats.add_record(probe.0),
+    match scanner.scan(segment) {
+        Some(ts) => stats.add_record(ts),
         None => stats.add_failed(),
     }
 }

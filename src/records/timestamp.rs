@@ -35,7 +35,11 @@ pub fn from_epoch(value: f64) -> Option<Micros> {
 /// or lowercase `t` separator and `z` are accepted). Fractions beyond
 /// microseconds are truncated. Returns `None` for anything else.
 pub fn parse_rfc3339(text: &str) -> Option<Micros> {
-    let b = text.as_bytes();
+    parse_rfc3339_bytes(text.as_bytes())
+}
+
+/// [`parse_rfc3339`] over bytes (anything non-ASCII is rejected).
+pub fn parse_rfc3339_bytes(b: &[u8]) -> Option<Micros> {
     if b.len() < 20 {
         return None;
     }

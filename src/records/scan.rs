@@ -1,0 +1,485 @@
+//! A fast validating scanner for one record: is this JSON text valid
+//! (RFC 8259, UTF-8), and what is its top-level `timestamp` (or `ts`)?
+//!
+//! This is the counting hot path — every record of every record file goes
+//! through it — so it is a byte-level state machine that allocates nothing
+//! per record, keeps its nesting in a reusable stack (so depth is unbounded
+//! and never recursive), and skips through string bodies eight bytes at a
+//! time. Outside strings the grammar admits only ASCII, so UTF-8 needs
+//! checking only where a string holds a non-ASCII byte.
+//!
+//! A differential test keeps it in agreement with `serde_json`.
+
+use super::timestamp::{self, Micros};
+
+/// Bytes that end the fast run through a string body: the closing quote,
+/// a backslash, the control characters JSON forbids unescaped, and
+/// non-ASCII bytes (whose UTF-8 is then checked).
+const STRING_STOP: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = b < 0x20 || b >= 0x80 || b == b'"' as usize || b == b'\\' as usize;
+        b += 1;
+    }
+    table
+};
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// A mask whose lowest set bit marks the first stop byte in the eight
+/// little-endian bytes of `word` (0 if none). Each term may flag extra
+/// bytes only above its own first true match, so the lowest bit is exact.
+#[inline]
+fn stop_mask(word: u64) -> u64 {
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let quote = has_zero(word ^ (ONES * u64::from(b'"')));
+    let backslash = has_zero(word ^ (ONES * u64::from(b'\\')));
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    quote | backslash | control | (word & HIGHS)
+}
+
+/// The length of the UTF-8 sequence a lead byte starts (0: not a lead).
+fn utf8_width(lead: u8) -> usize {
+    match lead {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => 0,
+    }
+}
+
+/// Which timestamp field the next top-level value belongs to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Timestamp,
+    Ts,
+    Other,
+}
+
+enum State {
+    Value,
+    AfterValue,
+    Key,
+}
+
+/// A reusable scanner; one per counting thread.
+#[derive(Default)]
+pub struct RecordScanner {
+    /// Open containers, innermost last: `true` for an object.
+    stack: Vec<bool>,
+}
+
+impl RecordScanner {
+    /// `None` when `text` is not one valid JSON value (surrounding
+    /// whitespace allowed) in UTF-8; otherwise its top-level timestamp, if
+    /// any.
+    pub fn scan(&mut self, text: &[u8]) -> Option<Option<Micros>> {
+        self.stack.clear();
+        let b = text;
+        let mut i = 0;
+        let mut field = Field::Other;
+        let (mut from_timestamp, mut from_ts) = (None, None);
+        let mut state = State::Value;
+        loop {
+            match state {
+                State::Value => {
+                    i = skip_ws(b, i);
+                    let top_level_member = self.stack.len() == 1 && self.stack[0];
+                    match *b.get(i)? {
+                        b'{' => {
+                            i = skip_ws(b, i + 1);
+                            if *b.get(i)? == b'}' {
+                                i += 1;
+                                state = State::AfterValue;
+                            } else {
+                                self.stack.push(true);
+                                state = State::Key;
+                            }
+                        }
+                        b'[' => {
+                            i = skip_ws(b, i + 1);
+                            if *b.get(i)? == b']' {
+                                i += 1;
+                                state = State::AfterValue;
+                            } else {
+                                self.stack.push(false);
+                            }
+                        }
+                        b'"' => {
+                            let (end, escaped) = scan_string(b, i)?;
+                            if top_level_member && field != Field::Other {
+                                let ts = if escaped {
+                                    string_content(&b[i..end], true)
+                                        .and_then(|s| timestamp::parse_rfc3339(&s))
+                                } else {
+                                    timestamp::parse_rfc3339_bytes(&b[i + 1..end - 1])
+                                };
+                                store(field, ts, &mut from_timestamp, &mut from_ts);
+                            }
+                            i = end;
+                            state = State::AfterValue;
+                        }
+                        b'-' | b'0'..=b'9' => {
+                            let end = scan_number(b, i)?;
+                            if top_level_member && field != Field::Other {
+                                let ts = std::str::from_utf8(&b[i..end])
+                                    .ok()
+                                    .and_then(|s| s.parse::<f64>().ok())
+                                    .and_then(timestamp::from_epoch);
+                                store(field, ts, &mut from_timestamp, &mut from_ts);
+                            }
+                            i = end;
+                            state = State::AfterValue;
+                        }
+                        b't' => (i, state) = (literal(b, i, b"true")?, State::AfterValue),
+                        b'f' => (i, state) = (literal(b, i, b"false")?, State::AfterValue),
+                        b'n' => (i, state) = (literal(b, i, b"null")?, State::AfterValue),
+                        _ => return None,
+                    }
+                }
+                State::AfterValue => {
+                    i = skip_ws(b, i);
+                    let Some(&in_object) = self.stack.last() else {
+                        return (i == b.len()).then(|| from_timestamp.or(from_ts));
+                    };
+                    match (*b.get(i)?, in_object) {
+                        (b',', true) => state = State::Key,
+                        (b',', false) => state = State::Value,
+                        (b'}', true) | (b']', false) => {
+                            self.stack.pop();
+                        }
+                        _ => return None,
+                    }
+                    i += 1;
+                }
+                State::Key => {
+                    i = skip_ws(b, i);
+                    if *b.get(i)? != b'"' {
+                        return None;
+                    }
+                    let (end, escaped) = scan_string(b, i)?;
+                    if self.stack.len() == 1 {
+                        field = field_of(&b[i..end], escaped);
+                    }
+                    i = skip_ws(b, end);
+                    if *b.get(i)? != b':' {
+                        return None;
+                    }
+                    i += 1;
+                    state = State::Value;
+                }
+            }
+        }
+    }
+}
+
+fn store(
+    field: Field,
+    ts: Option<Micros>,
+    from_timestamp: &mut Option<Micros>,
+    from_ts: &mut Option<Micros>,
+) {
+    match field {
+        Field::Timestamp => *from_timestamp = ts,
+        Field::Ts => *from_ts = ts,
+        Field::Other => {}
+    }
+}
+
+#[inline(always)]
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// `b[start]` is an opening quote. Returns the index after the closing
+/// quote and whether the body holds an escape.
+#[inline(always)]
+fn scan_string(b: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut j = start + 1;
+    let mut escaped = false;
+    loop {
+        while let Some(chunk) = b.get(j..j + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("an 8-byte slice"));
+            let stop = stop_mask(word);
+            if stop != 0 {
+                j += (stop.trailing_zeros() / 8) as usize;
+                break;
+            }
+            j += 8;
+        }
+        while j < b.len() && !STRING_STOP[b[j] as usize] {
+            j += 1;
+        }
+        match *b.get(j)? {
+            b'"' => return Some((j + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match *b.get(j + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => j += 2,
+                    b'u' => {
+                        let hex = b.get(j + 2..j + 6)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
+                        }
+                        j += 6;
+                    }
+                    _ => return None,
+                }
+            }
+            lead if lead >= 0x80 => {
+                let end = j + utf8_width(lead);
+                if end == j || std::str::from_utf8(b.get(j..end)?).is_err() {
+                    return None;
+                }
+                j = end;
+            }
+            _ => return None, // an unescaped control character
+        }
+    }
+}
+
+/// The text of a scanned string token (quotes included in `token`).
+fn string_content(token: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_, str>> {
+    if escaped {
+        serde_json::from_slice::<String>(token).ok().map(Into::into)
+    } else {
+        std::str::from_utf8(&token[1..token.len() - 1])
+            .ok()
+            .map(Into::into)
+    }
+}
+
+/// Which field a top-level key names; plain keys are compared as bytes.
+fn field_of(token: &[u8], escaped: bool) -> Field {
+    let name: &[u8] = &token[1..token.len() - 1];
+    let decoded;
+    let name = if escaped {
+        decoded = string_content(token, true);
+        decoded.as_deref().map(str::as_bytes).unwrap_or(b"")
+    } else {
+        name
+    };
+    match name {
+        b"timestamp" => Field::Timestamp,
+        b"ts" => Field::Ts,
+        _ => Field::Other,
+    }
+}
+
+/// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+#[inline]
+fn scan_number(b: &[u8], start: usize) -> Option<usize> {
+    let mut j = start;
+    if b[j] == b'-' {
+        j += 1;
+    }
+    match *b.get(j)? {
+        b'0' => j += 1,
+        b'1'..=b'9' => j = digits(b, j),
+        _ => return None,
+    }
+    if b.get(j) == Some(&b'.') {
+        let end = digits(b, j + 1);
+        if end == j + 1 {
+            return None;
+        }
+        j = end;
+    }
+    if let Some(b'e' | b'E') = b.get(j) {
+        j += 1;
+        if let Some(b'+' | b'-') = b.get(j) {
+            j += 1;
+        }
+        let end = digits(b, j);
+        if end == j {
+            return None;
+        }
+        j = end;
+    }
+    Some(j)
+}
+
+#[inline]
+fn digits(b: &[u8], mut j: usize) -> usize {
+    while b.get(j).is_some_and(u8::is_ascii_digit) {
+        j += 1;
+    }
+    j
+}
+
+fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    (b.get(i..i + word.len())? == word).then_some(i + word.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid(text: &str) -> bool {
+        RecordScanner::default().scan(text.as_bytes()).is_some()
+    }
+
+    fn serde_valid(text: &str) -> bool {
+        serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+    }
+
+    #[test]
+    fn accepts_the_grammar() {
+        for text in [
+            "{}",
+            "[]",
+            " {} ",
+            "0",
+            "-0",
+            "1.5e-3",
+            "-12E+4",
+            "true",
+            "false",
+            "null",
+            "\"\"",
+            "\"a\\\"b\\\\c\\/\\b\\f\\n\\r\\t\\u00e9\"",
+            "[1,[2,{}],{\"a\":[]}]",
+            "{\"a\" : 1 , \"b\":{\"c\":null}}",
+            "\"héllo €\"",
+        ] {
+            assert!(valid(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_json_forbids() {
+        for text in [
+            "",
+            " ",
+            "{",
+            "}",
+            "[1,]",
+            "{\"a\":1,}",
+            "{,}",
+            "[,1]",
+            "01",
+            "1.",
+            ".5",
+            "1e",
+            "+1",
+            "-",
+            "tru",
+            "nul",
+            "\"abc",
+            "\"a\tb\"",
+            "\"\\x\"",
+            "\"\\u12g4\"",
+            "{a:1}",
+            "{\"a\" 1}",
+            "[1 2]",
+            "{} {}",
+            "1 2",
+            "NaN",
+            "'a'",
+            "{\"a\":}",
+            "[}",
+            "{]",
+        ] {
+            assert!(!valid(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn checks_utf8_inside_strings_and_rejects_it_outside() {
+        let scan = |bytes: &[u8]| RecordScanner::default().scan(bytes).is_some();
+        assert!(scan(
+            "\"ñ€𝄞 and a long tail of ascii to cross words\"".as_bytes()
+        ));
+        for bad in [
+            &b"\"\xff\""[..],
+            b"\"\xc3\"",
+            b"\"\xed\xa0\x80\"",
+            b"\"\xf4\x90\x80\x80\"",
+            b"\"\xc0\xaf\"",
+            b"[\xc3\xa9]",
+            b"\"abcdefgh\xe2\x82\"",
+        ] {
+            assert!(!scan(bad), "{bad:?}");
+            assert_eq!(
+                scan(bad),
+                std::str::from_utf8(bad).is_ok() && serde_valid(std::str::from_utf8(bad).unwrap())
+            );
+        }
+    }
+
+    #[test]
+    fn stop_bytes_found_at_every_offset() {
+        for stop in [b'"', b'\\', 0x01, 0x1f, 0x80, 0xff] {
+            for at in 0..8 {
+                let mut word = *b"abcdefgh";
+                word[at] = stop;
+                let found = stop_mask(u64::from_le_bytes(word)).trailing_zeros() / 8;
+                assert_eq!(found as usize, at, "byte {stop:#x} at {at}");
+            }
+        }
+        assert_eq!(stop_mask(u64::from_le_bytes(*b" ~!#[]{}")), 0);
+    }
+
+    #[test]
+    fn extracts_top_level_timestamps_only() {
+        let ts = |text: &str| RecordScanner::default().scan(text.as_bytes()).unwrap();
+        assert_eq!(ts(r#"{"ts":1}"#), Some(1_000_000));
+        assert_eq!(
+            ts(r#"{"timestamp":"1970-01-01T00:00:02Z","ts":1}"#),
+            Some(2_000_000)
+        );
+        assert_eq!(ts(r#"{"ts":1,"timestamp":"garbage"}"#), Some(1_000_000));
+        assert_eq!(ts(r#"{"a":{"ts":1},"b":[{"timestamp":5}]}"#), None);
+        assert_eq!(ts(r#"{"t\u0073":3}"#), Some(3_000_000));
+        assert_eq!(ts(r#"{"ts":{"nested":1}}"#), None);
+        assert_eq!(ts(r#"[{"ts":1}]"#), None);
+        assert_eq!(ts(r#"{"ts":[1],"x":2}"#), None);
+    }
+
+    #[test]
+    fn agrees_with_serde_json_on_mutations() {
+        let seeds = [
+            r#"{"id":"r-1","ts":"2026-01-01T00:00:00Z","content":"a \"quoted\" \\ word","n":[1,-2.5e3,true,null,{"k":false}]}"#,
+            r#"[{"a":{}},[],"\u00e9",0,-0.0,1E9]"#,
+            r#"{"deep":[[[[{"x":[[[]]]}]]]]}"#,
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabet = b"{}[],:\"\\ 0123456789.-+eEtrufalsn";
+        let mut checked = 0;
+        for seed in seeds {
+            for _ in 0..20_000 {
+                let mut bytes = seed.as_bytes().to_vec();
+                for _ in 0..1 + next() % 3 {
+                    let pos = (next() as usize) % bytes.len();
+                    match next() % 3 {
+                        0 => bytes[pos] = alphabet[(next() as usize) % alphabet.len()],
+                        1 => {
+                            bytes.remove(pos);
+                        }
+                        _ => bytes.insert(pos, alphabet[(next() as usize) % alphabet.len()]),
+                    }
+                    if bytes.is_empty() {
+                        break;
+                    }
+                }
+                let Ok(text) = std::str::from_utf8(&bytes) else {
+                    continue;
+                };
+                assert_eq!(valid(text), serde_valid(text), "{text:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 50_000);
+    }
+}
