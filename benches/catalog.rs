@@ -55,6 +55,16 @@ fn drop_caches() -> bool {
     fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
+/// The process's peak resident set size (`VmHWM`), in MiB.
+fn peak_rss_mib() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -86,8 +96,9 @@ fn bench_count(dir: &Path) {
     let records = write_jsonl(&path, mb << 20);
     let size = fs::metadata(&path).unwrap().len();
     let size_mb = size as f64 / (1 << 20) as f64;
-    // Warm the page cache so both sides read the same way.
-    let _ = fs::read(&path).map(|b| b.len());
+    // Warm the page cache so both sides read the same way (streaming, so
+    // the peak RSS reported below is the counter's own).
+    std::io::copy(&mut fs::File::open(&path).unwrap(), &mut std::io::sink()).unwrap();
     let wc = median(3, || {
         let out = Command::new("wc")
             .arg("-l")
@@ -116,6 +127,10 @@ fn bench_count(dir: &Path) {
         );
     };
     report("page cache warm", wc, ours);
+    println!(
+        "  peak RSS of the benchmark process so far: {} MiB (the file is {size_mb:.0} MiB)",
+        peak_rss_mib()
+    );
     // Cold: the file is dropped from the page cache before each run, so
     // both read from the disk. Needs root; skipped (and said) otherwise.
     if drop_caches() {

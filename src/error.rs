@@ -42,8 +42,8 @@ macro_rules! error_codes {
 
 error_codes! {
     PathNotFound => "PCHRONICLE_PATH_NOT_FOUND",
-        "the path does not exist, or one of its components is a symlink (symlinks are ignored)",
-        "Check the spelling with `ls`; pchronicle never follows symlinks inside a warehouse, so name the real directory instead.";
+        "the path does not exist, is or passes through a symlink (symlinks are ignored), is pchronicle's hidden state, or lies inside a dataset leaf",
+        "Check the spelling with `ls`; name the real directory instead of a symlink; a dataset leaf is opened as a whole (`pchronicle stats LEAF`), never below it.";
     PathInvalid => "PCHRONICLE_PATH_INVALID",
         "the path is not inside the warehouse (it is absolute or climbs out with `..`)",
         "Pass a path below the warehouse root, without `..` components.";

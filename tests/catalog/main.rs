@@ -2,6 +2,7 @@
 //! warehouses, and of the CLI that exposes it. No FUSE here.
 
 mod classification;
+mod docs;
 mod malformed;
 mod open;
 mod rfc;
