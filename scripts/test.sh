@@ -43,9 +43,9 @@ cargo fmt --all -- --check
 step "build"
 cargo build --release --locked --all-targets
 
-step "test"
-cargo test --release --locked
-
 step "benchmarks (short pass: they must run; full numbers in docs/performance.md)"
 PCHRONICLE_BENCH_COUNT_MB=32 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_LEAVES=100 \
   cargo bench --locked --bench catalog
+
+step "test"
+cargo test --release --locked

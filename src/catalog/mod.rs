@@ -588,6 +588,13 @@ impl Catalog {
     }
 }
 
+// The FUSE adapter serves requests from several threads through one
+// catalog; this fails to compile if the catalog stops being shareable.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Catalog>();
+};
+
 impl RecordCounter for Catalog {
     fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
         let meta = fs::symlink_metadata(path)?;

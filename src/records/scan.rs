@@ -203,18 +203,23 @@ fn scan_string(b: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut j = start + 1;
     let mut escaped = false;
     loop {
-        while let Some(chunk) = b.get(j..j + 8) {
-            let word = u64::from_le_bytes(chunk.try_into().expect("an 8-byte slice"));
-            let stop = stop_mask(word);
+        // Find the next stop byte: eight bytes at a time, then byte-wise
+        // over a tail shorter than a word.
+        j = loop {
+            let Some(chunk) = b.get(j..j + 8) else {
+                while j < b.len() && !STRING_STOP[b[j] as usize] {
+                    j += 1;
+                }
+                break j;
+            };
+            let stop = stop_mask(u64::from_le_bytes(
+                chunk.try_into().expect("an 8-byte slice"),
+            ));
             if stop != 0 {
-                j += (stop.trailing_zeros() / 8) as usize;
-                break;
+                break j + (stop.trailing_zeros() / 8) as usize;
             }
             j += 8;
-        }
-        while j < b.len() && !STRING_STOP[b[j] as usize] {
-            j += 1;
-        }
+        };
         match *b.get(j)? {
             b'"' => return Some((j + 1, escaped)),
             b'\\' => {
