@@ -65,6 +65,18 @@ fn peak_rss_mib() -> u64 {
         .map_or(0, |kb| kb / 1024)
 }
 
+/// Prints the native baseline, then each measurement with its ratio to it.
+fn print_against_native(native_label: &str, native: Duration, measured: &[(&str, Duration)]) {
+    println!("  {native_label:<22}{:8.2} ms", ms(native));
+    for (label, time) in measured {
+        println!(
+            "  {label:<22}{:8.2} ms   ratio to native: {:.1}x",
+            ms(*time),
+            time.as_secs_f64() / native.as_secs_f64()
+        );
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -199,16 +211,10 @@ fn bench_list(dir: &Path) {
         "list {entries} entries ({} leaves with manifests)",
         entries / 10
     );
-    println!("  readdir + lstat       {:8.2} ms", ms(native));
-    println!(
-        "  list, cold catalog    {:8.2} ms   ratio to native: {:.1}x",
-        ms(cold),
-        cold.as_secs_f64() / native.as_secs_f64()
-    );
-    println!(
-        "  list, warm cache      {:8.2} ms   ratio to native: {:.1}x",
-        ms(warm),
-        warm.as_secs_f64() / native.as_secs_f64()
+    print_against_native(
+        "readdir + lstat",
+        native,
+        &[("list, cold catalog", cold), ("list, warm cache", warm)],
     );
 }
 
@@ -259,16 +265,10 @@ fn bench_stats(dir: &Path) {
         }
     });
     println!("stats of {leaves} leaves + {leaves} record files in hive partitions");
-    println!("  walk (readdir+lstat)  {:8.2} ms", ms(native));
-    println!(
-        "  stats, cold catalog   {:8.2} ms   ratio to native: {:.1}x",
-        ms(cold),
-        cold.as_secs_f64() / native.as_secs_f64()
-    );
-    println!(
-        "  stats, warm cache     {:8.2} ms   ratio to native: {:.1}x",
-        ms(warm),
-        warm.as_secs_f64() / native.as_secs_f64()
+    print_against_native(
+        "walk (readdir+lstat)",
+        native,
+        &[("stats, cold catalog", cold), ("stats, warm cache", warm)],
     );
 }
 

@@ -17,6 +17,7 @@
 //! Nothing here recurses below the directory it classifies.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::manifest::{self, Manifest, ManifestKind};
 use super::model::{Counts, DatasetPreview, StatsOrigin};
@@ -70,55 +71,50 @@ pub fn classify_dir(
             None
         }
     };
-    if let Some(m) = manifest.as_ref().filter(|m| m.kind == ManifestKind::Leaf) {
-        let format = m.format.clone().unwrap_or_default();
-        let leaf = match stores.by_format(&format) {
-            Some(store) => preview(
-                dir,
-                store.as_ref(),
-                manifest,
-                repair,
-                counter,
-                &mut warnings,
-            ),
-            None => {
-                warnings.push(NodeWarning {
-                    code: ErrorCode::FormatUnsupported,
-                    subpath: None,
-                    message: format!("format {format:?} cannot be opened by this build"),
-                });
-                unverified(format, manifest.as_ref())
-            }
-        };
-        return DirNode {
-            leaf: Some(leaf),
-            warnings,
-        };
+    let leaf = leaf_store(dir, stores, manifest.as_ref(), &mut warnings).map(|store| match store {
+        Some(store) => preview(
+            dir,
+            store.as_ref(),
+            manifest,
+            repair,
+            counter,
+            &mut warnings,
+        ),
+        None => {
+            let format = manifest
+                .as_ref()
+                .and_then(|m| m.format.clone())
+                .unwrap_or_default();
+            warnings.push(NodeWarning {
+                code: ErrorCode::FormatUnsupported,
+                subpath: None,
+                message: format!("format {format:?} cannot be opened by this build"),
+            });
+            unverified(format, manifest.as_ref())
+        }
+    });
+    DirNode { leaf, warnings }
+}
+
+/// Whether `dir` is a leaf, and if so the store that opens it: `Some(None)`
+/// for a leaf manifest whose format no registered store handles.
+fn leaf_store<'a>(
+    dir: &Path,
+    stores: &'a Stores,
+    manifest: Option<&Manifest>,
+    warnings: &mut Vec<NodeWarning>,
+) -> Option<Option<&'a Arc<dyn LeafStore>>> {
+    if let Some(m) = manifest.filter(|m| m.kind == ManifestKind::Leaf) {
+        return Some(stores.by_format(m.format.as_deref().unwrap_or_default()));
     }
     for store in stores.iter() {
         match store.detect(dir) {
-            Ok(true) => {
-                let leaf = preview(
-                    dir,
-                    store.as_ref(),
-                    manifest,
-                    repair,
-                    counter,
-                    &mut warnings,
-                );
-                return DirNode {
-                    leaf: Some(leaf),
-                    warnings,
-                };
-            }
+            Ok(true) => return Some(Some(store)),
             Ok(false) => {}
             Err(e) => warnings.push(NodeWarning::from_error(dir, &e)),
         }
     }
-    DirNode {
-        leaf: None,
-        warnings,
-    }
+    None
 }
 
 /// The preview of a leaf that `store` can open.
