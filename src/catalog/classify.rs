@@ -96,6 +96,16 @@ pub fn classify_dir(
     DirNode { leaf, warnings }
 }
 
+/// The nearest proper ancestor of `path` that is a leaf, if any. Reads only
+/// each ancestor's manifest and markers and never repairs anything, so a
+/// caller can refuse a path inside a leaf before rooting a catalog there.
+pub fn enclosing_leaf(path: &Path, stores: &Stores) -> Option<std::path::PathBuf> {
+    path.ancestors().skip(1).find_map(|dir| {
+        let manifest = manifest::read(dir).ok().flatten();
+        leaf_store(dir, stores, manifest.as_ref(), &mut Vec::new()).map(|_| dir.to_path_buf())
+    })
+}
+
 /// Whether `dir` is a leaf, and if so the store that opens it: `Some(None)`
 /// for a leaf manifest whose format no registered store handles.
 fn leaf_store<'a>(

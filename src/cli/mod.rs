@@ -12,8 +12,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::catalog::classify::enclosing_leaf;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
+use crate::store::Stores;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -191,6 +193,18 @@ fn execute(command: Command) -> Result<ExitCode> {
 /// symlink on the command line works; symlinks below it are still ignored.
 fn open_catalog(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
     let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
+    // The catalog is rooted at the named path, so it cannot see a leaf
+    // above it; look, so that a leaf's interior stays closed here as well.
+    if let Some(leaf) = enclosing_leaf(&canonical, &Stores::default()) {
+        return Err(Error::at(
+            ErrorCode::PathNotFound,
+            path,
+            format!(
+                "the path is inside the dataset leaf {}, whose interior is not listed",
+                leaf.display()
+            ),
+        ));
+    }
     if canonical.is_dir() {
         return Ok((Catalog::new(&canonical, options)?, PathBuf::from(".")));
     }

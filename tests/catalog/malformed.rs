@@ -347,6 +347,30 @@ fn cli_reports_codes_and_exit_statuses() {
 }
 
 #[test]
+fn cli_refuses_paths_inside_a_leaf() {
+    let w = Warehouse::new();
+    w.storyline("s", 2);
+    for rel in [
+        "s/generations",
+        "s/generations/g2/part-0.jsonl",
+        "s/CURRENT",
+    ] {
+        let out = pchronicle(&["ls", w.abs(rel).to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{rel}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).starts_with("error[PCHRONICLE_PATH_NOT_FOUND]"),
+            "{rel}"
+        );
+    }
+    assert_eq!(
+        pchronicle(&["ls", w.abs("s").to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+}
+
+#[test]
 fn warnings_do_not_fail_the_cli() {
     let w = Warehouse::new();
     w.storyline("s", 2).manifest("s", "not toml at all [");
