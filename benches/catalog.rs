@@ -5,11 +5,17 @@
 //! - `list` of a 10,000-entry directory, cold and warm, against a plain
 //!   `readdir` + `lstat` of the same directory;
 //! - `stats` (an `open` rolled up) of a warehouse of leaves and record
-//!   files, cold and warm.
+//!   files, cold and warm;
+//! - `list` of compact-jsonl leaves with trusted manifests against opening
+//!   every one of them in Lance;
+//! - `pchronicle import` of a large JSONL file against `cp` of it, with the
+//!   import's peak RSS.
 //!
 //! Sizes come from the environment so CI can run a small smoke pass:
 //! `PCHRONICLE_BENCH_COUNT_MB` (default 1024), `PCHRONICLE_BENCH_ENTRIES`
 //! (default 10000), `PCHRONICLE_BENCH_LEAVES` (default 1000),
+//! `PCHRONICLE_BENCH_COMPACT_LEAVES` (default 1000),
+//! `PCHRONICLE_BENCH_IMPORT_MB` (default 1024),
 //! `PCHRONICLE_BENCH_DIR` (default: the system temp directory).
 //!
 //! Run: `cargo bench --bench catalog`.
@@ -22,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use pchronicle::catalog::{Catalog, CatalogOptions};
 use pchronicle::records::{RecordFormat, count_file};
+use pchronicle::store::CompactJsonlStore;
+use pchronicle::store::compact::ImportMode;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -272,6 +280,118 @@ fn bench_stats(dir: &Path) {
     );
 }
 
+/// Copies a directory tree (regular files and directories only).
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn bench_compact_leaves(dir: &Path) {
+    let count = env_usize("PCHRONICLE_BENCH_COMPACT_LEAVES", 1_000);
+    let root = dir.join("compact");
+    let source = dir.join("compact-src.jsonl");
+    write_jsonl(&source, 64 << 10);
+    let store = CompactJsonlStore::default();
+    store
+        .import_path(&source, &root.join("leaf-0000"), ImportMode::Create)
+        .unwrap();
+    for i in 1..count {
+        copy_tree(&root.join("leaf-0000"), &root.join(format!("leaf-{i:04}")));
+    }
+    settle();
+    let list = median(5, || {
+        let catalog = Catalog::new(&root, CatalogOptions::default()).unwrap();
+        assert_eq!(catalog.list(Path::new(".")).unwrap().entries.len(), count);
+    });
+    let open_all = median(3, || {
+        let store = CompactJsonlStore::default();
+        for i in 0..count {
+            store.open(&root.join(format!("leaf-{i:04}"))).unwrap();
+        }
+    });
+    println!("list {count} compact-jsonl leaves with trusted manifests");
+    println!("  open every leaf in Lance {:8.2} ms", ms(open_all));
+    println!(
+        "  list, new catalog        {:8.2} ms   {:.0}x faster than opening every leaf",
+        ms(list),
+        open_all.as_secs_f64() / list.as_secs_f64()
+    );
+}
+
+/// Imports a large JSONL file with the real binary and reports its
+/// throughput and peak RSS next to `cp` of the same file.
+fn bench_import(dir: &Path) {
+    let mb = env_usize("PCHRONICLE_BENCH_IMPORT_MB", 1024) as u64;
+    let source = dir.join("import.jsonl");
+    let records = write_jsonl(&source, mb << 20);
+    let size_mb = fs::metadata(&source).unwrap().len() as f64 / (1 << 20) as f64;
+    std::io::copy(&mut fs::File::open(&source).unwrap(), &mut std::io::sink()).unwrap();
+    let cp = timed(|| {
+        assert!(
+            Command::new("cp")
+                .arg(&source)
+                .arg(dir.join("copy.jsonl"))
+                .status()
+                .unwrap()
+                .success()
+        );
+    });
+    fs::remove_file(dir.join("copy.jsonl")).unwrap();
+    let dest = dir.join("imported");
+    let import = timed(|| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pchronicle"))
+            .args(["import", "--json"])
+            .arg(&source)
+            .arg(&dest)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["record_count"].as_u64(), Some(records));
+    });
+    println!("import {size_mb:.0} MiB JSONL ({records} records) into a compact-jsonl leaf");
+    println!(
+        "  cp of the same file      {:8.1} ms  {:8.0} MiB/s",
+        ms(cp),
+        size_mb / cp.as_secs_f64()
+    );
+    println!(
+        "  pchronicle import        {:8.1} ms  {:8.0} MiB/s   ratio to cp: {:.2}",
+        ms(import),
+        size_mb / import.as_secs_f64(),
+        cp.as_secs_f64() / import.as_secs_f64()
+    );
+    println!(
+        "  peak RSS of the import process: {} MiB",
+        children_peak_rss_mib()
+    );
+    fs::remove_file(&source).unwrap();
+    fs::remove_dir_all(&dest).unwrap();
+}
+
+/// The largest peak RSS of any waited-for child process, in MiB.
+fn children_peak_rss_mib() -> u64 {
+    // SAFETY: getrusage writes only into the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    usage.ru_maxrss as u64 / 1024
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; anything else (a filter) is ignored.
     let base = std::env::var_os("PCHRONICLE_BENCH_DIR")
@@ -284,4 +404,6 @@ fn main() {
     bench_count(dir.path());
     bench_list(dir.path());
     bench_stats(dir.path());
+    bench_compact_leaves(dir.path());
+    bench_import(dir.path());
 }

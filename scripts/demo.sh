@@ -5,8 +5,7 @@
 # this lists and counts the warehouse through the CLI.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/pchronicle/target}"
-command -v cargo >/dev/null || { echo "cargo is required (a Rust toolchain via rustup)" >&2; exit 1; }
+source scripts/setup.sh
 
 cargo build --release --locked --bin pchronicle
 bin="$CARGO_TARGET_DIR/release/pchronicle"

@@ -9,7 +9,8 @@ use std::path::Path;
 use crate::catalog::manifest::Manifest;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
-use crate::store::{DirectCounter, LeafStore, StorylineStore};
+use crate::store::compact::ImportMode;
+use crate::store::{CompactJsonlStore, DirectCounter, LeafStore, StorylineStore};
 
 /// What was built.
 #[derive(Debug, Default)]
@@ -137,6 +138,26 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
         leaves += 1;
     }
     Manifest::branch().write(&dir.join("team"))?;
+
+    // A compact-jsonl leaf (a Lance dataset), imported from records staged
+    // under the hidden state directory and removed afterwards.
+    let staging = dir.join(crate::catalog::STATE_DIR).join("demo-import");
+    let staged: Vec<String> = (0..4)
+        .flat_map(|s| session_records(&format!("c-{s:04}"), 6 + s, 15))
+        .collect();
+    write(
+        dir,
+        &format!("{}/demo-import/codex.jsonl", crate::catalog::STATE_DIR),
+        &lines(&staged),
+    )?;
+    let report = CompactJsonlStore::default().import_path(
+        &staging,
+        &dir.join("team/codex_jsonl"),
+        ImportMode::Create,
+    )?;
+    fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, &e))?;
+    records += report.record_count;
+    leaves += 1;
 
     // A leaf of a format this build cannot open: reported from its manifest.
     let foreign = Manifest::leaf(

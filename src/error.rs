@@ -89,6 +89,24 @@ error_codes! {
     RecordFileUnreadable => "PCHRONICLE_RECORD_FILE_UNREADABLE",
         "a record file could not be read; it was counted as unreadable and left out of the totals",
         "Check the file's permissions and that it still exists, then read the stats again.";
+    Lance => "PCHRONICLE_LANCE",
+        "a Lance operation (opening, scanning or writing a dataset) failed",
+        "Check that the directory is a Lance dataset written by a compatible Lance (see docs/lance.md) and is readable; the message names the Lance error.";
+    NotCompactJsonl => "PCHRONICLE_NOT_COMPACT_JSONL",
+        "the Lance dataset does not carry the schema metadata pchronicle.format = compact-jsonl/v1",
+        "Only datasets written by `pchronicle import` (or with that schema metadata) are compact-jsonl leaves; import the records with `pchronicle import SOURCE DEST`.";
+    ImportSource => "PCHRONICLE_IMPORT_SOURCE",
+        "the import source holds no record files, is not a record file, or could not be read",
+        "Name a .jsonl, .ndjson, .jsonseq or .json file, or a directory holding them; JSON documents over 256 MiB must be converted to JSON Lines first.";
+    ImportDestinationExists => "PCHRONICLE_IMPORT_DESTINATION_EXISTS",
+        "`pchronicle import --mode create` was pointed at a directory that already holds a dataset",
+        "Use `--mode append` to add the records, `--mode overwrite` to replace them, or pick a new destination.";
+    ImportDestinationMissing => "PCHRONICLE_IMPORT_DESTINATION_MISSING",
+        "`pchronicle import --mode append` was pointed at a directory without a dataset",
+        "Create the leaf first with `pchronicle import SOURCE DEST` (mode create), or check the destination path.";
+    ImportManifest => "PCHRONICLE_IMPORT_MANIFEST",
+        "the import wrote its Lance version but could not write the leaf's chronicle.manifest, so the import failed",
+        "Make the destination writable, then run `pchronicle stats DEST` to rewrite the manifest (or import again with `--mode overwrite`).";
     DemoTargetNotEmpty => "PCHRONICLE_DEMO_TARGET_NOT_EMPTY",
         "the directory given to `pchronicle demo` exists and is not empty",
         "Name a new or empty directory, e.g. `pchronicle demo /tmp/pchronicle-demo-$$`.";

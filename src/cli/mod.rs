@@ -15,7 +15,8 @@ use clap::{Args, Parser, Subcommand};
 use crate::catalog::classify::enclosing_leaf;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
-use crate::store::Stores;
+use crate::store::compact::ImportMode;
+use crate::store::{CompactJsonlStore, Stores};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -63,6 +64,23 @@ enum Command {
         #[command(flatten)]
         walk: WalkArgs,
     },
+    /// Import record files into a compact-jsonl leaf (a Lance dataset) and
+    /// publish its chronicle.manifest. Prints the published version and the
+    /// leaf's record and failed counts.
+    Import {
+        /// A .jsonl/.ndjson/.jsonseq/.json file, or a directory scanned
+        /// recursively for them.
+        source: PathBuf,
+        /// The leaf directory to write.
+        dest: PathBuf,
+        /// create: DEST must hold no dataset; append: add to DEST's dataset;
+        /// overwrite: replace DEST's rows with a new version.
+        #[arg(long, value_enum, default_value_t = ModeArg::Create)]
+        mode: ModeArg,
+        /// Print the import report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print every error code with what it means and how to fix it, or one.
     Errors {
         /// A code such as PCHRONICLE_MANIFEST_PARSE.
@@ -73,6 +91,23 @@ enum Command {
         #[arg(default_value = "pchronicle-demo")]
         dir: PathBuf,
     },
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum ModeArg {
+    Create,
+    Append,
+    Overwrite,
+}
+
+impl From<ModeArg> for ImportMode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::Create => ImportMode::Create,
+            ModeArg::Append => ImportMode::Append,
+            ModeArg::Overwrite => ImportMode::Overwrite,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -155,6 +190,20 @@ fn execute(command: Command) -> Result<ExitCode> {
                 print!("{}", table::stats(&stats));
             }
             table::warn(&stats.warnings, stats.truncated);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import {
+            source,
+            dest,
+            mode,
+            json,
+        } => {
+            let report = CompactJsonlStore::default().import_path(&source, &dest, mode.into())?;
+            if json {
+                print!("{}", table::to_json(&report));
+            } else {
+                print!("{}", table::import(&report, &dest));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Errors { code } => match code {

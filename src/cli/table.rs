@@ -6,6 +6,7 @@ use std::fmt::Write;
 use crate::catalog::{Entry, Listing, Snapshot, Stats, Timestamp, Warning};
 use crate::error::ErrorCode;
 use crate::records::timestamp::format_rfc3339;
+use crate::store::compact::ImportReport;
 
 /// Left-aligned columns, two spaces apart; numeric columns right-aligned.
 fn render(header: &[&str], right: &[bool], rows: &[Vec<String>]) -> String {
@@ -198,4 +199,25 @@ pub fn warn(warnings: &[Warning], truncated: bool) {
     if truncated {
         eprintln!("note: the answer is truncated (a traversal bound was reached)");
     }
+}
+
+pub fn import(report: &ImportReport, dest: &std::path::Path) -> String {
+    format!(
+        "imported {} records ({} failed, {} offloaded) from {} files into {}\npublished {}: the leaf holds {} records ({} failed)\n",
+        report.imported_records,
+        report.imported_failed,
+        report.offloaded_records,
+        report.source_files,
+        dest.display(),
+        report.fingerprint,
+        report.record_count,
+        report.failed_count,
+    )
+}
+
+/// Pretty JSON plus a final newline.
+pub fn to_json<T: serde::Serialize>(value: &T) -> String {
+    let mut out = serde_json::to_string_pretty(value).unwrap_or_default();
+    out.push('\n');
+    out
 }

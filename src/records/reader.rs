@@ -153,11 +153,22 @@ fn advise_sequential(file: &File) {
     }
 }
 
-/// Counts the records of a line or packed stream (split on `\n` and
-/// U+001E).
-pub fn count_segments<R: Read>(mut reader: R) -> io::Result<RecordStats> {
-    let mut stats = RecordStats::default();
-    let mut scanner = RecordScanner::default();
+/// Receives the segments of a line or packed stream, in order.
+pub trait SegmentVisitor {
+    /// A segment held in memory, without its separator (it may be blank).
+    fn buffered(&mut self, segment: &[u8]) -> io::Result<()>;
+
+    /// A segment too large to buffer, to be read from `segment` (which ends
+    /// at the separator). Whatever the visitor leaves unread is skipped.
+    fn oversize(&mut self, segment: &mut OversizeSegment<'_>) -> io::Result<()>;
+}
+
+/// Splits a line or packed stream on `\n` and U+001E and hands each segment
+/// to `visitor`, streaming through a fixed buffer.
+pub fn for_each_segment<R: Read, V: SegmentVisitor>(
+    mut reader: R,
+    visitor: &mut V,
+) -> io::Result<()> {
     let mut buf = vec![0u8; READ_CHUNK];
     // buf[start..end] is the unfinished segment; buf[start..scanned] is
     // known to hold no separator.
@@ -165,7 +176,7 @@ pub fn count_segments<R: Read>(mut reader: R) -> io::Result<RecordStats> {
     loop {
         while let Some(i) = memchr::memchr2(b'\n', RECORD_SEPARATOR, &buf[scanned..end]) {
             let sep = scanned + i;
-            probe_segment(&buf[start..sep], &mut scanner, &mut stats);
+            visitor.buffered(&buf[start..sep])?;
             start = sep + 1;
             scanned = start;
         }
@@ -178,27 +189,67 @@ pub fn count_segments<R: Read>(mut reader: R) -> io::Result<RecordStats> {
         }
         if end == buf.len() {
             if buf.len() >= MAX_BUFFERED_SEGMENT {
-                match stream_oversize_segment(&buf[..end], &mut reader, &mut stats)? {
-                    Some(rest) => {
-                        buf[..rest.len()].copy_from_slice(&rest);
-                        (start, scanned, end) = (0, 0, rest.len());
-                        continue;
-                    }
-                    None => return Ok(stats),
+                let mut segment = OversizeSegment::new(&buf[..end], &mut reader);
+                visitor.oversize(&mut segment)?;
+                io::copy(&mut segment, &mut io::sink())?;
+                if let Some(err) = segment.io_error.take() {
+                    return Err(err);
                 }
+                if segment.at_eof {
+                    return Ok(());
+                }
+                let rest = segment.chunk[segment.pos..segment.len].to_vec();
+                buf[..rest.len()].copy_from_slice(&rest);
+                (start, scanned, end) = (0, 0, rest.len());
+                continue;
             }
             buf.resize((buf.len() * 2).min(MAX_BUFFERED_SEGMENT), 0);
         }
         let n = read_retrying(&mut reader, &mut buf[end..])?;
         if n == 0 {
-            probe_segment(&buf[start..end], &mut scanner, &mut stats);
-            return Ok(stats);
+            return visitor.buffered(&buf[start..end]);
         }
         end += n;
     }
 }
 
-fn read_retrying<R: Read>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+/// Counts the records of a line or packed stream (split on `\n` and
+/// U+001E).
+pub fn count_segments<R: Read>(reader: R) -> io::Result<RecordStats> {
+    let mut counter = SegmentCounter::default();
+    for_each_segment(reader, &mut counter)?;
+    Ok(counter.stats)
+}
+
+#[derive(Default)]
+struct SegmentCounter {
+    stats: RecordStats,
+    scanner: RecordScanner,
+}
+
+impl SegmentVisitor for SegmentCounter {
+    fn buffered(&mut self, segment: &[u8]) -> io::Result<()> {
+        let segment = segment.trim_ascii();
+        if !segment.is_empty() {
+            match self.scanner.scan(segment) {
+                Some(ts) => self.stats.add_record(ts),
+                None => self.stats.add_failed(),
+            }
+        }
+        Ok(())
+    }
+
+    fn oversize(&mut self, segment: &mut OversizeSegment<'_>) -> io::Result<()> {
+        match segment.probe()? {
+            Some(ProbedSegment::Record(ts)) => self.stats.add_record(ts),
+            Some(ProbedSegment::Failed) => self.stats.add_failed(),
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+fn read_retrying<R: Read + ?Sized>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         match reader.read(buf) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -207,59 +258,19 @@ fn read_retrying<R: Read>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-/// Counts one segment (without its separator) into `stats`.
-fn probe_segment(segment: &[u8], scanner: &mut RecordScanner, stats: &mut RecordStats) {
-    let segment = segment.trim_ascii();
-    if segment.is_empty() {
-        return;
-    }
-    match scanner.scan(segment) {
-        Some(ts) => stats.add_record(ts),
-        None => stats.add_failed(),
-    }
+/// What validating an oversize segment found.
+pub enum ProbedSegment {
+    /// Valid JSON, with its top-level timestamp if any.
+    Record(Option<Micros>),
+    /// Not valid JSON (or not UTF-8).
+    Failed,
 }
 
-/// Validates a segment too large to buffer: `head` is its start (with no
-/// separator in it), the rest comes from `reader` up to the next separator.
-/// Returns the bytes read past that separator, or `None` at end of input.
-fn stream_oversize_segment<R: Read>(
-    head: &[u8],
-    reader: &mut R,
-    stats: &mut RecordStats,
-) -> io::Result<Option<Vec<u8>>> {
-    let mut segment = SegmentReader {
-        head,
-        inner: reader,
-        chunk: vec![0; READ_CHUNK],
-        pos: 0,
-        len: 0,
-        separator_at: None,
-        finished: false,
-        at_eof: false,
-        saw_content: false,
-        utf8: Utf8Validator::default(),
-        io_error: None,
-    };
-    let parsed = {
-        let mut de = serde_json::Deserializer::from_reader(BufReader::new(&mut segment));
-        Probe::deserialize(&mut de).and_then(|probe| de.end().map(|()| probe))
-    };
-    io::copy(&mut segment, &mut io::sink())?;
-    if let Some(err) = segment.io_error.take() {
-        return Err(err);
-    }
-    match parsed {
-        Ok(probe) if segment.utf8.is_valid() => stats.add_record(probe.0),
-        Err(_) if !segment.saw_content => {}
-        _ => stats.add_failed(),
-    }
-    Ok((!segment.at_eof).then(|| segment.chunk[segment.pos..segment.len].to_vec()))
-}
-
-/// A reader over one segment: `head`, then `inner` up to the next separator.
-struct SegmentReader<'a, R> {
+/// A segment too large to buffer: `head` (its start, with no separator in
+/// it), then `inner` up to the next separator.
+pub struct OversizeSegment<'a> {
     head: &'a [u8],
-    inner: &'a mut R,
+    inner: &'a mut dyn Read,
     chunk: Vec<u8>,
     pos: usize,
     len: usize,
@@ -267,13 +278,37 @@ struct SegmentReader<'a, R> {
     separator_at: Option<usize>,
     finished: bool,
     at_eof: bool,
-    saw_content: bool,
-    utf8: Utf8Validator,
     /// An I/O error from `inner`, kept so it is not mistaken for bad JSON.
     io_error: Option<io::Error>,
 }
 
-impl<R: Read> Read for SegmentReader<'_, R> {
+impl<'a> OversizeSegment<'a> {
+    fn new(head: &'a [u8], inner: &'a mut dyn Read) -> Self {
+        OversizeSegment {
+            head,
+            inner,
+            chunk: vec![0; READ_CHUNK],
+            pos: 0,
+            len: 0,
+            separator_at: None,
+            finished: false,
+            at_eof: false,
+            io_error: None,
+        }
+    }
+
+    /// Reads the rest of the segment through a streaming JSON parser.
+    /// `None` when the segment was blank.
+    pub fn probe(&mut self) -> io::Result<Option<ProbedSegment>> {
+        let probed = probe_stream(&mut *self);
+        match self.io_error.take() {
+            Some(err) => Err(err),
+            None => probed,
+        }
+    }
+}
+
+impl Read for OversizeSegment<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.finished || out.is_empty() {
             return Ok(0);
@@ -317,10 +352,6 @@ impl<R: Read> Read for SegmentReader<'_, R> {
             taken
         };
         out[..source.len()].copy_from_slice(source);
-        if !self.saw_content {
-            self.saw_content = source.iter().any(|b| !b.is_ascii_whitespace());
-        }
-        self.utf8.feed(source);
         Ok(source.len())
     }
 }
@@ -399,6 +430,76 @@ impl Read for RangeReader<'_> {
         self.pos += n as u64;
         Ok(n)
     }
+}
+
+/// Validates one record read from `reader` to its end with a streaming
+/// parser. `None` when the stream is blank.
+pub fn probe_stream<R: Read>(reader: R) -> io::Result<Option<ProbedSegment>> {
+    let mut input = WhitespaceTracker {
+        inner: reader,
+        saw_content: false,
+        utf8: Utf8Validator::default(),
+        io_error: None,
+    };
+    let parsed = {
+        let mut de = serde_json::Deserializer::from_reader(BufReader::new(&mut input));
+        Probe::deserialize(&mut de).and_then(|probe| de.end().map(|()| probe))
+    };
+    io::copy(&mut input, &mut io::sink())?;
+    if let Some(err) = input.io_error.take() {
+        return Err(err);
+    }
+    Ok(match parsed {
+        Ok(probe) if input.utf8.is_valid() => Some(ProbedSegment::Record(probe.0)),
+        Err(_) if !input.saw_content => None,
+        _ => Some(ProbedSegment::Failed),
+    })
+}
+
+/// Splits a JSON array document (starting with `[`) into the text of its
+/// elements, with serde_json deciding where each element ends (so the
+/// elements are the ones [`count_json_document`] counts). When the document
+/// stops being valid JSON, the elements read so far are returned with the
+/// rest of the text after them.
+pub fn split_json_array(document: &[u8]) -> (Vec<&[u8]>, Option<&[u8]>) {
+    let skip_ws = |mut i: usize| {
+        while document.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let mut elements = Vec::new();
+    let mut i = skip_ws(1);
+    if document.get(i) == Some(&b']') {
+        let after = skip_ws(i + 1);
+        return (
+            elements,
+            (after < document.len()).then(|| &document[after..]),
+        );
+    }
+    loop {
+        let mut values =
+            serde_json::Deserializer::from_slice(&document[i..]).into_iter::<IgnoredAny>();
+        if !matches!(values.next(), Some(Ok(_))) {
+            break;
+        }
+        let end = i + values.byte_offset();
+        elements.push(&document[i..end]);
+        i = skip_ws(end);
+        match document.get(i) {
+            Some(b',') => i = skip_ws(i + 1),
+            Some(b']') => {
+                let after = skip_ws(i + 1);
+                if after == document.len() {
+                    return (elements, None);
+                }
+                i = after;
+                break;
+            }
+            _ => break,
+        }
+    }
+    (elements, Some(&document[i.min(document.len())..]))
 }
 
 /// Counts a `.json` file: one value, or one record per element of a
@@ -839,6 +940,46 @@ mod tests {
         assert_eq!((stats.record_count, stats.failed_count), (2, 1));
         let doc = count_json_document(&b"[\"\xc3\"]"[..]).unwrap();
         assert_eq!(doc.failed_count, 1);
+    }
+
+    #[test]
+    fn json_arrays_split_where_they_count() {
+        let split = |text: &str| {
+            let (elements, rest) = split_json_array(text.as_bytes());
+            let elements: Vec<String> = elements
+                .iter()
+                .map(|e| String::from_utf8_lossy(e).into_owned())
+                .collect();
+            (
+                elements,
+                rest.map(|r| String::from_utf8_lossy(r).into_owned()),
+            )
+        };
+        assert_eq!(split("[]"), (vec![], None));
+        assert_eq!(
+            split("[ {\"a\":[1,2]} , \"x,]\" ,3 ]\n"),
+            (
+                vec!["{\"a\":[1,2]}".into(), "\"x,]\"".into(), "3".into()],
+                None
+            )
+        );
+        assert_eq!(
+            split("[{\"a\":1},{\"a\":"),
+            (vec!["{\"a\":1}".into()], Some("{\"a\":".into()))
+        );
+        assert_eq!(
+            split("[1,2] x"),
+            (vec!["1".into(), "2".into()], Some("x".into()))
+        );
+        for text in ["[]", "[1,[2]]", "[{\"a\":1},{\"a\":", "[1,2] x", "[1 2]"] {
+            let (elements, rest) = split_json_array(text.as_bytes());
+            let counted = count_json_document(text.as_bytes()).unwrap();
+            assert_eq!(
+                elements.len() as u64 + u64::from(rest.is_some()),
+                counted.record_count,
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -55,6 +55,7 @@ fn utf8_width(lead: u8) -> usize {
 enum Field {
     Timestamp,
     Ts,
+    Id,
     Other,
 }
 
@@ -76,11 +77,16 @@ impl RecordScanner {
     /// whitespace allowed) in UTF-8; otherwise its top-level timestamp, if
     /// any.
     pub fn scan(&mut self, text: &[u8]) -> Option<Option<Micros>> {
+        self.facts(text).map(|facts| facts.timestamp())
+    }
+
+    /// Like [`scan`](Self::scan), with the top-level `id` as well.
+    pub fn facts(&mut self, text: &[u8]) -> Option<RecordFacts> {
         self.stack.clear();
         let b = text;
         let mut i = 0;
         let mut field = Field::Other;
-        let (mut from_timestamp, mut from_ts) = (None, None);
+        let mut facts = RecordFacts::default();
         let mut state = State::Value;
         loop {
             match state {
@@ -110,13 +116,7 @@ impl RecordScanner {
                         b'"' => {
                             let (end, escaped) = scan_string(b, i)?;
                             if top_level_member && field != Field::Other {
-                                let ts = if escaped {
-                                    string_content(&b[i..end], true)
-                                        .and_then(|s| timestamp::parse_rfc3339(&s))
-                                } else {
-                                    timestamp::parse_rfc3339_bytes(&b[i + 1..end - 1])
-                                };
-                                store(field, ts, &mut from_timestamp, &mut from_ts);
+                                facts.note_string(field, i..end, escaped, b);
                             }
                             i = end;
                             state = State::AfterValue;
@@ -124,11 +124,7 @@ impl RecordScanner {
                         b'-' | b'0'..=b'9' => {
                             let end = scan_number(b, i)?;
                             if top_level_member && field != Field::Other {
-                                let ts = std::str::from_utf8(&b[i..end])
-                                    .ok()
-                                    .and_then(|s| s.parse::<f64>().ok())
-                                    .and_then(timestamp::from_epoch);
-                                store(field, ts, &mut from_timestamp, &mut from_ts);
+                                facts.note_number(field, i..end, b);
                             }
                             i = end;
                             state = State::AfterValue;
@@ -142,7 +138,7 @@ impl RecordScanner {
                 State::AfterValue => {
                     i = skip_ws(b, i);
                     let Some(&in_object) = self.stack.last() else {
-                        return (i == b.len()).then(|| from_timestamp.or(from_ts));
+                        return (i == b.len()).then_some(facts);
                     };
                     match (*b.get(i)?, in_object) {
                         (b',', true) => state = State::Key,
@@ -175,16 +171,83 @@ impl RecordScanner {
     }
 }
 
-fn store(
-    field: Field,
-    ts: Option<Micros>,
-    from_timestamp: &mut Option<Micros>,
-    from_ts: &mut Option<Micros>,
-) {
-    match field {
-        Field::Timestamp => *from_timestamp = ts,
-        Field::Ts => *from_ts = ts,
-        Field::Other => {}
+/// What a scan learned of a record's top-level fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordFacts {
+    from_timestamp: Option<Micros>,
+    from_ts: Option<Micros>,
+    /// The byte range of the `id` value: a string token (quotes included)
+    /// or a number.
+    id: Option<(std::ops::Range<usize>, IdToken)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdToken {
+    PlainString,
+    EscapedString,
+    Number,
+}
+
+impl RecordFacts {
+    /// The top-level `timestamp`, or `ts` when `timestamp` gave none.
+    pub fn timestamp(&self) -> Option<Micros> {
+        self.from_timestamp.or(self.from_ts)
+    }
+
+    /// The top-level `id` when it is a string or a number (a number as its
+    /// JSON text), read from the scanned `text`.
+    pub fn id<'t>(&self, text: &'t [u8]) -> Option<std::borrow::Cow<'t, str>> {
+        let (range, kind) = self.id.clone()?;
+        let token = text.get(range)?;
+        match kind {
+            IdToken::EscapedString => string_content(token, true),
+            IdToken::PlainString => string_content(token, false),
+            IdToken::Number => std::str::from_utf8(token).ok().map(Into::into),
+        }
+    }
+
+    fn note_string(
+        &mut self,
+        field: Field,
+        token: std::ops::Range<usize>,
+        escaped: bool,
+        b: &[u8],
+    ) {
+        let ts = || {
+            if escaped {
+                string_content(&b[token.clone()], true).and_then(|t| timestamp::parse_rfc3339(&t))
+            } else {
+                timestamp::parse_rfc3339_bytes(&b[token.start + 1..token.end - 1])
+            }
+        };
+        match field {
+            Field::Timestamp => self.from_timestamp = ts(),
+            Field::Ts => self.from_ts = ts(),
+            Field::Id => {
+                let kind = if escaped {
+                    IdToken::EscapedString
+                } else {
+                    IdToken::PlainString
+                };
+                self.id = Some((token, kind));
+            }
+            Field::Other => {}
+        }
+    }
+
+    fn note_number(&mut self, field: Field, token: std::ops::Range<usize>, b: &[u8]) {
+        let ts = || {
+            std::str::from_utf8(&b[token.clone()])
+                .ok()
+                .and_then(|s| s.parse::<f64>().ok())
+                .and_then(timestamp::from_epoch)
+        };
+        match field {
+            Field::Timestamp => self.from_timestamp = ts(),
+            Field::Ts => self.from_ts = ts(),
+            Field::Id => self.id = Some((token, IdToken::Number)),
+            Field::Other => {}
+        }
     }
 }
 
@@ -272,6 +335,7 @@ fn field_of(token: &[u8], escaped: bool) -> Field {
     match name {
         b"timestamp" => Field::Timestamp,
         b"ts" => Field::Ts,
+        b"id" => Field::Id,
         _ => Field::Other,
     }
 }
@@ -428,6 +492,19 @@ mod tests {
             }
         }
         assert_eq!(stop_mask(u64::from_le_bytes(*b" ~!#[]{}")), 0);
+    }
+
+    #[test]
+    fn extracts_top_level_ids() {
+        let id = |text: &str| {
+            let facts = RecordScanner::default().facts(text.as_bytes()).unwrap();
+            facts.id(text.as_bytes()).map(|s| s.into_owned())
+        };
+        assert_eq!(id(r#"{"id":"r-1"}"#).as_deref(), Some("r-1"));
+        assert_eq!(id(r#"{"id":"a\"b"}"#).as_deref(), Some("a\"b"));
+        assert_eq!(id(r#"{"id":-12.5e3}"#).as_deref(), Some("-12.5e3"));
+        assert_eq!(id(r#"{"id":true}"#), None);
+        assert_eq!(id(r#"{"x":{"id":"inner"}}"#), None);
     }
 
     #[test]

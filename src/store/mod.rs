@@ -8,6 +8,7 @@
 //! compact-jsonl store) plugs in by registering one more store in
 //! [`Stores`], without touching classification or `list`/`open`.
 
+pub mod compact;
 pub mod storyline;
 
 use std::io;
@@ -18,6 +19,7 @@ use crate::catalog::manifest::{self, Manifest, ManifestKind};
 use crate::error::Result;
 use crate::records::{RecordFormat, RecordStats};
 
+pub use compact::CompactJsonlStore;
 pub use storyline::StorylineStore;
 
 /// What a physical scan of a leaf found, bound to the revision it read.
@@ -110,12 +112,14 @@ pub struct Stores {
 }
 
 impl Default for Stores {
-    /// The stores this build can open: storyline. The compact-jsonl store
-    /// registers itself after it (classification checks `CURRENT` before
-    /// Lance).
+    /// The stores this build can open, in classification order: storyline
+    /// (a `CURRENT` file) before compact-jsonl (a Lance dataset).
     fn default() -> Self {
         Stores {
-            stores: vec![Arc::new(StorylineStore)],
+            stores: vec![
+                Arc::new(StorylineStore),
+                Arc::new(CompactJsonlStore::default()),
+            ],
         }
     }
 }

@@ -83,7 +83,7 @@ fn compact_marker_makes_a_leaf_only_with_its_store() {
     assert_eq!(
         kind(&w, "c"),
         NodeKind::Directory,
-        "without the Lance store, _versions/ is a plain directory"
+        "a _versions/ directory that Lance cannot open is a plain directory"
     );
     let store = Arc::new(FakeCompactStore::default());
     let catalog = w.catalog_with_compact(&store);

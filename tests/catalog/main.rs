@@ -2,7 +2,9 @@
 //! warehouses, and of the CLI that exposes it. No FUSE here.
 
 mod classification;
+mod compact;
 mod docs;
+mod lance_surface_guards;
 mod malformed;
 mod open;
 mod rfc;

@@ -12,7 +12,7 @@ use pchronicle::catalog::manifest::Manifest;
 use pchronicle::catalog::{Catalog, CatalogOptions};
 use pchronicle::error::{Error, ErrorCode, Result};
 use pchronicle::records::{RecordFormat, RecordStats};
-use pchronicle::store::{LeafScan, LeafStore, RecordCounter, Stores};
+use pchronicle::store::{LeafScan, LeafStore, RecordCounter, Stores, StorylineStore};
 
 /// `n` JSON Lines records with epoch-second timestamps from `first_ts`.
 pub fn jsonl(n: usize, first_ts: i64) -> String {
@@ -122,7 +122,9 @@ impl Warehouse {
 
     /// A catalog whose stores include the stand-in compact-jsonl store.
     pub fn catalog_with_compact(&self, store: &Arc<FakeCompactStore>) -> Catalog {
-        let stores = Stores::default().with(Arc::clone(store) as Arc<dyn LeafStore>);
+        let stores = Stores::empty()
+            .with(Arc::new(StorylineStore))
+            .with(Arc::clone(store) as Arc<dyn LeafStore>);
         Catalog::with_stores(self.path(), CatalogOptions::default(), stores).unwrap()
     }
 

@@ -1,0 +1,178 @@
+//! Guards: one test per Lance behaviour pchronicle relies on. A guard that
+//! fails after a Lance version bump means the design must be reviewed
+//! (docs/lance.md says what each fence protects); it is not a test to relax.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{BooleanArray, RecordBatch, RecordBatchIterator, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema};
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance::dataset::{WriteMode, WriteParams};
+use pchronicle::store::compact::versions::{VERSIONS_DIR, latest_version, version_of};
+use pchronicle::store::compact::{DATA_STORAGE_VERSION, FORMAT, FORMAT_METADATA_KEY};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn marked_schema() -> Arc<Schema> {
+    let fields = vec![
+        Field::new("n", DataType::UInt64, false),
+        Field::new("failed", DataType::Boolean, false),
+    ];
+    let metadata = [(FORMAT_METADATA_KEY.to_string(), FORMAT.to_string())].into();
+    Arc::new(Schema::new_with_metadata(fields, metadata))
+}
+
+fn batch(schema: &Arc<Schema>, rows: std::ops::Range<u64>) -> RecordBatch {
+    let n: UInt64Array = rows.clone().collect();
+    let failed: BooleanArray = rows.map(|i| Some(i % 3 == 0)).collect();
+    RecordBatch::try_new(Arc::clone(schema), vec![Arc::new(n), Arc::new(failed)]).unwrap()
+}
+
+fn write(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    rows: std::ops::Range<u64>,
+    mode: WriteMode,
+    v2_names: bool,
+) -> Dataset {
+    let schema = marked_schema();
+    let reader = RecordBatchIterator::new(vec![Ok(batch(&schema, rows))], schema);
+    let params = WriteParams {
+        mode,
+        data_storage_version: Some(DATA_STORAGE_VERSION),
+        enable_v2_manifest_paths: v2_names,
+        ..WriteParams::default()
+    };
+    rt.block_on(Dataset::write(reader, dir.to_str().unwrap(), Some(params)))
+        .unwrap()
+}
+
+fn open(rt: &tokio::runtime::Runtime, dir: &Path) -> Dataset {
+    rt.block_on(Dataset::open(dir.to_str().unwrap())).unwrap()
+}
+
+#[test]
+fn schema_metadata_survives_append_and_overwrite() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    write(&rt, &path, 0..10, WriteMode::Create, true);
+    for mode in [WriteMode::Append, WriteMode::Overwrite, WriteMode::Append] {
+        write(&rt, &path, 0..5, mode, true);
+        let dataset = open(&rt, &path);
+        let marker = dataset.schema().metadata.get(FORMAT_METADATA_KEY);
+        assert_eq!(marker.map(String::as_str), Some(FORMAT), "after {mode:?}");
+    }
+}
+
+#[test]
+fn one_commit_makes_exactly_one_new_version() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    let mut expected = 1;
+    for mode in [
+        WriteMode::Create,
+        WriteMode::Append,
+        WriteMode::Overwrite,
+        WriteMode::Append,
+    ] {
+        let dataset = write(&rt, &path, 0..4, mode, true);
+        assert_eq!(dataset.version().version, expected, "{mode:?}");
+        let manifests = std::fs::read_dir(path.join(VERSIONS_DIR))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_str()
+                    .and_then(version_of)
+                    .is_some()
+            })
+            .count();
+        assert_eq!(
+            manifests as u64, expected,
+            "one manifest per version after {mode:?}"
+        );
+        expected += 1;
+    }
+}
+
+#[test]
+fn versions_dir_names_give_the_latest_version_in_both_schemes() {
+    let rt = runtime();
+    for v2_names in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        for (i, mode) in [WriteMode::Create, WriteMode::Append, WriteMode::Append]
+            .into_iter()
+            .enumerate()
+        {
+            let dataset = write(&rt, &path, 0..3, mode, v2_names);
+            assert_eq!(
+                latest_version(&path).unwrap(),
+                dataset.version().version,
+                "v2 names: {v2_names}"
+            );
+            assert_eq!(dataset.version().version, i as u64 + 1);
+        }
+        let names: Vec<String> = std::fs::read_dir(path.join(VERSIONS_DIR))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".manifest"))
+            .collect();
+        let twenty_digit = names.iter().all(|n| n.len() == 20 + ".manifest".len());
+        assert_eq!(twenty_digit, v2_names, "naming scheme of {names:?}");
+    }
+}
+
+#[test]
+fn row_count_from_metadata_equals_a_full_scan() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    write(&rt, &path, 0..1000, WriteMode::Create, true);
+    write(&rt, &path, 0..234, WriteMode::Append, true);
+    let dataset = open(&rt, &path);
+    let counted = rt.block_on(dataset.count_rows(None)).unwrap();
+    let scanned: usize = rt.block_on(async {
+        let batches: Vec<RecordBatch> = dataset
+            .scan()
+            .try_into_stream()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        batches.iter().map(RecordBatch::num_rows).sum()
+    });
+    assert_eq!(counted, 1234);
+    assert_eq!(counted, scanned);
+}
+
+#[test]
+fn the_selected_data_storage_version_is_what_gets_written() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    write(&rt, &path, 0..10, WriteMode::Create, true);
+    write(&rt, &path, 0..10, WriteMode::Append, true);
+    let dataset = open(&rt, &path);
+    assert_eq!(
+        dataset.manifest().data_storage_format.version,
+        DATA_STORAGE_VERSION.resolve()
+    );
+    assert_ne!(
+        DATA_STORAGE_VERSION,
+        lance_file::version::LanceFileVersion::default(),
+        "pchronicle pins its storage version explicitly rather than following the library default"
+    );
+}
