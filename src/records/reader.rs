@@ -435,12 +435,7 @@ impl Read for RangeReader<'_> {
 /// Validates one record read from `reader` to its end with a streaming
 /// parser. `None` when the stream is blank.
 pub fn probe_stream<R: Read>(reader: R) -> io::Result<Option<ProbedSegment>> {
-    let mut input = WhitespaceTracker {
-        inner: reader,
-        saw_content: false,
-        utf8: Utf8Validator::default(),
-        io_error: None,
-    };
+    let mut input = WhitespaceTracker::new(reader);
     let parsed = {
         let mut de = serde_json::Deserializer::from_reader(BufReader::new(&mut input));
         Probe::deserialize(&mut de).and_then(|probe| de.end().map(|()| probe))
@@ -507,12 +502,7 @@ pub fn split_json_array(document: &[u8]) -> (Vec<&[u8]>, Option<&[u8]>) {
 /// elements read before the error and counts one failed record for the rest.
 pub fn count_json_document<R: Read>(reader: R) -> io::Result<RecordStats> {
     let mut stats = RecordStats::default();
-    let mut input = WhitespaceTracker {
-        inner: reader,
-        saw_content: false,
-        utf8: Utf8Validator::default(),
-        io_error: None,
-    };
+    let mut input = WhitespaceTracker::new(reader);
     let parsed = {
         let mut de =
             serde_json::Deserializer::from_reader(BufReader::with_capacity(READ_CHUNK, &mut input));
@@ -537,6 +527,17 @@ struct WhitespaceTracker<R> {
     saw_content: bool,
     utf8: Utf8Validator,
     io_error: Option<io::Error>,
+}
+
+impl<R> WhitespaceTracker<R> {
+    fn new(inner: R) -> Self {
+        WhitespaceTracker {
+            inner,
+            saw_content: false,
+            utf8: Utf8Validator::default(),
+            io_error: None,
+        }
+    }
 }
 
 impl<R: Read> Read for WhitespaceTracker<R> {

@@ -17,7 +17,7 @@ use pchronicle::error::ErrorCode;
 use pchronicle::store::compact::{self, CompactJsonlStore, ImportMode};
 use pchronicle::store::{LeafStore, Stores, StorylineStore};
 
-use crate::support::{Warehouse, jsonl, pchronicle, stdout};
+use crate::support::{Warehouse, jsonl, lance_runtime, pchronicle, stdout};
 
 /// A catalog whose compact-jsonl store is `store`, so tests can count its
 /// dataset opens.
@@ -46,11 +46,7 @@ fn mixed_records() -> String {
 }
 
 fn read_rows(dir: &Path) -> Vec<RecordBatch> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = lance_runtime();
     rt.block_on(async {
         let dataset = Dataset::open(dir.to_str().unwrap()).await.unwrap();
         dataset
@@ -411,11 +407,7 @@ fn foreign_dataset(dir: &Path, rows: u64, with_marker: bool) {
     ];
     let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = lance_runtime();
     let params = WriteParams {
         mode: WriteMode::Create,
         ..WriteParams::default()
@@ -456,11 +448,7 @@ fn an_imported_dataset_reads_back_in_plain_lance() {
     CompactJsonlStore::default()
         .import_path(&w.abs("a.jsonl"), &w.abs("leaf"), ImportMode::Create)
         .unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = lance_runtime();
     let dataset = rt
         .block_on(Dataset::open(w.abs("leaf").to_str().unwrap()))
         .unwrap();

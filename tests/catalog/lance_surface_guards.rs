@@ -13,13 +13,7 @@ use lance::dataset::{WriteMode, WriteParams};
 use pchronicle::store::compact::versions::{VERSIONS_DIR, latest_version, version_of};
 use pchronicle::store::compact::{DATA_STORAGE_VERSION, FORMAT, FORMAT_METADATA_KEY};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use crate::support::lance_runtime;
 
 fn marked_schema() -> Arc<Schema> {
     let fields = vec![
@@ -61,7 +55,7 @@ fn open(rt: &tokio::runtime::Runtime, dir: &Path) -> Dataset {
 
 #[test]
 fn schema_metadata_survives_append_and_overwrite() {
-    let rt = runtime();
+    let rt = lance_runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d");
     write(&rt, &path, 0..10, WriteMode::Create, true);
@@ -75,7 +69,7 @@ fn schema_metadata_survives_append_and_overwrite() {
 
 #[test]
 fn one_commit_makes_exactly_one_new_version() {
-    let rt = runtime();
+    let rt = lance_runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d");
     let mut expected = 1;
@@ -108,7 +102,7 @@ fn one_commit_makes_exactly_one_new_version() {
 
 #[test]
 fn versions_dir_names_give_the_latest_version_in_both_schemes() {
-    let rt = runtime();
+    let rt = lance_runtime();
     for v2_names in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d");
@@ -136,7 +130,7 @@ fn versions_dir_names_give_the_latest_version_in_both_schemes() {
 
 #[test]
 fn row_count_from_metadata_equals_a_full_scan() {
-    let rt = runtime();
+    let rt = lance_runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d");
     write(&rt, &path, 0..1000, WriteMode::Create, true);
@@ -160,7 +154,7 @@ fn row_count_from_metadata_equals_a_full_scan() {
 
 #[test]
 fn the_selected_data_storage_version_is_what_gets_written() {
-    let rt = runtime();
+    let rt = lance_runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d");
     write(&rt, &path, 0..10, WriteMode::Create, true);

@@ -231,6 +231,15 @@ pub fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
+/// A runtime for driving Lance directly in a test.
+pub fn lance_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// Sleeps past the refresh cache's racy window so identities settle.
 pub fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(1_100));
