@@ -72,13 +72,13 @@ fn one_commit_makes_exactly_one_new_version() {
     let rt = lance_runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d");
-    let mut expected = 1;
-    for mode in [
+    let modes = [
         WriteMode::Create,
         WriteMode::Append,
         WriteMode::Overwrite,
         WriteMode::Append,
-    ] {
+    ];
+    for (expected, mode) in (1u64..).zip(modes) {
         let dataset = write(&rt, &path, 0..4, mode, true);
         assert_eq!(dataset.version().version, expected, "{mode:?}");
         let manifests = std::fs::read_dir(path.join(VERSIONS_DIR))
@@ -96,7 +96,6 @@ fn one_commit_makes_exactly_one_new_version() {
             manifests as u64, expected,
             "one manifest per version after {mode:?}"
         );
-        expected += 1;
     }
 }
 
