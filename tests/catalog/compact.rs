@@ -8,7 +8,6 @@ use arrow::array::{
     Array, BooleanArray, LargeStringArray, RecordBatch, RecordBatchIterator, StringArray,
     UInt64Array,
 };
-use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::{WriteMode, WriteParams};
 use pchronicle::catalog::manifest;
@@ -17,7 +16,7 @@ use pchronicle::error::ErrorCode;
 use pchronicle::store::compact::{self, CompactJsonlStore, ImportMode};
 use pchronicle::store::{LeafStore, Stores, StorylineStore};
 
-use crate::support::{Warehouse, jsonl, lance_runtime, pchronicle, stdout};
+use crate::support::{Warehouse, jsonl, lance_runtime, pchronicle, scan_all, stdout};
 
 /// A catalog whose compact-jsonl store is `store`, so tests can count its
 /// dataset opens.
@@ -47,17 +46,8 @@ fn mixed_records() -> String {
 
 fn read_rows(dir: &Path) -> Vec<RecordBatch> {
     let rt = lance_runtime();
-    rt.block_on(async {
-        let dataset = Dataset::open(dir.to_str().unwrap()).await.unwrap();
-        dataset
-            .scan()
-            .try_into_stream()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap()
-    })
+    let dataset = rt.block_on(Dataset::open(dir.to_str().unwrap())).unwrap();
+    scan_all(&rt, &dataset)
 }
 
 fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> &'a T {

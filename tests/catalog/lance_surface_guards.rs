@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use arrow::array::{BooleanArray, RecordBatch, RecordBatchIterator, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
-use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::{WriteMode, WriteParams};
 use pchronicle::store::compact::versions::{VERSIONS_DIR, latest_version, version_of};
 use pchronicle::store::compact::{DATA_STORAGE_VERSION, FORMAT, FORMAT_METADATA_KEY};
 
-use crate::support::lance_runtime;
+use crate::support::{lance_runtime, scan_all};
 
 fn marked_schema() -> Arc<Schema> {
     let fields = vec![
@@ -136,17 +135,10 @@ fn row_count_from_metadata_equals_a_full_scan() {
     write(&rt, &path, 0..234, WriteMode::Append, true);
     let dataset = open(&rt, &path);
     let counted = rt.block_on(dataset.count_rows(None)).unwrap();
-    let scanned: usize = rt.block_on(async {
-        let batches: Vec<RecordBatch> = dataset
-            .scan()
-            .try_into_stream()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
-        batches.iter().map(RecordBatch::num_rows).sum()
-    });
+    let scanned: usize = scan_all(&rt, &dataset)
+        .iter()
+        .map(RecordBatch::num_rows)
+        .sum();
     assert_eq!(counted, 1234);
     assert_eq!(counted, scanned);
 }

@@ -240,6 +240,22 @@ pub fn lance_runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
+/// Every row of a Lance dataset, by a full scan.
+pub fn scan_all(
+    rt: &tokio::runtime::Runtime,
+    dataset: &lance::Dataset,
+) -> Vec<arrow::array::RecordBatch> {
+    use futures::TryStreamExt;
+    rt.block_on(async {
+        let stream = dataset
+            .scan()
+            .try_into_stream()
+            .await
+            .expect("a scan starts");
+        stream.try_collect().await.expect("a scan completes")
+    })
+}
+
 /// Sleeps past the refresh cache's racy window so identities settle.
 pub fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(1_100));
