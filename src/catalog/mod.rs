@@ -137,6 +137,44 @@ impl Catalog {
         })
     }
 
+    /// A catalog for one path named from outside (a command line): rooted
+    /// at the path itself, or at its parent when it is a file, together
+    /// with the path to ask it for. The named path is resolved once, so it
+    /// may be a symlink; nothing below it is followed. A path inside a leaf
+    /// is refused like `resolve` refuses one, even though the leaf lies
+    /// above the root.
+    pub fn for_path(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
+        let canonical = fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
+        let stores = Stores::default();
+        if let Some(leaf) = classify::enclosing_leaf(&canonical, &stores) {
+            return Err(Error::at(
+                ErrorCode::PathNotFound,
+                path,
+                format!(
+                    "the path is inside the dataset leaf {}, whose interior is not listed",
+                    leaf.display()
+                ),
+            ));
+        }
+        if canonical.is_dir() {
+            return Ok((
+                Catalog::with_stores(&canonical, options, stores)?,
+                PathBuf::from("."),
+            ));
+        }
+        match (canonical.parent(), canonical.file_name()) {
+            (Some(parent), Some(name)) => Ok((
+                Catalog::with_stores(parent, options, stores)?,
+                PathBuf::from(name),
+            )),
+            _ => Err(Error::at(
+                ErrorCode::PathInvalid,
+                path,
+                "not a file or directory",
+            )),
+        }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

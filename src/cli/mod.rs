@@ -12,11 +12,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::catalog::classify::enclosing_leaf;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
+use crate::store::CompactJsonlStore;
 use crate::store::compact::ImportMode;
-use crate::store::{CompactJsonlStore, Stores};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -161,7 +160,7 @@ fn execute(command: Command) -> Result<ExitCode> {
             json,
             walk,
         } => {
-            let (catalog, rel) = open_catalog(&path, walk.options())?;
+            let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
             if sources {
                 let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
                 if json {
@@ -182,7 +181,7 @@ fn execute(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { path, json, walk } => {
-            let (catalog, rel) = open_catalog(&path, walk.options())?;
+            let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
             let stats = catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?;
             if json {
                 print!("{}", stats.to_json());
@@ -234,36 +233,6 @@ fn execute(command: Command) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-/// A catalog rooted at `path` (or at its parent when it is a file), and the
-/// path to ask it for. What the user named is resolved once, so naming a
-/// symlink on the command line works; symlinks below it are still ignored.
-fn open_catalog(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
-    let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
-    // The catalog is rooted at the named path, so it cannot see a leaf
-    // above it; look, so that a leaf's interior stays closed here as well.
-    if let Some(leaf) = enclosing_leaf(&canonical, &Stores::default()) {
-        return Err(Error::at(
-            ErrorCode::PathNotFound,
-            path,
-            format!(
-                "the path is inside the dataset leaf {}, whose interior is not listed",
-                leaf.display()
-            ),
-        ));
-    }
-    if canonical.is_dir() {
-        return Ok((Catalog::new(&canonical, options)?, PathBuf::from(".")));
-    }
-    match (canonical.parent(), canonical.file_name()) {
-        (Some(parent), Some(name)) => Ok((Catalog::new(parent, options)?, PathBuf::from(name))),
-        _ => Err(Error::at(
-            ErrorCode::PathInvalid,
-            path,
-            "not a file or directory",
-        )),
     }
 }
 
