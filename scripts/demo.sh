@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds pchronicle and the demo warehouse, then shows it. Usage:
-#   bash scripts/demo.sh [WAREHOUSE_DIR]   (default: ./pchronicle-demo)
-# Mounting (`pchronicle mount`) arrives with the FUSE adapter; until then
-# this lists and counts the warehouse through the CLI.
+# Builds pchronicle and the demo warehouse, mounts it read-only, and shows
+# what to type next. Usage:
+#   bash scripts/demo.sh [WAREHOUSE_DIR] [MOUNT_DIR]
+#   (defaults: ./pchronicle-demo and ./pchronicle-mnt)
+# Run as root, or as a user who may mount FUSE filesystems (fusermount3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
@@ -10,10 +11,17 @@ source scripts/setup.sh
 cargo build --release --locked --bin pchronicle
 bin="$CARGO_TARGET_DIR/release/pchronicle"
 dir="${1:-pchronicle-demo}"
+mnt="${2:-pchronicle-mnt}"
 [ -e "$dir" ] || "$bin" demo "$dir"
+mkdir -p "$mnt"
+# A mount left from an earlier run (live or dead) is taken down first.
+"$bin" umount "$mnt" 2>/dev/null || true
+"$bin" mount "$dir" "$mnt"
 echo
-"$bin" ls "$dir"
+ls -la "$mnt"
 echo
-"$bin" ls --sources "$dir"
+cat "$mnt/.stats"
 echo
-"$bin" stats "$dir"
+echo "next:  ls $mnt/team   cat $mnt/team/codex_jsonl/.stats   getfattr -d $mnt/team/planner"
+echo "       pchronicle ls --sources $dir   ($bin)"
+echo "done:  $bin umount $mnt"

@@ -1,9 +1,12 @@
 # Sourced by the other scripts: installs the system packages the build
-# needs (as root, with apt-get, only when missing), checks for cargo, and
-# points every build at one shared target directory.
+# and the mount need (as root, with apt-get, only when missing), checks for
+# cargo, and points every build at one shared target directory. A script
+# that needs more packages lists them in `extra_packages` before sourcing.
 
-# Lance's build scripts run protoc and need the well-known protobuf includes.
-packages=(protobuf-compiler libprotobuf-dev)
+# Lance's build scripts run protoc and need the well-known protobuf
+# includes; fuse3 brings fusermount3, which mounts and unmounts for users
+# other than root.
+packages=(protobuf-compiler libprotobuf-dev fuse3 "${extra_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

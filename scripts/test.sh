@@ -13,6 +13,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 export PCHRONICLE_REQUIRE_FUSE="${PCHRONICLE_REQUIRE_FUSE:-1}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# The mount tests drive these tools against a real mount.
+extra_packages=(attr jq python3 coreutils findutils)
 source scripts/setup.sh
 
 step() { printf '\n== %s\n' "$*"; }

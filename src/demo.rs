@@ -103,6 +103,33 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
         format!("[{}]\n", session_records("s-0001", 1, 3).join(",")),
         3,
     )?;
+    // A record store: per-session sealed shards, line (`.jsonl`) and
+    // packed (`.jsonseq`), one session rotated onto a second shard, and a
+    // legacy shard named without a token.
+    for (rel, content, records) in [
+        (
+            "sessions/agent-a.3f9c21d0.jsonl",
+            lines(&session_records("agent-a", 4, 5)),
+            5,
+        ),
+        (
+            "sessions/agent-a.7b20e4c1.jsonl",
+            lines(&session_records("agent-a", 5, 4)),
+            4,
+        ),
+        (
+            "sessions/agent-b.c0ffee12.jsonseq",
+            packed(&session_records("agent-b", 5, 6)),
+            6,
+        ),
+        (
+            "sessions/agent-old.jsonl",
+            lines(&session_records("agent-old", 1, 3)),
+            3,
+        ),
+    ] {
+        loose(rel, content, records)?;
+    }
     let summary_records = summary.records;
     let record_files = summary.record_files;
     write(

@@ -110,6 +110,30 @@ error_codes! {
     DemoTargetNotEmpty => "PCHRONICLE_DEMO_TARGET_NOT_EMPTY",
         "the directory given to `pchronicle demo` exists and is not empty",
         "Name a new or empty directory, e.g. `pchronicle demo /tmp/pchronicle-demo-$$`.";
+    MountPointMissing => "PCHRONICLE_MOUNT_POINT_MISSING",
+        "the mount point does not exist or is not a directory",
+        "Create an empty directory for the mount (`mkdir -p MNT`) and mount again.";
+    MountPointNotEmpty => "PCHRONICLE_MOUNT_POINT_NOT_EMPTY",
+        "the mount point is not empty; mounting over it would hide its files",
+        "Name an empty directory (`mkdir -p /tmp/wh-mnt`), or move the files out of the way first.";
+    MountPointInUse => "PCHRONICLE_MOUNT_POINT_IN_USE",
+        "something is already mounted at the mount point and answering",
+        "Unmount it first (`pchronicle umount MNT` for a pchronicle mount, `umount MNT` otherwise), or pick another directory.";
+    MountPointInsideWarehouse => "PCHRONICLE_MOUNT_POINT_INSIDE_WAREHOUSE",
+        "the mount point lies inside the warehouse it would show, so the mount would contain itself",
+        "Mount onto a directory outside the warehouse, e.g. `pchronicle mount WAREHOUSE /tmp/wh-mnt`.";
+    MountOptionInvalid => "PCHRONICLE_MOUNT_OPTION_INVALID",
+        "a `-o` mount option is unknown or cannot be honoured (the mount is always read-only)",
+        "Use only the options `pchronicle mount --help` lists (e.g. `-o allow_other,noatime`); drop `rw`.";
+    MountFailed => "PCHRONICLE_MOUNT_FAILED",
+        "the kernel refused the FUSE mount, or the daemon stopped before the mount answered",
+        "Check that /dev/fuse exists and is usable (`ls -l /dev/fuse`; load it with `modprobe fuse`), that you are root or fusermount3 is installed (`apt-get install fuse3`), and read the daemon's log (`--log FILE`).";
+    NotMounted => "PCHRONICLE_NOT_MOUNTED",
+        "the path is not the root of a pchronicle mount",
+        "Name the directory that was given to `pchronicle mount` (see `grep pchronicle /proc/self/mounts`).";
+    UnmountFailed => "PCHRONICLE_UNMOUNT_FAILED",
+        "the kernel refused to unmount (the mount is busy, or permission was denied)",
+        "Close shells and programs using the mount (`fuser -vm MNT`), then retry; `pchronicle umount --lazy MNT` detaches it now and finishes when it is no longer used.";
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";
@@ -144,6 +168,9 @@ pub struct Error {
     pub code: ErrorCode,
     pub path: Option<PathBuf>,
     pub message: String,
+    /// The operating system's error number, when the failure was a system
+    /// call's (the FUSE adapter answers with it).
+    pub os_error: Option<i32>,
 }
 
 impl Error {
@@ -152,6 +179,7 @@ impl Error {
             code,
             path: None,
             message: message.into(),
+            os_error: None,
         }
     }
 
@@ -160,6 +188,7 @@ impl Error {
             code,
             path: Some(path.as_ref().to_path_buf()),
             message: message.into(),
+            os_error: None,
         }
     }
 
@@ -170,7 +199,9 @@ impl Error {
             std::io::ErrorKind::NotFound => ErrorCode::PathNotFound,
             _ => ErrorCode::Io,
         };
-        Error::at(code, path, err.to_string())
+        let mut error = Error::at(code, path, err.to_string());
+        error.os_error = err.raw_os_error();
+        error
     }
 
     /// `error[CODE]: path: message` — the CLI's one-line form.

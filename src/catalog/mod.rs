@@ -89,6 +89,14 @@ struct Target {
     meta: Metadata,
 }
 
+/// One path as the catalog sees it: its kind and its own stat (never a
+/// symlink's target).
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub kind: NodeKind,
+    pub meta: Metadata,
+}
+
 /// Hit counts of the three refresh caches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheHits {
@@ -201,32 +209,51 @@ impl Catalog {
 
     /// What `rel` (relative to the root) is.
     pub fn kind_of(&self, rel: &Path) -> Result<NodeKind> {
+        self.node(rel).map(|node| node.kind)
+    }
+
+    /// What `rel` is, with its own stat: one path's worth of what a
+    /// listing of its parent says about it.
+    pub fn node(&self, rel: &Path) -> Result<Node> {
         let target = self.resolve(rel)?;
-        Ok(if target.meta.is_dir() {
+        let kind = if target.meta.is_dir() {
             match self.dir_node(&target.abs, &target.meta).leaf {
                 Some(_) => NodeKind::Dataset,
                 None => NodeKind::Directory,
             }
         } else {
             NodeKind::File
+        };
+        Ok(Node {
+            kind,
+            meta: target.meta,
         })
     }
 
     /// One level of `rel`, like `ls`.
     pub fn list(&self, rel: &Path) -> Result<Listing> {
+        self.list_with_meta(rel).map(|(listing, _)| listing)
+    }
+
+    /// `list(rel)` together with each entry's own stat, in entry order,
+    /// for callers that show attributes beside names (the mount's
+    /// `readdirplus`). The stats are the ones the listing was classified
+    /// from, so names, kinds and attributes always agree.
+    pub fn list_with_meta(&self, rel: &Path) -> Result<(Listing, Vec<Metadata>)> {
         let target = self.resolve(rel)?;
         if !target.meta.is_dir() {
-            return Ok(Listing {
+            let listing = Listing {
                 kind: NodeKind::File,
                 entries: vec![file_entry(".", &target.abs, &target.meta)],
                 truncated: false,
                 warnings: Vec::new(),
-            });
+            };
+            return Ok((listing, vec![target.meta]));
         }
         let node = self.dir_node(&target.abs, &target.meta);
         let mut warnings = node_warnings(&node, "");
         if let Some(preview) = &node.leaf {
-            return Ok(Listing {
+            let listing = Listing {
                 kind: NodeKind::Dataset,
                 entries: vec![Entry::Dataset {
                     name: ".".into(),
@@ -234,11 +261,13 @@ impl Catalog {
                 }],
                 truncated: false,
                 warnings,
-            });
+            };
+            return Ok((listing, vec![target.meta]));
         }
         let scan = self.dir_scan(&target.abs, &target.meta)?;
         scan_warnings(&scan, "", self.options.max_entries, &mut warnings);
         let mut entries = Vec::with_capacity(scan.children.len());
+        let mut metas = Vec::with_capacity(scan.children.len());
         for name in &scan.children {
             let path = target.abs.join(name);
             // A child that vanished or turned into a symlink since the scan
@@ -258,14 +287,18 @@ impl Catalog {
                 });
             } else if meta.is_file() {
                 entries.push(file_entry(name, &path, &meta));
+            } else {
+                continue;
             }
+            metas.push(meta);
         }
-        Ok(Listing {
+        let listing = Listing {
             kind: NodeKind::Directory,
             entries,
             truncated: scan.truncated,
             warnings,
-        })
+        };
+        Ok((listing, metas))
     }
 
     /// The Snapshot of `rel`.

@@ -9,11 +9,13 @@ mod table;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
+use crate::fs::{FsOptions, MountConfig, Mounted};
 use crate::store::CompactJsonlStore;
 use crate::store::compact::ImportMode;
 
@@ -21,11 +23,12 @@ use crate::store::compact::ImportMode;
 #[command(
     name = "pchronicle",
     version,
-    about = "Browse a trajectory warehouse: list datasets, count records, and (soon) mount it read-only.",
+    about = "Browse a trajectory warehouse: mount it read-only, list datasets, count records.",
     long_about = "pchronicle reads a trajectory warehouse: a directory tree of dataset leaves \
 (compact-jsonl Lance tables, storyline generations), loose JSON/JSONL/NDJSON/JSONSEQ record files \
-and sealed record shards. `ls` lists one level like the shell does; `ls --sources` and `stats` \
-open a path as a virtual dataset of every leaf and record file below it.\n\n\
+and sealed record shards. `mount` shows it as a read-only filesystem with `.stats` and `.sources` \
+in every directory and dataset. `ls` lists one level like the shell does; `ls --sources` and \
+`stats` open a path as a virtual dataset of every leaf and record file below it.\n\n\
 Exit codes: 0 success, 1 failure (error[CODE] on stderr; see `pchronicle errors CODE`), 2 bad usage."
 )]
 struct Cli {
@@ -35,6 +38,60 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Mount WAREHOUSE read-only at MOUNTPOINT. Every directory lists like
+    /// `pchronicle ls`, every dataset leaf shows only `.stats` and
+    /// `.sources`, record files and other files read as they are. Goes to
+    /// the background once the mount answers; `pchronicle umount` ends it.
+    #[command(after_help = "Examples:\n  \
+pchronicle mount ./warehouse /tmp/wh && ls -la /tmp/wh && cat /tmp/wh/.stats\n  \
+pchronicle umount /tmp/wh\n\n\
+SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
+`pchronicle umount MOUNTPOINT` clears the dead mount, and mounting again onto it recovers it.")]
+    Mount {
+        /// The warehouse directory to show.
+        warehouse: PathBuf,
+        /// An empty directory outside the warehouse.
+        mountpoint: PathBuf,
+        /// Serve in this process until unmounted or interrupted (for
+        /// tests and service managers).
+        #[arg(long)]
+        foreground: bool,
+        /// Let other users read the mount (needs `user_allow_other` in
+        /// /etc/fuse.conf unless run as root). Permissions are still those
+        /// of the underlying files.
+        #[arg(long)]
+        allow_other: bool,
+        /// How long the kernel caches names and attributes, in
+        /// milliseconds; changes underneath show up within this time.
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        attr_ttl: u64,
+        /// Mount options, comma-separated, fuse style: ro, allow_other,
+        /// allow_root, default_permissions, nodev, nosuid, noexec, exec,
+        /// noatime, atime. The mount is always read-only.
+        #[arg(short = 'o', value_name = "OPTIONS")]
+        options: Vec<String>,
+        /// Threads serving requests, so one slow `.stats` does not hold up
+        /// listings elsewhere.
+        #[arg(long, value_name = "N", default_value_t = 4)]
+        threads: usize,
+        /// Append the background daemon's log (RUST_LOG levels) to FILE.
+        #[arg(long, value_name = "FILE")]
+        log: Option<PathBuf>,
+        /// Internal: set on the re-executed background daemon.
+        #[arg(long, hide = true)]
+        daemon_child: bool,
+        #[command(flatten)]
+        walk: WalkArgs,
+    },
+    /// Unmount a pchronicle mount, also one whose daemon died.
+    Umount {
+        /// The directory given to `pchronicle mount`.
+        mountpoint: PathBuf,
+        /// Detach now even if the mount is busy; the kernel finishes when
+        /// the last user leaves.
+        #[arg(long)]
+        lazy: bool,
+    },
     /// List one level of PATH, like `ls`: directories, datasets (with a count
     /// preview) and files. A dataset leaf lists as itself alone.
     Ls {
@@ -154,6 +211,60 @@ pub fn run() -> ExitCode {
 
 fn execute(command: Command) -> Result<ExitCode> {
     match command {
+        Command::Mount {
+            warehouse,
+            mountpoint,
+            foreground,
+            allow_other,
+            attr_ttl,
+            options,
+            threads,
+            log,
+            daemon_child,
+            walk,
+        } => {
+            let config = MountConfig {
+                warehouse,
+                mount_point: mountpoint,
+                catalog: walk.options(),
+                fs: FsOptions {
+                    attr_ttl: Duration::from_millis(attr_ttl),
+                },
+                foreground,
+                allow_other,
+                options,
+                threads,
+                log,
+                daemon_child,
+            };
+            let announce = |m: &Mounted| {
+                eprintln!(
+                    "serving {} at {} (pid {}); Ctrl-C or `pchronicle umount {}` to stop",
+                    m.warehouse.display(),
+                    m.mount_point.display(),
+                    m.pid,
+                    m.mount_point.display()
+                );
+            };
+            let mounted = crate::fs::mount(&config, &announce)?;
+            if !foreground {
+                println!(
+                    "mounted {} at {} (daemon pid {})",
+                    mounted.warehouse.display(),
+                    mounted.mount_point.display(),
+                    mounted.pid
+                );
+                println!(
+                    "try: ls -la {0}  |  cat {0}/.stats  |  pchronicle umount {0}",
+                    mounted.mount_point.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Umount { mountpoint, lazy } => {
+            crate::fs::unmount(&mountpoint, lazy)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Ls {
             path,
             sources,

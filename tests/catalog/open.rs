@@ -342,3 +342,61 @@ fn leaf_preview_cache_sees_an_in_place_manifest_edit() {
     drop(f);
     assert_eq!(catalog.stats(Path::new(".")).unwrap().record_count, 2);
 }
+
+#[test]
+fn list_with_meta_pairs_each_entry_with_its_own_stat() {
+    use std::os::unix::fs::MetadataExt;
+    let wh = Warehouse::new();
+    wh.file("a.jsonl", jsonl(2, 0))
+        .file("notes.txt", "x")
+        .dir("plain")
+        .storyline("leaf", 3)
+        .symlink("a.jsonl", "link.jsonl");
+    let catalog = wh.catalog();
+    let (listing, metas) = catalog.list_with_meta(Path::new("")).unwrap();
+    assert_eq!(listing, catalog.list(Path::new("")).unwrap());
+    assert_eq!(listing.entries.len(), metas.len());
+    for (entry, meta) in listing.entries.iter().zip(&metas) {
+        let under = std::fs::symlink_metadata(wh.abs(entry.name())).unwrap();
+        assert_eq!(meta.ino(), under.ino(), "{}", entry.name());
+        assert_eq!(meta.is_dir(), entry.kind() != NodeKind::File);
+    }
+    let (leaf, leaf_metas) = catalog.list_with_meta(Path::new("leaf")).unwrap();
+    assert_eq!(leaf.kind, NodeKind::Dataset);
+    assert_eq!(
+        leaf_metas[0].ino(),
+        std::fs::metadata(wh.abs("leaf")).unwrap().ino()
+    );
+}
+
+#[test]
+fn node_reports_kind_and_refuses_what_list_hides() {
+    let wh = Warehouse::new();
+    wh.file("a.jsonl", jsonl(2, 0))
+        .storyline("leaf", 3)
+        .file(".pchronicle/state", "x")
+        .symlink("a.jsonl", "link.jsonl");
+    let catalog = wh.catalog();
+    assert_eq!(
+        catalog.node(Path::new("")).unwrap().kind,
+        NodeKind::Directory
+    );
+    assert_eq!(
+        catalog.node(Path::new("leaf")).unwrap().kind,
+        NodeKind::Dataset
+    );
+    assert_eq!(
+        catalog.node(Path::new("a.jsonl")).unwrap().kind,
+        NodeKind::File
+    );
+    for hidden in [
+        "leaf/CURRENT",
+        "leaf/generations",
+        ".pchronicle",
+        "link.jsonl",
+        "missing",
+    ] {
+        let err = catalog.node(Path::new(hidden)).unwrap_err();
+        assert_eq!(err.code, ErrorCode::PathNotFound, "{hidden}");
+    }
+}

@@ -1,0 +1,166 @@
+//! Changes made underneath show up within the attribute TTL, and `.stats`
+//! is never stale after it.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use pchronicle::catalog::{Catalog, CatalogOptions};
+
+use crate::harness::{Mounted, within};
+use crate::support::{Warehouse, jsonl};
+
+/// The TTL these tests mount with, and the slack allowed for scheduling.
+const TTL_MS: u64 = 400;
+const SLACK: Duration = Duration::from_millis(600);
+
+fn ttl() -> Duration {
+    Duration::from_millis(TTL_MS)
+}
+
+fn names(path: &Path) -> Vec<String> {
+    let mut out: Vec<String> = fs::read_dir(path)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn record_count(stats: &str) -> u64 {
+    let value: serde_json::Value = serde_json::from_str(stats).unwrap();
+    value["record_count"].as_u64().unwrap()
+}
+
+#[test]
+fn new_and_removed_directories_appear_within_the_ttl() {
+    let wh = Warehouse::new();
+    wh.file("runs/a.jsonl", jsonl(2, 0));
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", &TTL_MS.to_string()]) else {
+        return;
+    };
+    assert_eq!(names(&m.at("runs")), [".sources", ".stats", "a.jsonl"]);
+    // Warm the kernel's caches, then change things underneath.
+    let _ = fs::metadata(m.at("runs/a.jsonl"));
+    fs::create_dir(wh.abs("runs/new")).unwrap();
+    wh.file("runs/new/b.jsonl", jsonl(3, 0));
+    let took = within(ttl() + SLACK, || {
+        names(&m.at("runs")).contains(&"new".to_string())
+    });
+    assert!(took.is_some(), "a new directory appears");
+    assert!(
+        fs::read_to_string(m.at("runs/new/b.jsonl"))
+            .unwrap()
+            .lines()
+            .count()
+            == 3
+    );
+
+    fs::remove_dir_all(wh.abs("runs/new")).unwrap();
+    let took = within(ttl() + SLACK, || {
+        !names(&m.at("runs")).contains(&"new".to_string())
+            && fs::metadata(m.at("runs/new")).is_err()
+    });
+    assert!(took.is_some(), "a removed directory disappears");
+}
+
+#[test]
+fn an_appended_shard_shows_in_stats_size_and_content_within_the_ttl() {
+    let wh = Warehouse::new();
+    wh.file("sessions/s1.0a1b2c3d.jsonl", jsonl(4, 1_790_000_000));
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", &TTL_MS.to_string()]) else {
+        return;
+    };
+    let shard = m.at("sessions/s1.0a1b2c3d.jsonl");
+    assert_eq!(
+        record_count(&fs::read_to_string(m.at("sessions/.stats")).unwrap()),
+        4
+    );
+    let before = fs::read(&shard).unwrap();
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(wh.abs("sessions/s1.0a1b2c3d.jsonl"))
+        .unwrap();
+    file.write_all(jsonl(2, 1_790_000_100).as_bytes()).unwrap();
+    drop(file);
+    let took = within(ttl() + SLACK, || {
+        record_count(&fs::read_to_string(m.at("sessions/.stats")).unwrap()) == 6
+            && record_count(&fs::read_to_string(m.at(".stats")).unwrap()) == 6
+    });
+    assert!(took.is_some(), ".stats counts the appended records");
+    let took = within(ttl() + SLACK, || {
+        fs::metadata(&shard).unwrap().len()
+            == fs::metadata(wh.abs("sessions/s1.0a1b2c3d.jsonl"))
+                .unwrap()
+                .len()
+    });
+    assert!(took.is_some(), "the size follows");
+    let after = fs::read(&shard).unwrap();
+    assert!(
+        after.len() > before.len() && after.starts_with(&before),
+        "the content follows (no stale pages)"
+    );
+    assert_eq!(
+        after,
+        fs::read(wh.abs("sessions/s1.0a1b2c3d.jsonl")).unwrap()
+    );
+}
+
+#[test]
+fn a_new_leaf_version_shows_within_the_ttl_and_stats_is_never_stale() {
+    let wh = Warehouse::new();
+    wh.storyline("team/planner", 5);
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", &TTL_MS.to_string()]) else {
+        return;
+    };
+    let leaf_stats = m.at("team/planner/.stats");
+    assert_eq!(record_count(&fs::read_to_string(&leaf_stats).unwrap()), 5);
+    // Publish generation g3 with 9 records by switching CURRENT.
+    wh.file(
+        "team/planner/generations/g3/part-0.jsonl",
+        jsonl(9, 1_790_000_000),
+    );
+    wh.file("team/planner/CURRENT.tmp", "g3\n");
+    fs::rename(
+        wh.abs("team/planner/CURRENT.tmp"),
+        wh.abs("team/planner/CURRENT"),
+    )
+    .unwrap();
+    let took = within(ttl() + SLACK, || {
+        record_count(&fs::read_to_string(&leaf_stats).unwrap()) == 9
+            && crate::harness::getxattr(&m.at("team/planner"), "user.pchronicle.record_count")
+                .as_deref()
+                == Ok("9")
+    });
+    assert!(took.is_some(), "the new generation is counted");
+    // After the TTL, `.stats` equals what a fresh reader computes.
+    std::thread::sleep(ttl());
+    let fresh = Catalog::new(wh.path(), CatalogOptions::default()).unwrap();
+    for rel in ["", "team", "team/planner"] {
+        let shown =
+            fs::read_to_string(m.at(&format!("{rel}/.stats").trim_start_matches('/'))).unwrap();
+        assert_eq!(
+            shown,
+            fresh.stats(Path::new(rel)).unwrap().to_json(),
+            "{rel:?}"
+        );
+    }
+}
+
+#[test]
+fn a_directory_turning_into_a_leaf_is_shown_as_one() {
+    let wh = Warehouse::new();
+    wh.file("team/planner/generations/g1/part-0.jsonl", jsonl(3, 0));
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", &TTL_MS.to_string()]) else {
+        return;
+    };
+    assert!(names(&m.at("team/planner")).contains(&"generations".to_string()));
+    wh.file("team/planner/CURRENT", "g1\n");
+    let took = within(ttl() + SLACK, || {
+        names(&m.at("team/planner")) == [".sources", ".stats"]
+    });
+    assert!(took.is_some(), "the leaf's interior is no longer listed");
+}

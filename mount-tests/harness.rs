@@ -1,0 +1,219 @@
+//! Mounting for tests: a guard that runs `pchronicle mount --foreground`
+//! into a temporary directory, waits until the mount answers, and always
+//! takes it down again.
+
+use std::ffi::CString;
+use std::fs::OpenOptions;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use pchronicle::fs::mountpoint;
+
+pub fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_pchronicle"))
+}
+
+/// Whether mounting must work here, or may be skipped with a note.
+fn fuse_required() -> bool {
+    std::env::var("PCHRONICLE_REQUIRE_FUSE").is_ok_and(|v| v == "1")
+}
+
+/// True when FUSE can be used; false (with a note) when it cannot and is
+/// not required; a failure when it cannot and is required.
+pub fn fuse_usable() -> bool {
+    let device = Path::new("/dev/fuse");
+    match OpenOptions::new().read(true).write(true).open(device) {
+        Ok(_) => true,
+        Err(e) if fuse_required() => panic!(
+            "mounting is required (PCHRONICLE_REQUIRE_FUSE=1) but impossible: {}: {e}",
+            device.display()
+        ),
+        Err(e) => {
+            eprintln!(
+                "skipping: FUSE is not usable here ({}: {e}); set PCHRONICLE_REQUIRE_FUSE=1 to fail instead",
+                device.display()
+            );
+            false
+        }
+    }
+}
+
+/// Runs the binary with `args` and returns what it printed.
+pub fn run(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("the pchronicle binary runs")
+}
+
+/// A live foreground mount of a warehouse, unmounted on drop.
+pub struct Mounted {
+    pub mnt: PathBuf,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Mounted {
+    /// Mounts `warehouse` with `extra` options; `None` when FUSE is not
+    /// usable here and not required.
+    pub fn start(warehouse: &Path, extra: &[&str]) -> Option<Mounted> {
+        if !fuse_usable() {
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        Some(Mounted::start_at(warehouse, &mnt, extra, dir))
+    }
+
+    /// Mounts onto an existing directory `mnt`.
+    pub fn start_at(
+        warehouse: &Path,
+        mnt: &Path,
+        extra: &[&str],
+        dir: tempfile::TempDir,
+    ) -> Mounted {
+        let child = Command::new(bin())
+            .arg("mount")
+            .arg(warehouse)
+            .arg(mnt)
+            .arg("--foreground")
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the daemon starts");
+        let mut mounted = Mounted {
+            mnt: mnt.to_path_buf(),
+            child: Some(child),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !mountpoint::answers(&mounted.mnt) {
+            if let Some(status) = mounted.child.as_mut().unwrap().try_wait().unwrap() {
+                mounted.child = None;
+                panic!("the daemon exited before the mount answered: {status}");
+            }
+            assert!(Instant::now() < deadline, "the mount did not come up");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        mounted
+    }
+
+    /// `rel` inside the mount (`""` is the mount point).
+    pub fn at(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() || rel == "." {
+            self.mnt.clone()
+        } else {
+            self.mnt.join(rel)
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("the daemon runs").id() as i32
+    }
+
+    /// Sends `signal` to the daemon and waits (at most 10 s) for it to exit.
+    pub fn signal(&mut self, signal: i32) -> ExitStatus {
+        let pid = self.pid();
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(pid, signal) };
+        let mut child = self.child.take().expect("the daemon runs");
+        wait_with_timeout(&mut child, Duration::from_secs(10))
+            .expect("the daemon exits after a signal")
+    }
+
+    /// Forgets the daemon without stopping it (it was stopped otherwise).
+    pub fn disown(&mut self) -> Option<Child> {
+        self.child.take()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            if wait_with_timeout(&mut child, Duration::from_secs(5)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if mountpoint::pchronicle_mount_at(&self.mnt).is_some() {
+            let _ = mountpoint::detach(&self.mnt, true);
+        }
+    }
+}
+
+pub fn wait_with_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().ok()? {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Polls `check` until it holds, for at most `limit`; returns how long it
+/// took, or `None` if it never held.
+pub fn within(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `getxattr(2)` of `name` on `path`, as text; `Err(errno)` on failure.
+pub fn getxattr(path: &Path, name: &str) -> Result<String, i32> {
+    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let len = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if len < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    buf.truncate(len as usize);
+    Ok(String::from_utf8(buf).unwrap())
+}
+
+/// `listxattr(2)` of `path`.
+pub fn listxattr(path: &Path) -> Vec<String> {
+    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: a valid NUL-terminated path and a buffer of the given length.
+    let len = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(
+        len >= 0,
+        "listxattr {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    buf.truncate(len as usize);
+    buf.split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8(s.to_vec()).unwrap())
+        .collect()
+}
+
+/// The raw errno of an I/O result that must have failed.
+pub fn errno_of<T: std::fmt::Debug>(result: std::io::Result<T>) -> i32 {
+    result
+        .expect_err("the call should have failed")
+        .raw_os_error()
+        .expect("an OS error")
+}

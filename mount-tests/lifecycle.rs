@@ -1,0 +1,243 @@
+//! Mounting and unmounting: backgrounding, signals, dead mounts, and the
+//! coded refusals that leave nothing mounted.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use pchronicle::fs::mountpoint::{self, MountState};
+
+use crate::harness::{Mounted, errno_of, fuse_usable, run, wait_with_timeout};
+use crate::support::{Warehouse, jsonl};
+
+fn small_warehouse() -> Warehouse {
+    let wh = Warehouse::new();
+    wh.file("runs/a.jsonl", jsonl(3, 1_790_000_000));
+    wh.storyline("team/planner", 5);
+    wh
+}
+
+fn is_empty_dir(path: &Path) -> bool {
+    fs::read_dir(path)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(false)
+}
+
+fn os<'a>(items: &'a [&'a dyn AsRef<OsStr>]) -> Vec<&'a OsStr> {
+    items.iter().map(|i| AsRef::<OsStr>::as_ref(*i)).collect()
+}
+
+#[test]
+fn background_mount_answers_when_the_command_returns_and_umount_empties_it() {
+    if !fuse_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let out = run(&os(&[&"mount", &wh.path(), &mnt]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("pchronicle umount"),
+        "tells what to type next: {said}"
+    );
+    // No waiting: the mount answers as soon as the command has returned.
+    let stats = fs::read_to_string(mnt.join(".stats")).unwrap();
+    assert!(stats.contains("\"record_count\": 8"), "{stats}");
+    let out = run(&os(&[&"umount", &mnt]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mountpoint::state(&mnt), MountState::NotMounted);
+    assert!(is_empty_dir(&mnt), "the mount point is empty again");
+    // Unmounting again is a coded refusal.
+    let out = run(&os(&[&"umount", &mnt]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_NOT_MOUNTED"));
+}
+
+#[test]
+fn sigint_and_sigterm_unmount_cleanly_and_exit_zero() {
+    let wh = small_warehouse();
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let Some(mut m) = Mounted::start(wh.path(), &[]) else {
+            return;
+        };
+        assert!(m.at(".stats").is_file());
+        let status = m.signal(signal);
+        assert!(status.success(), "signal {signal}: {status}");
+        assert_eq!(
+            mountpoint::state(&m.mnt),
+            MountState::NotMounted,
+            "signal {signal}"
+        );
+        assert!(is_empty_dir(&m.mnt));
+    }
+}
+
+#[test]
+fn a_busy_mount_still_stops_on_sigterm() {
+    let wh = small_warehouse();
+    let Some(mut m) = Mounted::start(wh.path(), &[]) else {
+        return;
+    };
+    // A process sitting in the mount keeps it busy.
+    let mut sitter = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(m.at("runs"))
+        .spawn()
+        .unwrap();
+    let status = m.signal(libc::SIGTERM);
+    assert!(status.success(), "{status}");
+    assert_eq!(mountpoint::state(&m.mnt), MountState::NotMounted);
+    let _ = sitter.kill();
+    let _ = sitter.wait();
+}
+
+#[test]
+fn after_sigkill_umount_clears_the_dead_mount() {
+    let wh = small_warehouse();
+    let Some(mut m) = Mounted::start(wh.path(), &[]) else {
+        return;
+    };
+    let status = m.signal(libc::SIGKILL);
+    assert!(!status.success());
+    assert_eq!(mountpoint::state(&m.mnt), MountState::Dead);
+    assert_eq!(errno_of(fs::metadata(&m.mnt)), libc::ENOTCONN);
+    let out = run(&os(&[&"umount", &m.mnt]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mountpoint::state(&m.mnt), MountState::NotMounted);
+    assert!(is_empty_dir(&m.mnt));
+}
+
+#[test]
+fn mounting_onto_a_dead_mount_recovers_it() {
+    let wh = small_warehouse();
+    let Some(mut m) = Mounted::start(wh.path(), &[]) else {
+        return;
+    };
+    m.signal(libc::SIGKILL);
+    assert_eq!(mountpoint::state(&m.mnt), MountState::Dead);
+    let dir = tempfile::tempdir().unwrap();
+    let again = Mounted::start_at(wh.path(), &m.mnt, &[], dir);
+    assert!(
+        fs::read_to_string(again.at(".stats"))
+            .unwrap()
+            .contains("\"record_count\": 8")
+    );
+    drop(again);
+    assert_eq!(mountpoint::state(&m.mnt), MountState::NotMounted);
+}
+
+/// Runs `pchronicle mount` expecting a coded refusal; checks nothing is
+/// left mounted at `mnt`.
+fn refused(args: &[&dyn AsRef<OsStr>], mnt: &Path, code: &str) {
+    let out = run(&os(args));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("error[{code}]")),
+        "expected {code}: {stderr}"
+    );
+    assert!(stderr.contains("fix:"), "{stderr}");
+    assert_ne!(
+        mountpoint::state(mnt),
+        MountState::Live,
+        "nothing is mounted after {code}"
+    );
+}
+
+#[test]
+fn bad_warehouses_and_mount_points_are_refused_with_codes() {
+    if !fuse_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let missing = dir.path().join("missing");
+    let file = wh.abs("runs/a.jsonl");
+    refused(
+        &[&"mount", &missing, &mnt],
+        &mnt,
+        "PCHRONICLE_PATH_NOT_FOUND",
+    );
+    refused(&[&"mount", &file, &mnt], &mnt, "PCHRONICLE_PATH_INVALID");
+    refused(
+        &[&"mount", &wh.path(), &missing],
+        &missing,
+        "PCHRONICLE_MOUNT_POINT_MISSING",
+    );
+    refused(
+        &[&"mount", &wh.path(), &file],
+        &file,
+        "PCHRONICLE_MOUNT_POINT_MISSING",
+    );
+    let inside = wh.abs("mnt-inside");
+    fs::create_dir(&inside).unwrap();
+    refused(
+        &[&"mount", &wh.path(), &inside],
+        &inside,
+        "PCHRONICLE_MOUNT_POINT_INSIDE_WAREHOUSE",
+    );
+    fs::remove_dir(&inside).unwrap();
+    let full = dir.path().join("full");
+    fs::create_dir(&full).unwrap();
+    fs::write(full.join("keep.txt"), "mine").unwrap();
+    refused(
+        &[&"mount", &wh.path(), &full],
+        &full,
+        "PCHRONICLE_MOUNT_POINT_NOT_EMPTY",
+    );
+    assert_eq!(fs::read_to_string(full.join("keep.txt")).unwrap(), "mine");
+    refused(
+        &[&"mount", &wh.path(), &mnt, &"-o", &"rw"],
+        &mnt,
+        "PCHRONICLE_MOUNT_OPTION_INVALID",
+    );
+    refused(
+        &[&"mount", &wh.path(), &mnt, &"-o", &"ro,bogus"],
+        &mnt,
+        "PCHRONICLE_MOUNT_OPTION_INVALID",
+    );
+    refused(&[&"umount", &mnt], &mnt, "PCHRONICLE_NOT_MOUNTED");
+    assert!(is_empty_dir(&mnt));
+
+    // A live mount is not mounted over.
+    let m = Mounted::start_at(wh.path(), &mnt, &[], tempfile::tempdir().unwrap());
+    let out = run(&os(&[&"mount", &wh.path(), &m.mnt]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_MOUNT_POINT_IN_USE"));
+    assert_eq!(mountpoint::state(&m.mnt), MountState::Live);
+}
+
+#[test]
+fn foreground_daemon_exits_when_unmounted_from_outside() {
+    let wh = small_warehouse();
+    let Some(mut m) = Mounted::start(wh.path(), &[]) else {
+        return;
+    };
+    let out = run(&os(&[&"umount", &m.mnt]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = m.disown().unwrap();
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10)).expect("the daemon exits");
+    assert!(status.success(), "{status}");
+}

@@ -1,0 +1,960 @@
+//! The FUSE adapter: translates kernel requests into catalog calls and
+//! catalog answers into attributes, directory entries and bytes.
+//!
+//! Nothing here lists, classifies or counts. A directory node's entries are
+//! `Catalog::list_with_meta` plus the two synthetic files; a dataset leaf
+//! is a directory node holding only those two; a regular file is read
+//! straight from the warehouse with `pread`. `.stats` and `.sources` are
+//! `Catalog::stats(..).to_json()` and `Catalog::open(..).sources_jsonl()`,
+//! the same calls and the same bytes as `pchronicle stats --json` and
+//! `pchronicle ls --sources --json`.
+//!
+//! Caching, kernel side: names and attributes of warehouse paths are
+//! cached for the attribute TTL; synthetic files have a zero TTL and are
+//! served with direct I/O, so every `stat` and every `open` asks the
+//! daemon. Daemon side: a rendered synthetic file is reused for at most the
+//! attribute TTL (so `ls -l` followed by `cat` renders once), and the
+//! catalog's own refresh cache answers unchanged directories and files
+//! from memory after a stat. A regular file keeps its page cache across
+//! opens only while its identity (size, mtime, ctime, inode) is unchanged.
+//!
+//! Every request that would write answers `EROFS`.
+
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
+use std::num::NonZeroUsize;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::inodes::{InodeTable, Synthetic, Target};
+use crate::catalog::cache::FileId;
+use crate::catalog::{Catalog, Entry, Node, NodeKind};
+use crate::error::{Error, ErrorCode};
+use crate::records::RecordFormat;
+
+/// The extended-attribute namespace pchronicle answers in.
+const XATTR_PREFIX: &str = "user.pchronicle.";
+
+/// Rendered synthetic files kept for reuse within the attribute TTL: at
+/// most this many, holding at most this many bytes together.
+const RENDERED_ENTRIES: usize = 256;
+const RENDERED_BUDGET: usize = 16 << 20;
+
+const NO_TTL: Duration = Duration::ZERO;
+
+/// How the mount presents the catalog.
+#[derive(Debug, Clone)]
+pub struct FsOptions {
+    /// How long the kernel may cache names and attributes of warehouse
+    /// paths, and how long a rendered synthetic file is reused.
+    pub attr_ttl: Duration,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions {
+            attr_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One entry of a directory handle's snapshot.
+struct DirItem {
+    ino: u64,
+    name: String,
+    attr: FileAttr,
+    ttl: Duration,
+}
+
+/// What an open file handle holds.
+enum Handle {
+    /// A synthetic file, rendered at `open`.
+    Bytes(Arc<[u8]>),
+    /// A warehouse file, read with `pread`.
+    File(File),
+    /// A directory: the entries as of the last read from offset 0, so
+    /// offsets stay valid however the directory changes meanwhile.
+    Dir(Mutex<Option<Arc<Vec<DirItem>>>>),
+}
+
+/// Synthetic files rendered recently, reused for at most the attribute TTL
+/// and bounded in count and bytes.
+struct RenderMemo {
+    entries: LruCache<u64, (Instant, Arc<[u8]>)>,
+    bytes: usize,
+}
+
+impl RenderMemo {
+    fn new() -> RenderMemo {
+        RenderMemo {
+            entries: LruCache::new(
+                NonZeroUsize::new(RENDERED_ENTRIES).expect("a non-zero constant"),
+            ),
+            bytes: 0,
+        }
+    }
+
+    fn get(&mut self, ino: u64, ttl: Duration) -> Option<Arc<[u8]>> {
+        match self.entries.get(&ino) {
+            Some((at, bytes)) if at.elapsed() < ttl => Some(Arc::clone(bytes)),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, ino: u64, bytes: Arc<[u8]>, ttl: Duration) {
+        if bytes.len() > RENDERED_BUDGET {
+            return;
+        }
+        if let Some((_, old)) = self.entries.pop(&ino) {
+            self.bytes -= old.len();
+        }
+        // Expired entries go first (least recently used first), then
+        // live ones while over budget.
+        while let Some((_, (at, old))) = self.entries.peek_lru() {
+            let (expired, len) = (at.elapsed() >= ttl, old.len());
+            let over = self.bytes + bytes.len() > RENDERED_BUDGET
+                || self.entries.len() >= RENDERED_ENTRIES;
+            if !over && !expired {
+                break;
+            }
+            self.bytes -= len;
+            self.entries.pop_lru();
+        }
+        self.bytes += bytes.len();
+        self.entries.put(ino, (Instant::now(), bytes));
+    }
+}
+
+/// The warehouse as a FUSE filesystem.
+pub struct WarehouseFs {
+    catalog: Catalog,
+    inodes: InodeTable,
+    options: FsOptions,
+    handles: Mutex<std::collections::HashMap<u64, Arc<Handle>>>,
+    next_handle: AtomicU64,
+    rendered: Mutex<RenderMemo>,
+}
+
+impl WarehouseFs {
+    pub fn new(catalog: Catalog, options: FsOptions) -> WarehouseFs {
+        WarehouseFs {
+            catalog,
+            inodes: InodeTable::new(),
+            options,
+            handles: Mutex::new(std::collections::HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            rendered: Mutex::new(RenderMemo::new()),
+        }
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    fn target(&self, ino: INodeNo) -> Result<(Target, u64), Errno> {
+        self.inodes.get(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    fn node(&self, rel: &Path) -> Result<Node, Errno> {
+        self.catalog.node(rel).map_err(|e| errno(&e))
+    }
+
+    /// A directory-like node (directory or dataset) at `rel`, or ENOTDIR.
+    fn dir_node(&self, rel: &Path) -> Result<Node, Errno> {
+        let node = self.node(rel)?;
+        match node.kind {
+            NodeKind::File => Err(Errno::ENOTDIR),
+            _ => Ok(node),
+        }
+    }
+
+    /// A synthetic file's bytes: reused when rendered within the TTL.
+    fn synthetic_bytes(&self, ino: u64, which: Synthetic, rel: &Path) -> Result<Arc<[u8]>, Errno> {
+        let ttl = self.options.attr_ttl;
+        if let Some(bytes) = self.rendered.lock().get(ino, ttl) {
+            return Ok(bytes);
+        }
+        let text = match which {
+            Synthetic::Stats => self.catalog.stats(rel).map(|s| s.to_json()),
+            Synthetic::Sources => self.catalog.open(rel).map(|s| s.sources_jsonl()),
+        }
+        .map_err(|e| errno(&e))?;
+        let bytes: Arc<[u8]> = Arc::from(text.into_bytes());
+        if !ttl.is_zero() {
+            self.rendered.lock().put(ino, Arc::clone(&bytes), ttl);
+        }
+        Ok(bytes)
+    }
+
+    /// Attributes and TTL of any inode, from the warehouse as it is now.
+    fn attributes(&self, ino: u64, target: &Target) -> Result<(FileAttr, Duration), Errno> {
+        match target {
+            Target::Path(rel) => {
+                let node = self.node(rel)?;
+                Ok((node_attr(ino, &node), self.options.attr_ttl))
+            }
+            Target::Synthetic { rel, which, .. } => {
+                let owner = self.dir_node(rel)?;
+                let bytes = self.synthetic_bytes(ino, *which, rel)?;
+                Ok((synthetic_attr(ino, bytes.len() as u64, &owner.meta), NO_TTL))
+            }
+        }
+    }
+
+    fn add_handle(&self, handle: Handle) -> FileHandle {
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, Arc::new(handle));
+        FileHandle(fh)
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<Arc<Handle>, Errno> {
+        self.handles.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    /// The entries of a directory node: `.`, `..`, the synthetic files,
+    /// then `list` (nothing more for a dataset leaf).
+    fn dir_items(&self, ino: u64, parent: u64, rel: &Path) -> Result<Vec<DirItem>, Errno> {
+        let own = self.dir_node(rel)?;
+        let own_attr = node_attr(ino, &own);
+        let ttl = self.options.attr_ttl;
+        let mut items = vec![
+            DirItem {
+                ino,
+                name: ".".into(),
+                attr: own_attr,
+                ttl,
+            },
+            DirItem {
+                ino: parent,
+                name: "..".into(),
+                attr: FileAttr {
+                    ino: INodeNo(parent),
+                    ..own_attr
+                },
+                ttl,
+            },
+        ];
+        for which in Synthetic::ALL {
+            let child = self.child_ino(ino, which.name())?;
+            // The real length is computed on `stat` (the TTL is zero, so
+            // the kernel never keeps this one); a listing must not pay for
+            // rolling up the whole subtree.
+            items.push(DirItem {
+                ino: child,
+                name: which.name().into(),
+                attr: synthetic_attr(child, 0, &own.meta),
+                ttl: NO_TTL,
+            });
+        }
+        if own.kind == NodeKind::Dataset {
+            return Ok(items);
+        }
+        let (listing, metas) = self.catalog.list_with_meta(rel).map_err(|e| errno(&e))?;
+        items.reserve(listing.entries.len());
+        for (entry, meta) in listing.entries.iter().zip(&metas) {
+            let name = entry.name();
+            // A real file named like a synthetic one is shadowed by it.
+            if Synthetic::from_name(name).is_some() {
+                continue;
+            }
+            let child = self.child_ino(ino, name)?;
+            let node = Node {
+                kind: entry.kind(),
+                meta: meta.clone(),
+            };
+            items.push(DirItem {
+                ino: child,
+                name: name.to_string(),
+                attr: node_attr(child, &node),
+                ttl,
+            });
+        }
+        Ok(items)
+    }
+
+    fn child_ino(&self, parent: u64, name: &str) -> Result<u64, Errno> {
+        self.inodes.child(parent, name).ok_or(Errno::ENOENT)
+    }
+
+    /// The directory snapshot a read at `offset` is served from.
+    fn dir_snapshot(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+    ) -> Result<Arc<Vec<DirItem>>, Errno> {
+        let handle = self.handle(fh)?;
+        let Handle::Dir(slot) = &*handle else {
+            return Err(Errno::EBADF);
+        };
+        let mut slot = slot.lock();
+        if offset == 0 || slot.is_none() {
+            let (target, parent) = self.target(ino)?;
+            let Target::Path(rel) = target else {
+                return Err(Errno::ENOTDIR);
+            };
+            *slot = Some(Arc::new(self.dir_items(ino.0, parent, &rel)?));
+        }
+        Ok(Arc::clone(slot.as_ref().expect("filled just above")))
+    }
+
+    /// The extended attributes of a node, by full name.
+    fn xattrs(&self, target: &Target) -> Result<Vec<(String, String)>, Errno> {
+        let rel = match target {
+            Target::Synthetic { .. } => {
+                return Ok(vec![xattr("kind", "synthetic")]);
+            }
+            Target::Path(rel) => rel,
+        };
+        let node = self.node(rel)?;
+        let mut out = vec![xattr("kind", kind_name(node.kind))];
+        match node.kind {
+            NodeKind::Directory => {}
+            NodeKind::Dataset => {
+                let listing = self.catalog.list(rel).map_err(|e| errno(&e))?;
+                if let Some(Entry::Dataset { preview, .. }) = listing.entries.first() {
+                    out.push(xattr("format", &preview.format));
+                    if let Some(n) = preview.counts.record_count {
+                        out.push(xattr("record_count", &n.to_string()));
+                    }
+                }
+            }
+            NodeKind::File => {
+                let name = rel.file_name().and_then(OsStr::to_str).unwrap_or("");
+                if RecordFormat::from_name(name).is_some() {
+                    let snapshot = self.catalog.open(rel).map_err(|e| errno(&e))?;
+                    if let Some(source) = snapshot.sources.first() {
+                        out.push(xattr("format", &source.format));
+                        if let Some(n) = source.counts.record_count {
+                            out.push(xattr("record_count", &n.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn xattr(name: &str, value: &str) -> (String, String) {
+    (format!("{XATTR_PREFIX}{name}"), value.to_string())
+}
+
+fn kind_name(kind: NodeKind) -> &'static str {
+    match kind {
+        NodeKind::Directory => "directory",
+        NodeKind::Dataset => "dataset",
+        NodeKind::File => "file",
+    }
+}
+
+/// The errno a catalog error is answered with.
+fn errno(error: &Error) -> Errno {
+    if let Some(raw) = error.os_error {
+        return Errno::from_i32(raw);
+    }
+    match error.code {
+        ErrorCode::PathNotFound | ErrorCode::PathInvalid | ErrorCode::NameNotUtf8 => Errno::ENOENT,
+        _ => Errno::EIO,
+    }
+}
+
+fn system_time(secs: i64, nanos: i64) -> SystemTime {
+    let nanos = nanos.clamp(0, 999_999_999) as u32;
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nanos)
+    } else {
+        UNIX_EPOCH - Duration::new(secs.unsigned_abs(), 0) + Duration::new(0, nanos)
+    }
+}
+
+/// A warehouse path's attributes: its own stat, with a dataset leaf shown
+/// as a read-only directory (`0555`) since its interior is not listed.
+fn node_attr(ino: u64, node: &Node) -> FileAttr {
+    let meta = &node.meta;
+    let is_dir = meta.is_dir();
+    let mtime = system_time(meta.mtime(), meta.mtime_nsec());
+    FileAttr {
+        ino: INodeNo(ino),
+        size: meta.size(),
+        blocks: meta.blocks(),
+        atime: system_time(meta.atime(), meta.atime_nsec()),
+        mtime,
+        ctime: system_time(meta.ctime(), meta.ctime_nsec()),
+        crtime: mtime,
+        kind: if is_dir {
+            FileType::Directory
+        } else {
+            FileType::RegularFile
+        },
+        perm: match node.kind {
+            NodeKind::Dataset => 0o555,
+            _ => (meta.mode() & 0o7777) as u16,
+        },
+        // 1 for directories says "subdirectory count unknown", so `find`
+        // never skips a directory on the strength of a link count.
+        nlink: if is_dir { 1 } else { meta.nlink() as u32 },
+        uid: meta.uid(),
+        gid: meta.gid(),
+        rdev: 0,
+        blksize: meta.blksize() as u32,
+        flags: 0,
+    }
+}
+
+/// A synthetic file's attributes: read-only, owned like the node it
+/// describes, modified "now" (it is computed on every open).
+fn synthetic_attr(ino: u64, len: u64, owner: &Metadata) -> FileAttr {
+    let now = SystemTime::now();
+    FileAttr {
+        ino: INodeNo(ino),
+        size: len,
+        blocks: len.div_ceil(512),
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        kind: FileType::RegularFile,
+        perm: 0o444,
+        nlink: 1,
+        uid: owner.uid(),
+        gid: owner.gid(),
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+/// Reads up to `size` bytes at `offset`, retrying short reads until EOF.
+fn pread(file: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; size as usize];
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}
+
+impl Filesystem for WarehouseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Each is asked for alone: a kernel without one still mounts.
+        for wanted in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_DIO,
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+        ] {
+            if config.add_capabilities(wanted).is_err() {
+                log::debug!("the kernel does not offer {wanted:?}");
+            }
+        }
+        let _ = config
+            .set_max_readahead(1 << 20)
+            .or_else(|max| config.set_max_readahead(max));
+        log::info!("serving {}", self.catalog.root().display());
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = (|| {
+            let name = name.to_str().ok_or(Errno::ENOENT)?;
+            let (target, _) = self.target(parent)?;
+            let Target::Path(parent_rel) = target else {
+                return Err(Errno::ENOTDIR);
+            };
+            if let Some(which) = Synthetic::from_name(name) {
+                let owner = self.dir_node(&parent_rel)?;
+                let ino = self.child_ino(parent.0, name)?;
+                let bytes = self.synthetic_bytes(ino, which, &parent_rel)?;
+                return Ok((
+                    synthetic_attr(ino, bytes.len() as u64, &owner.meta),
+                    NO_TTL,
+                    self.options.attr_ttl,
+                ));
+            }
+            // The catalog refuses names inside a leaf, the hidden state
+            // directory, symlinks and special files.
+            let rel: PathBuf = if parent_rel.as_os_str().is_empty() {
+                PathBuf::from(name)
+            } else {
+                parent_rel.join(name)
+            };
+            let node = self.node(&rel)?;
+            let ino = self.child_ino(parent.0, name)?;
+            Ok((
+                node_attr(ino, &node),
+                self.options.attr_ttl,
+                self.options.attr_ttl,
+            ))
+        })();
+        match result {
+            // A synthetic file exists as long as its directory does, so its
+            // name may be cached; its attributes (its length) never are.
+            Ok((attr, attr_ttl, entry_ttl)) => {
+                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &attr, Generation(0))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // An open synthetic file reports the length of what it holds.
+        if let Some(handle) = fh.and_then(|fh| self.handle(fh).ok()) {
+            if let Handle::Bytes(bytes) = &*handle {
+                if let Ok((Target::Synthetic { rel, .. }, _)) = self.target(ino) {
+                    if let Ok(owner) = self.dir_node(&rel) {
+                        return reply.attr(
+                            &NO_TTL,
+                            &synthetic_attr(ino.0, bytes.len() as u64, &owner.meta),
+                        );
+                    }
+                }
+            }
+        }
+        match self
+            .target(ino)
+            .and_then(|(target, _)| self.attributes(ino.0, &target))
+        {
+            Ok((attr, ttl)) => reply.attr(&ttl, &attr),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+            return reply.error(Errno::EROFS);
+        }
+        let result = (|| match self.target(ino)?.0 {
+            Target::Synthetic { rel, which, .. } => {
+                self.dir_node(&rel)?;
+                let bytes = self.synthetic_bytes(ino.0, which, &rel)?;
+                Ok((Handle::Bytes(bytes), FopenFlags::FOPEN_DIRECT_IO))
+            }
+            Target::Path(rel) => {
+                let node = self.node(&rel)?;
+                if node.kind != NodeKind::File {
+                    return Err(Errno::EISDIR);
+                }
+                let abs = self.catalog.root().join(&rel);
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&abs)
+                    .map_err(Errno::from)?;
+                let id = FileId::of(&file.metadata().map_err(Errno::from)?);
+                let flags = if self.inodes.reopened_unchanged(ino.0, id) {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                Ok((Handle::File(file), flags))
+            }
+        })();
+        match result {
+            Ok((handle, flags)) => reply.opened(self.add_handle(handle), flags),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let handle = match self.handle(fh) {
+            Ok(handle) => handle,
+            Err(e) => return reply.error(e),
+        };
+        match &*handle {
+            Handle::Bytes(bytes) => {
+                let start = (offset as usize).min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                reply.data(&bytes[start..end]);
+            }
+            Handle::File(file) => match pread(file, offset, size) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(Errno::from(e)),
+            },
+            Handle::Dir(_) => reply.error(Errno::EISDIR),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.handles.lock().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let result = self.target(ino).and_then(|(target, _)| match target {
+            Target::Path(rel) => self.dir_node(&rel).map(drop),
+            Target::Synthetic { .. } => Err(Errno::ENOTDIR),
+        });
+        match result {
+            Ok(()) => reply.opened(
+                self.add_handle(Handle::Dir(Mutex::new(None))),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let items = match self.dir_snapshot(ino, fh, offset) {
+            Ok(items) => items,
+            Err(e) => return reply.error(e),
+        };
+        for (i, item) in items.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(item.ino), i as u64 + 1, item.attr.kind, &item.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let items = match self.dir_snapshot(ino, fh, offset) {
+            Ok(items) => items,
+            Err(e) => return reply.error(e),
+        };
+        for (i, item) in items.iter().enumerate().skip(offset as usize) {
+            if reply.add(
+                INodeNo(item.ino),
+                i as u64 + 1,
+                &item.name,
+                &item.ttl,
+                &item.attr,
+                Generation(0),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.handles.lock().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match statvfs(self.catalog.root()) {
+            Ok(s) => reply.statfs(
+                s.f_blocks as u64,
+                s.f_bfree as u64,
+                s.f_bavail as u64,
+                s.f_files as u64,
+                s.f_ffree as u64,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(Errno::from(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Some(name) = name.to_str().filter(|n| n.starts_with("user.")) else {
+            // Other namespaces (security., system., trusted.) are not kept
+            // here. Saying so, rather than "no such attribute", lets `ls -l`
+            // stop asking for ACLs and labels after the first file.
+            return reply.error(Errno::EOPNOTSUPP);
+        };
+        let result = self
+            .target(ino)
+            .and_then(|(target, _)| self.xattrs(&target));
+        match result {
+            Ok(attrs) => match attrs.iter().find(|(n, _)| n == name) {
+                Some((_, value)) => reply_sized(reply, size, value.as_bytes()),
+                None => reply.error(Errno::NO_XATTR),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self
+            .target(ino)
+            .and_then(|(target, _)| self.xattrs(&target))
+        {
+            Ok(attrs) => {
+                let mut names = Vec::new();
+                for (name, _) in &attrs {
+                    names.extend_from_slice(name.as_bytes());
+                    names.push(0);
+                }
+                reply_sized(reply, size, &names);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        if mask.contains(AccessFlags::W_OK) {
+            return reply.error(Errno::EROFS);
+        }
+        match self.target(ino) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    // Everything below would change the warehouse: the mount is read-only.
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+}
+
+/// Answers an xattr request: the length when asked for it (`size` 0), the
+/// bytes when they fit, `ERANGE` otherwise.
+fn reply_sized(reply: ReplyXattr, size: u32, bytes: &[u8]) {
+    if size == 0 {
+        reply.size(bytes.len() as u32);
+    } else if bytes.len() <= size as usize {
+        reply.data(bytes);
+    } else {
+        reply.error(Errno::ERANGE);
+    }
+}
+
+/// `statvfs(2)` of the warehouse root, which the mount reports as its own.
+fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut out = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `out` is a valid buffer for
+    // one `statvfs`, which the call fills on success.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), out.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the call succeeded, so the buffer is initialised.
+    Ok(unsafe { out.assume_init() })
+}

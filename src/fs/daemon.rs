@@ -1,0 +1,413 @@
+//! The mount's lifecycle: checks before mounting, the daemon going to the
+//! background only once the mount answers, and a clean unmount on
+//! SIGINT, SIGTERM or SIGHUP.
+//!
+//! Backgrounding re-executes the binary (`--foreground` plus a hidden
+//! flag) in a new session rather than forking, since a process that has
+//! started threads cannot fork safely. The child reports on its standard
+//! output pipe: `ready` once the kernel has accepted the mount, or an
+//! error on standard error. The parent then checks from outside that the
+//! mount point is a FUSE filesystem that answers, and only then exits 0;
+//! any failure leaves nothing mounted.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use fuser::{Config, MountOption, Session, SessionACL};
+
+use super::adapter::{FsOptions, WarehouseFs};
+use super::mountpoint::{self, FS_NAME, MountState};
+use crate::catalog::{Catalog, CatalogOptions};
+use crate::error::{Error, ErrorCode, Result};
+
+/// The line a background child prints once its mount is up.
+const READY: &str = "ready";
+
+/// Everything `pchronicle mount` was asked for.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    pub warehouse: PathBuf,
+    pub mount_point: PathBuf,
+    pub catalog: CatalogOptions,
+    pub fs: FsOptions,
+    /// Stay attached to the terminal (and serve until unmounted).
+    pub foreground: bool,
+    /// Let other users read the mount (`allow_other`).
+    pub allow_other: bool,
+    /// `-o` options, comma-separated as given.
+    pub options: Vec<String>,
+    /// Request-serving threads.
+    pub threads: usize,
+    /// Where a background daemon's log goes (discarded when `None`).
+    pub log: Option<PathBuf>,
+    /// Set in the re-executed background child: report readiness on
+    /// standard output, then detach from it.
+    pub daemon_child: bool,
+}
+
+/// What a successful background mount reports.
+#[derive(Debug, Clone)]
+pub struct Mounted {
+    pub warehouse: PathBuf,
+    pub mount_point: PathBuf,
+    /// The daemon's process id (this process in the foreground).
+    pub pid: u32,
+}
+
+/// Mounts the warehouse. In the foreground this calls `ready` once the
+/// kernel has accepted the mount, then serves until the mount is unmounted
+/// or a signal arrives; in the background it returns once the daemon's
+/// mount answers (and `ready` is not called).
+pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> {
+    let (options, acl) = fuse_options(config)?;
+    let catalog = Catalog::new(&config.warehouse, config.catalog.clone())?;
+    std::fs::read_dir(catalog.root()).map_err(|e| Error::io(catalog.root(), &e))?;
+    let mount_point = check_mount_point(&config.mount_point, catalog.root())?;
+    let mounted = Mounted {
+        warehouse: catalog.root().to_path_buf(),
+        mount_point: mount_point.clone(),
+        pid: std::process::id(),
+    };
+    if !config.foreground {
+        return spawn_daemon(config, mounted);
+    }
+    serve(config, catalog, &mounted, options, acl, ready)?;
+    Ok(mounted)
+}
+
+/// The fuser mount options for a configuration: always read-only, with
+/// the kernel checking permissions, and with no devices or set-id bits.
+fn fuse_options(config: &MountConfig) -> Result<(Vec<MountOption>, SessionACL)> {
+    let mut options = vec![
+        MountOption::FSName(FS_NAME.into()),
+        MountOption::Subtype(FS_NAME.into()),
+        MountOption::RO,
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    let mut acl = if config.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    let invalid = |option: &str, why: &str| {
+        Error::new(ErrorCode::MountOptionInvalid, format!("-o {option}: {why}"))
+    };
+    for option in config.options.iter().flat_map(|o| o.split(',')) {
+        let extra = match option.trim() {
+            "" | "ro" | "default_permissions" | "nodev" | "nosuid" => None,
+            "allow_other" => {
+                acl = SessionACL::All;
+                None
+            }
+            "allow_root" => {
+                if acl == SessionACL::Owner {
+                    acl = SessionACL::RootAndOwner;
+                }
+                None
+            }
+            "noexec" => Some(MountOption::NoExec),
+            "exec" => Some(MountOption::Exec),
+            "noatime" => Some(MountOption::NoAtime),
+            "atime" => Some(MountOption::Atime),
+            "rw" => return Err(invalid(option, "the mount is always read-only")),
+            "dev" | "suid" => {
+                return Err(invalid(
+                    option,
+                    "device files and set-id bits are never honoured",
+                ));
+            }
+            other if other.starts_with("fsname=") || other.starts_with("subtype=") => {
+                return Err(invalid(
+                    option,
+                    "the name is fixed so `pchronicle umount` can recognise the mount",
+                ));
+            }
+            _ => {
+                return Err(invalid(
+                    option,
+                    "unknown; supported: ro, allow_other, allow_root, default_permissions, nodev, nosuid, noexec, exec, noatime, atime",
+                ));
+            }
+        };
+        if let Some(extra) = extra {
+            if !options.contains(&extra) {
+                options.push(extra);
+            }
+        }
+    }
+    if options.contains(&MountOption::Exec) && options.contains(&MountOption::NoExec) {
+        return Err(invalid("exec,noexec", "they contradict each other"));
+    }
+    if options.contains(&MountOption::Atime) && options.contains(&MountOption::NoAtime) {
+        return Err(invalid("atime,noatime", "they contradict each other"));
+    }
+    Ok((options, acl))
+}
+
+/// Checks that `path` can take the mount: an empty directory outside the
+/// warehouse with nothing live mounted on it. A dead pchronicle mount
+/// there is cleared first.
+fn check_mount_point(path: &Path, warehouse: &Path) -> Result<PathBuf> {
+    let abs = mountpoint::absolute(path)
+        .map_err(|e| Error::at(ErrorCode::MountPointMissing, path, e.message))?;
+    match mountpoint::state(&abs) {
+        MountState::Live => {
+            return Err(Error::at(
+                ErrorCode::MountPointInUse,
+                path,
+                "a pchronicle mount is already serving here",
+            ));
+        }
+        MountState::Dead => {
+            log::info!("clearing the dead mount at {}", abs.display());
+            mountpoint::detach(&abs, true).map_err(|e| {
+                Error::at(
+                    ErrorCode::UnmountFailed,
+                    path,
+                    format!("a dead mount is in the way and could not be cleared: {e}"),
+                )
+            })?;
+        }
+        MountState::NotMounted => {}
+    }
+    let meta = std::fs::metadata(&abs)
+        .map_err(|e| Error::at(ErrorCode::MountPointMissing, path, e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(Error::at(
+            ErrorCode::MountPointMissing,
+            path,
+            "the mount point is not a directory",
+        ));
+    }
+    let canonical = std::fs::canonicalize(&abs).map_err(|e| Error::io(path, &e))?;
+    if canonical.starts_with(warehouse) {
+        return Err(Error::at(
+            ErrorCode::MountPointInsideWarehouse,
+            path,
+            format!(
+                "the mount point is inside the warehouse {}",
+                warehouse.display()
+            ),
+        ));
+    }
+    let mut entries = std::fs::read_dir(&canonical).map_err(|e| Error::io(path, &e))?;
+    if entries.next().is_some() {
+        return Err(Error::at(
+            ErrorCode::MountPointNotEmpty,
+            path,
+            "the mount point is not empty",
+        ));
+    }
+    Ok(canonical)
+}
+
+/// Mounts and serves in this process until the mount goes away.
+fn serve(
+    config: &MountConfig,
+    catalog: Catalog,
+    mounted: &Mounted,
+    options: Vec<MountOption>,
+    acl: SessionACL,
+    ready: &dyn Fn(&Mounted),
+) -> Result<()> {
+    let mount_point = mounted.mount_point.as_path();
+    // Block the stop signals before any thread starts, so every thread
+    // (fuser's, Lance's runtime) inherits the mask and only the waiter
+    // below receives them.
+    let signals = stop_signals();
+    // SAFETY: `signals` is an initialised set; blocking signals in this
+    // thread has no memory-safety preconditions.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+
+    let mut fuse_config = Config::default();
+    fuse_config.mount_options = options;
+    fuse_config.acl = acl;
+    fuse_config.n_threads = Some(config.threads.max(1));
+    fuse_config.clone_fd = true;
+    let filesystem = WarehouseFs::new(catalog, config.fs.clone());
+    let mut session = Session::new(filesystem, mount_point, &fuse_config).map_err(|e| {
+        Error::at(
+            ErrorCode::MountFailed,
+            mount_point,
+            format!("the kernel refused the mount: {e}"),
+        )
+    })?;
+    log::info!("mounted at {}", mount_point.display());
+    if config.daemon_child {
+        report_ready(config.log.as_deref())?;
+    } else {
+        ready(mounted);
+    }
+
+    let mut unmounter = session.unmount_callable();
+    let target = mount_point.to_path_buf();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut signal = 0;
+            // SAFETY: `signals` is initialised and `signal` is writable.
+            unsafe { libc::sigwait(&signals, &mut signal) };
+            log::info!("signal {signal}: unmounting {}", target.display());
+            if let Err(e) = unmounter.unmount() {
+                // Busy (a shell sits in it): detach it from the namespace
+                // now. A detached mount lives on while used, so the daemon
+                // leaves instead of waiting; users still inside get ENOTCONN.
+                log::warn!("unmount failed ({e}); detaching lazily");
+                match mountpoint::detach(&target, true) {
+                    Ok(()) => std::process::exit(0),
+                    Err(e) => log::error!("could not detach {}: {e}", target.display()),
+                }
+            }
+        })
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::MountFailed,
+                format!("starting the signal thread: {e}"),
+            )
+        })?;
+
+    session.run().map_err(|e| {
+        Error::at(
+            ErrorCode::MountFailed,
+            mount_point,
+            format!("serving the mount failed: {e}"),
+        )
+    })?;
+    log::info!("unmounted {}", mount_point.display());
+    Ok(())
+}
+
+fn stop_signals() -> libc::sigset_t {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set; sigaddset only adds to it.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(set.as_mut_ptr(), signal);
+        }
+        set.assume_init()
+    }
+}
+
+/// In the background child: tells the parent the mount is up, then points
+/// standard input and output at /dev/null and standard error at the log.
+fn report_ready(log_file: Option<&Path>) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{READY}")
+        .and_then(|_| stdout.flush())
+        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("reporting readiness: {e}")))?;
+    drop(stdout);
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| Error::io("/dev/null", &e))?;
+    let log = match log_file {
+        Some(path) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(path, &e))?,
+        None => null.try_clone().map_err(|e| Error::io("/dev/null", &e))?,
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: both descriptors are open for the duration of the calls;
+    // dup2 replaces the standard descriptors atomically.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(null.as_raw_fd(), 1);
+        libc::dup2(log.as_raw_fd(), 2);
+    }
+    Ok(())
+}
+
+/// Starts the background daemon and waits until its mount answers.
+fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("finding this program: {e}")))?;
+    let mut command = Command::new(exe);
+    command
+        .arg("mount")
+        .arg(&mounted.warehouse)
+        .arg(&mounted.mount_point)
+        .arg("--foreground")
+        .arg("--daemon-child")
+        .arg("--attr-ttl")
+        .arg(config.fs.attr_ttl.as_millis().to_string())
+        .arg("--threads")
+        .arg(config.threads.to_string())
+        .arg("--max-entries")
+        .arg(config.catalog.max_entries.to_string())
+        .arg("--max-files")
+        .arg(config.catalog.max_files.to_string());
+    if !config.catalog.repair {
+        command.arg("--no-repair");
+    }
+    if config.allow_other {
+        command.arg("--allow-other");
+    }
+    for option in &config.options {
+        command.arg("-o").arg(option);
+    }
+    if let Some(log) = &config.log {
+        command
+            .arg("--log")
+            .arg(std::path::absolute(log).unwrap_or_else(|_| log.clone()));
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .current_dir("/");
+    // SAFETY: setsid is async-signal-safe; the child leaves the terminal's
+    // session so a closed terminal or Ctrl-C there does not reach it.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("starting the daemon: {e}")))?;
+    let stdout = child.stdout.take().expect("stdout was piped");
+    let mut line = String::new();
+    let _ = BufReader::new(stdout).read_line(&mut line);
+    if line.trim() != READY {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        let status = child.wait().ok();
+        return Err(Error::at(
+            ErrorCode::MountFailed,
+            &config.mount_point,
+            format!(
+                "the daemon stopped before the mount answered ({}): {}",
+                status.map_or("no status".into(), |s| s.to_string()),
+                stderr.trim()
+            ),
+        ));
+    }
+    // The child serves from now on; check from outside that it answers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !mountpoint::answers(&mounted.mount_point) {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = mountpoint::detach(&mounted.mount_point, true);
+            return Err(Error::at(
+                ErrorCode::MountFailed,
+                &config.mount_point,
+                "the mount did not answer within 10 s; it was removed",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    mounted.pid = child.id();
+    Ok(mounted)
+}

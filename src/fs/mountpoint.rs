@@ -1,0 +1,250 @@
+//! Mount points: is something of ours mounted here, is it alive, and how
+//! to take it away.
+//!
+//! A pchronicle mount is recognised in `/proc/self/mountinfo` by its
+//! source name ([`FS_NAME`]) on a `fuse` filesystem type, so `umount` never
+//! touches someone else's mount. A mount whose daemon died (killed with
+//! SIGKILL, crashed) stays in the mount table and answers every call with
+//! `ENOTCONN`; it is *dead*, and is detached lazily, which the kernel
+//! allows even while shells still sit in it.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{Error, ErrorCode, Result};
+
+/// The source name every pchronicle mount carries.
+pub const FS_NAME: &str = "pchronicle";
+
+/// `statfs` magic of a FUSE filesystem.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+/// One line of the mount table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    pub mount_point: PathBuf,
+    pub fs_type: String,
+    pub source: String,
+}
+
+impl MountEntry {
+    pub fn is_pchronicle(&self) -> bool {
+        self.source == FS_NAME && (self.fs_type == "fuse" || self.fs_type.starts_with("fuse."))
+    }
+}
+
+/// What is mounted at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountState {
+    /// Nothing of ours.
+    NotMounted,
+    /// A pchronicle mount whose daemon answers.
+    Live,
+    /// A pchronicle mount whose daemon is gone.
+    Dead,
+}
+
+/// Parses `/proc/self/mountinfo` text (see proc(5)).
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        // Fields: id parent major:minor root mount_point options
+        // [optional fields...] - fs_type source super_options
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.len() < 5 || fields.len() < dash + 3 {
+            continue;
+        }
+        out.push(MountEntry {
+            mount_point: PathBuf::from(unescape(fields[4])),
+            fs_type: unescape(fields[dash + 1]),
+            source: unescape(fields[dash + 2]),
+        });
+    }
+    out
+}
+
+/// Undoes the octal escapes (`\040` for a space) of mountinfo fields.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value = (bytes[i + 1] - b'0') as u32 * 64
+                + (bytes[i + 2] - b'0') as u32 * 8
+                + (bytes[i + 3] - b'0') as u32;
+            if let Ok(byte) = u8::try_from(value) {
+                out.push(byte);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The absolute form of `path` without touching the path itself (a dead
+/// mount point cannot be stat'ed): its parent canonicalised, its name kept.
+pub fn absolute(path: &Path) -> Result<PathBuf> {
+    let path = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::io(path, &e))?
+            .join(path)
+    };
+    let name = path.file_name().map(|n| n.to_os_string());
+    match (path.parent(), name) {
+        (Some(parent), Some(name)) => {
+            let parent = fs::canonicalize(parent).map_err(|e| Error::io(parent, &e))?;
+            Ok(parent.join(name))
+        }
+        // `/` itself, or a path ending in `..`: nothing to keep apart.
+        _ => fs::canonicalize(&path).map_err(|e| Error::io(&path, &e)),
+    }
+}
+
+/// The pchronicle mount at exactly `abs`, if any (the last one, when
+/// mounts are stacked).
+pub fn pchronicle_mount_at(abs: &Path) -> Option<MountEntry> {
+    let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    parse_mountinfo(&text)
+        .into_iter()
+        .filter(|m| m.mount_point == abs)
+        .next_back()
+        .filter(MountEntry::is_pchronicle)
+}
+
+/// Whether a pchronicle mount at `abs` is alive.
+pub fn state(abs: &Path) -> MountState {
+    if pchronicle_mount_at(abs).is_none() {
+        return MountState::NotMounted;
+    }
+    match fs::metadata(abs) {
+        Ok(_) => MountState::Live,
+        Err(e) => {
+            log::debug!("{}: {e}", abs.display());
+            MountState::Dead
+        }
+    }
+}
+
+/// Whether `abs` is now served by a FUSE filesystem that answers.
+pub fn answers(abs: &Path) -> bool {
+    let Ok(c) = CString::new(abs.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut out = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `c` is NUL-terminated and `out` has room for one `statfs`.
+    let rc = unsafe { libc::statfs(c.as_ptr(), out.as_mut_ptr()) };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: the call succeeded and filled the buffer.
+    let magic = unsafe { out.assume_init() }.f_type as i64;
+    magic == FUSE_SUPER_MAGIC && fs::metadata(abs).is_ok()
+}
+
+/// Unmounts the pchronicle mount at `path`. A dead mount, or any mount
+/// when `lazy` is set, is detached lazily. Refuses paths that hold no
+/// pchronicle mount.
+pub fn unmount(path: &Path, lazy: bool) -> Result<()> {
+    let abs = absolute(path)?;
+    let lazy = match state(&abs) {
+        MountState::NotMounted => {
+            return Err(Error::at(
+                ErrorCode::NotMounted,
+                path,
+                "no pchronicle mount is at this path",
+            ));
+        }
+        MountState::Dead => true,
+        MountState::Live => lazy,
+    };
+    detach(&abs, lazy).map_err(|e| {
+        Error::at(
+            ErrorCode::UnmountFailed,
+            path,
+            format!("the kernel refused to unmount: {e}"),
+        )
+    })
+}
+
+/// `umount2(2)` on `abs`, falling back to the setuid `fusermount3 -u`
+/// helper when this user may not unmount directly.
+pub fn detach(abs: &Path, lazy: bool) -> io::Result<()> {
+    let c = CString::new(abs.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `c` is a NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EPERM) {
+        return Err(err);
+    }
+    let mut last = err;
+    for helper in ["fusermount3", "fusermount"] {
+        let mut command = Command::new(helper);
+        command.arg("-u").arg("-q");
+        if lazy {
+            command.arg("-z");
+        }
+        match command.arg(abs).status() {
+            Ok(status) if status.success() => return Ok(()),
+            Ok(status) => last = io::Error::other(format!("{helper} -u exited with {status}")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_are_parsed_and_unescaped() {
+        let text = "36 35 98:0 /mnt1 /mnt/a\\040b rw,noatime master:1 - fuse pchronicle rw,user_id=0\n\
+                    37 35 0:5 / /proc rw - proc proc rw\n\
+                    38 35 0:6 / /x rw shared:2 master:3 - fuse.pchronicle pchronicle ro\n\
+                    garbage\n";
+        let entries = parse_mountinfo(text);
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[0].mount_point, Path::new("/mnt/a b"));
+        assert!(entries[0].is_pchronicle());
+        assert!(!entries[1].is_pchronicle());
+        assert_eq!(entries[2].fs_type, "fuse.pchronicle");
+        assert!(entries[2].is_pchronicle());
+    }
+
+    #[test]
+    fn unescape_leaves_plain_backslashes() {
+        assert_eq!(unescape("a\\b"), "a\\b");
+        assert_eq!(unescape("a\\134b"), "a\\b");
+        assert_eq!(unescape("x\\011"), "x\t");
+    }
+
+    #[test]
+    fn unmounting_a_plain_directory_is_refused_with_a_code() {
+        let dir = std::env::temp_dir();
+        let err = unmount(&dir, false).unwrap_err();
+        assert_eq!(err.code, ErrorCode::NotMounted);
+    }
+}
