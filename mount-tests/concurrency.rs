@@ -29,21 +29,25 @@ fn a_slow_stats_does_not_block_listing_elsewhere() {
     };
     let slow_path = m.at("slow/.stats");
     let slow = std::thread::spawn(move || {
+        let started = Instant::now();
         let text = fs::read_to_string(slow_path).unwrap();
-        (Instant::now(), text)
+        (started.elapsed(), text)
     });
+    // Let the slow request reach the daemon, then list elsewhere.
     std::thread::sleep(std::time::Duration::from_millis(50));
+    let started = Instant::now();
     let names: Vec<_> = fs::read_dir(m.at("fast"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    let listed = Instant::now();
-    let (stats_done, text) = slow.join().unwrap();
+    let listing = started.elapsed();
+    let (stats, text) = slow.join().unwrap();
     assert_eq!(names.len(), 3);
     assert!(text.contains("\"record_count\""));
+    // With a single request thread the listing queues behind the slow
+    // .stats and takes nearly as long (checked: 417 ms against 470 ms).
     assert!(
-        listed < stats_done,
-        "the listing waited for the slow .stats ({:?} after it)",
-        listed - stats_done
+        listing * 4 < stats,
+        "the listing took {listing:?} while a .stats took {stats:?}"
     );
 }

@@ -134,7 +134,7 @@ pub fn state(abs: &Path) -> MountState {
     if pchronicle_mount_at(abs).is_none() {
         return MountState::NotMounted;
     }
-    match fs::metadata(abs) {
+    match statfs_magic(abs) {
         Ok(_) => MountState::Live,
         Err(e) => {
             log::debug!("{}: {e}", abs.display());
@@ -145,18 +145,23 @@ pub fn state(abs: &Path) -> MountState {
 
 /// Whether `abs` is now served by a FUSE filesystem that answers.
 pub fn answers(abs: &Path) -> bool {
-    let Ok(c) = CString::new(abs.as_os_str().as_bytes()) else {
-        return false;
-    };
+    statfs_magic(abs).is_ok_and(|magic| magic == FUSE_SUPER_MAGIC)
+}
+
+/// The filesystem type of `abs`, by `statfs(2)`. Unlike `stat`, which the
+/// kernel may answer from cached attributes, `statfs` on a FUSE mount is
+/// always a round trip to the daemon, so it fails (`ENOTCONN`) on a dead
+/// mount at once.
+fn statfs_magic(abs: &Path) -> io::Result<i64> {
+    let c = CString::new(abs.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let mut out = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: `c` is NUL-terminated and `out` has room for one `statfs`.
-    let rc = unsafe { libc::statfs(c.as_ptr(), out.as_mut_ptr()) };
-    if rc != 0 {
-        return false;
+    if unsafe { libc::statfs(c.as_ptr(), out.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: the call succeeded and filled the buffer.
-    let magic = unsafe { out.assume_init() }.f_type as i64;
-    magic == FUSE_SUPER_MAGIC && fs::metadata(abs).is_ok()
+    Ok(unsafe { out.assume_init() }.f_type as i64)
 }
 
 /// Unmounts the pchronicle mount at `path`. A dead mount, or any mount
