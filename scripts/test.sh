@@ -30,6 +30,7 @@ step "benchmarks (short pass: they must run; full numbers in docs/performance.md
 PCHRONICLE_BENCH_COUNT_MB=32 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_LEAVES=100 \
 PCHRONICLE_BENCH_COMPACT_LEAVES=100 PCHRONICLE_BENCH_IMPORT_MB=32 \
   cargo bench --locked --bench catalog
+PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_RUNS=5 bash benches/mount.sh
 
 step "test"
 cargo test --release --locked
