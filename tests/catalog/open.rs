@@ -353,8 +353,11 @@ fn list_with_meta_pairs_each_entry_with_its_own_stat() {
         .storyline("leaf", 3)
         .symlink("a.jsonl", "link.jsonl");
     let catalog = wh.catalog();
+    // The first read repairs the leaf's manifest; compare after it.
+    catalog.list(Path::new("")).unwrap();
+    let plain = catalog.list(Path::new("")).unwrap();
     let (listing, metas) = catalog.list_with_meta(Path::new("")).unwrap();
-    assert_eq!(listing, catalog.list(Path::new("")).unwrap());
+    assert_eq!(listing, plain);
     assert_eq!(listing.entries.len(), metas.len());
     for (entry, meta) in listing.entries.iter().zip(&metas) {
         let under = std::fs::symlink_metadata(wh.abs(entry.name())).unwrap();
