@@ -141,7 +141,7 @@ fn a_new_leaf_version_shows_within_the_ttl_and_stats_is_never_stale() {
     let fresh = Catalog::new(wh.path(), CatalogOptions::default()).unwrap();
     for rel in ["", "team", "team/planner"] {
         let shown =
-            fs::read_to_string(m.at(&format!("{rel}/.stats").trim_start_matches('/'))).unwrap();
+            fs::read_to_string(m.at(format!("{rel}/.stats").trim_start_matches('/'))).unwrap();
         assert_eq!(
             shown,
             fresh.stats(Path::new(rel)).unwrap().to_json(),
@@ -163,4 +163,63 @@ fn a_directory_turning_into_a_leaf_is_shown_as_one() {
         names(&m.at("team/planner")) == [".sources", ".stats"]
     });
     assert!(took.is_some(), "the leaf's interior is no longer listed");
+}
+
+/// How many of `path`'s pages are in the page cache, by `mincore(2)` on a
+/// mapping of it (opened through the mount, which decides whether cached
+/// pages survive the open).
+fn resident_pages(path: &Path) -> usize {
+    use std::os::fd::AsRawFd;
+    let file = fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: a read-only shared mapping of an open file, inspected with
+    // mincore into a vector of one byte per page, then unmapped.
+    unsafe {
+        let ptr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(ptr, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(ptr, len, vec.as_mut_ptr()), 0);
+        libc::munmap(ptr, len);
+    }
+    vec.iter().filter(|b| *b & 1 == 1).count()
+}
+
+#[test]
+fn page_cache_is_kept_while_a_file_is_unchanged_and_dropped_when_it_changes() {
+    let wh = Warehouse::new();
+    wh.file("runs/big.jsonl", jsonl(20_000, 1_790_000_000));
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", &TTL_MS.to_string()]) else {
+        return;
+    };
+    let path = m.at("runs/big.jsonl");
+    let pages = (fs::metadata(&path).unwrap().len() as usize).div_ceil(4096);
+    // First open: nothing to keep. Read it all into the cache.
+    fs::read(&path).unwrap();
+    assert_eq!(
+        resident_pages(&path),
+        pages,
+        "an unchanged file keeps its pages across opens"
+    );
+    // Same bytes, new mtime: the identity changed, so the pages go.
+    std::thread::sleep(ttl());
+    let file = fs::File::options()
+        .write(true)
+        .open(wh.abs("runs/big.jsonl"))
+        .unwrap();
+    file.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(file);
+    std::thread::sleep(ttl() + Duration::from_millis(100));
+    assert_eq!(
+        resident_pages(&path),
+        0,
+        "a changed file's pages are dropped"
+    );
 }

@@ -40,6 +40,15 @@ pub fn fuse_usable() -> bool {
     }
 }
 
+/// A new empty directory to mount onto, inside a temporary directory that
+/// is removed when the returned guard drops.
+pub fn empty_mount_point() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    (dir, mnt)
+}
+
 /// Runs the binary with `args` and returns what it printed.
 pub fn run(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(bin())
@@ -63,9 +72,7 @@ impl Mounted {
         if !fuse_usable() {
             return None;
         }
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
+        let (dir, mnt) = empty_mount_point();
         Some(Mounted::start_at(warehouse, &mnt, extra, dir))
     }
 

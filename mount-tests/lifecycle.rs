@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pchronicle::fs::mountpoint::{self, MountState};
 
-use crate::harness::{Mounted, errno_of, fuse_usable, run, wait_with_timeout};
+use crate::harness::{Mounted, empty_mount_point, errno_of, fuse_usable, run, wait_with_timeout};
 use crate::support::{Warehouse, jsonl};
 
 fn small_warehouse() -> Warehouse {
@@ -34,9 +34,7 @@ fn background_mount_answers_when_the_command_returns_and_umount_empties_it() {
         return;
     }
     let wh = small_warehouse();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (_dir, mnt) = empty_mount_point();
     let out = run(&os(&[&"mount", &wh.path(), &mnt]));
     assert!(
         out.status.success(),
@@ -166,9 +164,7 @@ fn bad_warehouses_and_mount_points_are_refused_with_codes() {
         return;
     }
     let wh = small_warehouse();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (dir, mnt) = empty_mount_point();
     let missing = dir.path().join("missing");
     let file = wh.abs("runs/a.jsonl");
     refused(
@@ -240,4 +236,41 @@ fn foreground_daemon_exits_when_unmounted_from_outside() {
     let mut child = m.disown().unwrap();
     let status = wait_with_timeout(&mut child, Duration::from_secs(10)).expect("the daemon exits");
     assert!(status.success(), "{status}");
+}
+
+#[test]
+fn an_unreadable_warehouse_is_refused_with_a_code() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Command;
+    // Root reads everything, so the refusal is shown as another user.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: needs root to run the binary as nobody");
+        return;
+    }
+    let as_nobody = |args: &[&OsStr]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(crate::harness::bin())
+            .args(args)
+            .output()
+            .expect("setpriv runs")
+    };
+    if !as_nobody(&[OsStr::new("--version")]).status.success() {
+        eprintln!(
+            "skipping: nobody cannot run {}",
+            crate::harness::bin().display()
+        );
+        return;
+    }
+    let wh = small_warehouse();
+    fs::set_permissions(wh.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let (dir, mnt) = empty_mount_point();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let out = as_nobody(&[OsStr::new("mount"), wh.path().as_os_str(), mnt.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error[PCHRONICLE_IO]"), "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert_eq!(mountpoint::state(&mnt), MountState::NotMounted);
 }

@@ -124,8 +124,7 @@ pub fn pchronicle_mount_at(abs: &Path) -> Option<MountEntry> {
     let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
     parse_mountinfo(&text)
         .into_iter()
-        .filter(|m| m.mount_point == abs)
-        .next_back()
+        .rfind(|m| m.mount_point == abs)
         .filter(MountEntry::is_pchronicle)
 }
 
@@ -161,7 +160,7 @@ fn statfs_magic(abs: &Path) -> io::Result<i64> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the call succeeded and filled the buffer.
-    Ok(unsafe { out.assume_init() }.f_type as i64)
+    Ok(unsafe { out.assume_init() }.f_type)
 }
 
 /// Unmounts the pchronicle mount at `path`. A dead mount, or any mount
