@@ -9,13 +9,18 @@
 //! - `list` of compact-jsonl leaves with trusted manifests against opening
 //!   every one of them in Lance;
 //! - `pchronicle import` of a large JSONL file against `cp` of it, with the
-//!   import's peak RSS.
+//!   import's peak RSS;
+//! - appending one record to a session's shard (line and packed) in a
+//!   store of 100 and of 20,000 shards, against a bare `O_APPEND` write;
+//! - loading every record of a record store at 1x and 10x size, against
+//!   reading its bytes.
 //!
 //! Sizes come from the environment so CI can run a small smoke pass:
 //! `PCHRONICLE_BENCH_COUNT_MB` (default 1024), `PCHRONICLE_BENCH_ENTRIES`
 //! (default 10000), `PCHRONICLE_BENCH_LEAVES` (default 1000),
 //! `PCHRONICLE_BENCH_COMPACT_LEAVES` (default 1000),
 //! `PCHRONICLE_BENCH_IMPORT_MB` (default 1024),
+//! `PCHRONICLE_BENCH_STORE_SHARDS` (default 20000),
 //! `PCHRONICLE_BENCH_DIR` (default: the system temp directory).
 //!
 //! Run: `cargo bench --bench catalog`.
@@ -432,4 +437,124 @@ fn main() {
     bench_stats(dir.path());
     bench_compact_leaves(dir.path());
     bench_import(dir.path());
+    bench_append(dir.path());
+    bench_load_store(dir.path());
+}
+
+/// The median and 99th percentile of `n` single-call timings.
+fn percentiles(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    let mut times: Vec<Duration> = (0..n).map(|_| timed(&mut f)).collect();
+    times.sort();
+    (times[n / 2], times[(n * 99) / 100])
+}
+
+fn bench_append(dir: &Path) {
+    use pchronicle::shards::{ShardFormat, Writer};
+    use std::io::Write as _;
+    let big = env_usize("PCHRONICLE_BENCH_STORE_SHARDS", 20_000);
+    let record = br#"{"id":"r-0000000001","session":"bench","ts":"2026-11-30T10:00:00Z","role":"assistant","content":"ran the tests, 3 passed"}"#;
+    println!("append one record (median / p99 of 2,000 appends)");
+    for shards in [100, big] {
+        let warehouse = dir.join(format!("appends-{shards}"));
+        let store = warehouse.join("sessions");
+        fs::create_dir_all(warehouse.join(".pchronicle")).unwrap();
+        fs::create_dir_all(&store).unwrap();
+        for i in 0..shards {
+            fs::write(store.join(format!("other-{i:06}.{i:08x}.jsonl")), "{}\n").unwrap();
+        }
+        let native_file = store.join("native.jsonl");
+        let (native, native_p99) = percentiles(2_000, || {
+            let mut f = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&native_file)
+                .unwrap();
+            f.write_all(record).unwrap();
+            f.write_all(b"\n").unwrap();
+        });
+        println!(
+            "  {shards} shards in the store: bare O_APPEND open+write {:.3} / {:.3} ms",
+            ms(native),
+            ms(native_p99)
+        );
+        for (label, format) in [("line", ShardFormat::Line), ("packed", ShardFormat::Packed)] {
+            let mut writer = Writer::open(&store, &format!("bench-{label}"), format).unwrap();
+            for _ in 0..50 {
+                writer.append(record).unwrap();
+            }
+            let (median, p99) = percentiles(2_000, || {
+                writer.append(record).unwrap();
+            });
+            println!(
+                "    append, {label:<6} {:.3} / {:.3} ms   ratio to bare write: {:.1}x (goal: median <= 0.1 ms)",
+                ms(median),
+                ms(p99),
+                median.as_secs_f64() / native.as_secs_f64()
+            );
+        }
+    }
+}
+
+fn bench_load_store(dir: &Path) {
+    use pchronicle::shards::{ShardFormat, append_records};
+    println!("load every record of a record store (median of 5)");
+    for scale in [1usize, 10] {
+        // The shape of a real store: 89 shards holding 1,146 records at 1x.
+        let store = dir.join(format!("load-{scale}x"));
+        let (files, records_per) = (89 * scale, 13);
+        let mut total = 0;
+        for f in 0..files {
+            let records: Vec<String> = (0..records_per)
+                .map(|i| {
+                    format!(r#"{{"id":"s{f}-{i}","session":"s{f}","ts":"2026-11-30T10:00:{:02}Z","kind":"decision","text":"record {i} of session {f}"}}"#, i % 60)
+                })
+                .collect();
+            let refs: Vec<&[u8]> = records.iter().map(|r| r.as_bytes()).collect();
+            let format = if f % 2 == 0 {
+                ShardFormat::Line
+            } else {
+                ShardFormat::Packed
+            };
+            append_records(&store, &format!("s{f}"), &refs, format).unwrap();
+            total += records_per;
+        }
+        let shards: Vec<_> = fs::read_dir(&store)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .collect();
+        let native = median(5, || {
+            let bytes: usize = shards.iter().map(|p| fs::read(p).unwrap().len()).sum();
+            assert!(bytes > 0);
+        });
+        let parsed = median(5, || {
+            let mut n = 0;
+            for path in &shards {
+                let bytes = fs::read(path).unwrap();
+                for segment in bytes.split(|b| *b == b'\n' || *b == 0x1e) {
+                    if !segment.trim_ascii().is_empty() {
+                        serde_json::from_slice::<serde_json::Value>(segment).unwrap();
+                        n += 1;
+                    }
+                }
+            }
+            assert_eq!(n, total);
+        });
+        let counted = median(5, || {
+            let catalog = Catalog::new(&store, CatalogOptions::default()).unwrap();
+            assert_eq!(
+                catalog.stats(Path::new(".")).unwrap().record_count,
+                total as u64
+            );
+        });
+        println!("  {scale}x: {total} records in {files} shards (half line, half packed)");
+        print_against_native(
+            "read the bytes",
+            native,
+            &[
+                ("parse every record", parsed),
+                ("stats, cold catalog", counted),
+            ],
+        );
+    }
 }

@@ -4,7 +4,7 @@
 //! The content goes to a temporary file in the destination's directory (so
 //! the rename stays on one filesystem), which is fsynced, renamed over the
 //! destination, and the directory is fsynced so the rename itself survives
-//! a crash.
+//! a crash. Hints skip both fsyncs: they may be lost, never torn.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -12,8 +12,19 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Replaces `path` with `bytes` atomically.
+/// Replaces `path` with `bytes` atomically and durably.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` atomically but without waiting for the
+/// disk: for hints (a writer's state) that may be lost in a crash but must
+/// never be seen half-written.
+pub fn write_atomic_hint(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(path, bytes, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -26,9 +37,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .mode(0o644)
             .open(&temp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         fs::rename(&temp, path)?;
-        File::open(dir)?.sync_all()
+        if durable {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         // The temp file may or may not exist; either way it must not linger.

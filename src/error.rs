@@ -134,6 +134,12 @@ error_codes! {
     UnmountFailed => "PCHRONICLE_UNMOUNT_FAILED",
         "the kernel refused to unmount (the mount is busy, or permission was denied)",
         "Close shells and programs using the mount (`fuser -vm MNT`), then retry; `pchronicle umount --lazy MNT` detaches it now and finishes when it is no longer used.";
+    SessionInvalid => "PCHRONICLE_SESSION_INVALID",
+        "a session id given to `pchronicle append` is empty, longer than 200 bytes, starts with a dot, or contains `/`, NUL or a control character",
+        "Pass the agent's session id as it is (e.g. `--session 019a2f-claude`); dots are fine, slashes are not.";
+    RecordInvalid => "PCHRONICLE_RECORD_INVALID",
+        "a record given to `pchronicle append` is not exactly one JSON value on one line; nothing was written",
+        "Check the record with `jq -c . <<< 'RECORD'`, which also puts it on one line, and append again.";
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";

@@ -14,6 +14,8 @@ pub mod demo;
 pub mod error;
 pub mod fs;
 pub mod records;
+pub mod shards;
+pub mod sidecar;
 pub mod store;
 
 pub use error::{Error, ErrorCode, Result};

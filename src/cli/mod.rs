@@ -16,6 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::{FsOptions, MountConfig, Mounted};
+use crate::shards::{self, ShardFormat};
 use crate::store::CompactJsonlStore;
 use crate::store::compact::ImportMode;
 
@@ -134,6 +135,31 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
         #[arg(long, value_enum, default_value_t = ModeArg::Create)]
         mode: ModeArg,
         /// Print the import report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append records to a session's current shard in a record store. The
+    /// shard is `<session>.<token>.jsonl` (or `.jsonseq` when packed); a new
+    /// one is started when the last is sealed (grown to 2 MiB, appended to
+    /// by someone else, indexed, or of the other format). Each record is
+    /// written with one write(2); invalid JSON is refused and nothing is
+    /// written.
+    Append {
+        /// The record store directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        store: PathBuf,
+        /// The session id (dots allowed; no `/`, no leading dot).
+        #[arg(long, value_name = "ID")]
+        session: String,
+        /// Write packed shards (`.jsonseq`); PCHRONICLE_PACKED_RECORDS=1 does
+        /// the same.
+        #[arg(long)]
+        packed: bool,
+        /// One record (one JSON value on one line), or `-` to read one
+        /// record per line from standard input (blank lines skipped).
+        #[arg(default_value = "-")]
+        record: String,
+        /// Print the append report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -313,6 +339,45 @@ fn execute(command: Command) -> Result<ExitCode> {
                 print!("{}", table::to_json(&report));
             } else {
                 print!("{}", table::import(&report, &dest));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Append {
+            store,
+            session,
+            packed,
+            record,
+            json,
+        } => {
+            let mut input = Vec::new();
+            let records: Vec<&[u8]> = if record == "-" {
+                std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut input)
+                    .map_err(|e| Error::io("<stdin>", &e))?;
+                input
+                    .split(|b| *b == b'\n')
+                    .filter(|line| !line.trim_ascii().is_empty())
+                    .collect()
+            } else {
+                vec![record.as_bytes()]
+            };
+            if records.is_empty() {
+                return Err(Error::new(
+                    ErrorCode::RecordInvalid,
+                    "no records on standard input",
+                ));
+            }
+            let report =
+                shards::append_records(&store, &session, &records, ShardFormat::choose(packed))?;
+            if json {
+                print!("{}", table::to_json(&report));
+            } else {
+                println!(
+                    "appended {} record{} ({} bytes) to {}",
+                    report.records,
+                    if report.records == 1 { "" } else { "s" },
+                    report.bytes,
+                    report.shard.display()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -9,4 +9,5 @@ mod malformed;
 mod open;
 mod rfc;
 mod shapes;
+mod shards;
 mod support;
