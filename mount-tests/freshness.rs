@@ -223,3 +223,53 @@ fn page_cache_is_kept_while_a_file_is_unchanged_and_dropped_when_it_changes() {
         "a changed file's pages are dropped"
     );
 }
+
+#[test]
+fn records_appended_with_pchronicle_append_show_in_the_store_stats_within_the_ttl() {
+    let wh = Warehouse::new();
+    wh.dir(".pchronicle");
+    wh.dir("sessions");
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", &TTL_MS.to_string()]) else {
+        return;
+    };
+    let store = wh.abs("sessions");
+    for (session, packed) in [("agent-a", false), ("agent-b", true)] {
+        let mut args = vec![
+            std::ffi::OsStr::new("append"),
+            std::ffi::OsStr::new("--store"),
+            store.as_os_str(),
+            std::ffi::OsStr::new("--session"),
+            std::ffi::OsStr::new(session),
+        ];
+        if packed {
+            args.push(std::ffi::OsStr::new("--packed"));
+        }
+        args.push(std::ffi::OsStr::new(
+            r#"{"id":"r1","ts":"2026-11-30T10:00:00Z"}"#,
+        ));
+        let out = crate::harness::run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let took = within(ttl() + SLACK, || {
+        record_count(&fs::read_to_string(m.at("sessions/.stats")).unwrap()) == 2
+    });
+    assert!(took.is_some(), "the appended records are counted");
+    // The shards are regular files under their store, line and packed.
+    let names = names(&m.at("sessions"));
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("agent-a.") && n.ends_with(".jsonl")),
+        "{names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("agent-b.") && n.ends_with(".jsonseq")),
+        "{names:?}"
+    );
+}
