@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pchronicle::catalog::{Catalog, CatalogOptions};
 
-use crate::harness::{Mounted, within};
+use crate::harness::{Mapping, Mounted, within};
 use crate::support::{Warehouse, jsonl};
 
 /// The TTL these tests mount with, and the slack allowed for scheduling.
@@ -165,33 +165,6 @@ fn a_directory_turning_into_a_leaf_is_shown_as_one() {
     assert!(took.is_some(), "the leaf's interior is no longer listed");
 }
 
-/// How many of `path`'s pages are in the page cache, by `mincore(2)` on a
-/// mapping of it (opened through the mount, which decides whether cached
-/// pages survive the open).
-fn resident_pages(path: &Path) -> usize {
-    use std::os::fd::AsRawFd;
-    let file = fs::File::open(path).unwrap();
-    let len = file.metadata().unwrap().len() as usize;
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: a read-only shared mapping of an open file, inspected with
-    // mincore into a vector of one byte per page, then unmapped.
-    unsafe {
-        let ptr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        assert_ne!(ptr, libc::MAP_FAILED);
-        assert_eq!(libc::mincore(ptr, len, vec.as_mut_ptr()), 0);
-        libc::munmap(ptr, len);
-    }
-    vec.iter().filter(|b| *b & 1 == 1).count()
-}
-
 #[test]
 fn page_cache_is_kept_while_a_file_is_unchanged_and_dropped_when_it_changes() {
     let wh = Warehouse::new();
@@ -204,7 +177,7 @@ fn page_cache_is_kept_while_a_file_is_unchanged_and_dropped_when_it_changes() {
     // First open: nothing to keep. Read it all into the cache.
     fs::read(&path).unwrap();
     assert_eq!(
-        resident_pages(&path),
+        Mapping::of(&path).resident_pages(),
         pages,
         "an unchanged file keeps its pages across opens"
     );
@@ -218,7 +191,7 @@ fn page_cache_is_kept_while_a_file_is_unchanged_and_dropped_when_it_changes() {
     drop(file);
     std::thread::sleep(ttl() + Duration::from_millis(100));
     assert_eq!(
-        resident_pages(&path),
+        Mapping::of(&path).resident_pages(),
         0,
         "a changed file's pages are dropped"
     );

@@ -224,3 +224,67 @@ pub fn errno_of<T: std::fmt::Debug>(result: std::io::Result<T>) -> i32 {
         .raw_os_error()
         .expect("an OS error")
 }
+
+/// A read-only mapping of a whole file, opened through whatever path is
+/// given (through the mount, the open decides whether cached pages stay).
+pub struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+    _file: std::fs::File,
+}
+
+impl Mapping {
+    pub fn of(path: &Path) -> Mapping {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(path).unwrap();
+        let len = file.metadata().unwrap().len() as usize;
+        // SAFETY: mapping an open descriptor read-only; the mapping is
+        // unmapped in Drop before the file is closed.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(
+            ptr,
+            libc::MAP_FAILED,
+            "mmap {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        Mapping {
+            ptr,
+            len,
+            _file: file,
+        }
+    }
+
+    /// The mapped bytes, copied out.
+    pub fn bytes(&self) -> Vec<u8> {
+        // SAFETY: the mapping covers `len` readable bytes while `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len).to_vec() }
+    }
+
+    /// How many of the file's pages are in the page cache (`mincore(2)`).
+    pub fn resident_pages(&self) -> usize {
+        let mut vec = vec![0u8; self.len.div_ceil(4096)];
+        // SAFETY: the mapping is valid and `vec` has one byte per page.
+        assert_eq!(
+            unsafe { libc::mincore(self.ptr, self.len, vec.as_mut_ptr()) },
+            0
+        );
+        vec.iter().filter(|b| *b & 1 == 1).count()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `of`, exactly once.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}

@@ -2,12 +2,9 @@
 //! `wc -c`, `python3`, `jq`, `ls -la`, `find`, `du`, and `mmap`.
 
 use std::ffi::OsStr;
-use std::fs;
-use std::os::fd::AsRawFd;
-use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{Mounted, run};
+use crate::harness::{Mapping, Mounted, run};
 use crate::tree::{demo_warehouse, mount_tree};
 
 fn sh(program: &str, args: &[&OsStr]) -> Vec<u8> {
@@ -89,35 +86,7 @@ fn shell_tools_read_synthetic_files_in_full() {
         } else {
             sh("jq", &[OsStr::new("-c"), OsStr::new("._file_"), p]);
         }
-        assert_eq!(mmap_read(&path), expected, "mmap {rel}");
-    }
-}
-
-/// Reads a whole file through `mmap(2)`.
-fn mmap_read(path: &Path) -> Vec<u8> {
-    let file = fs::File::open(path).unwrap();
-    let len = file.metadata().unwrap().len() as usize;
-    // SAFETY: a read-only private mapping of an open file, unmapped below
-    // before the file is closed; the slice lives only inside this block.
-    unsafe {
-        let ptr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            file.as_raw_fd(),
-            0,
-        );
-        assert_ne!(
-            ptr,
-            libc::MAP_FAILED,
-            "mmap {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
-        let bytes = std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec();
-        libc::munmap(ptr, len);
-        bytes
+        assert_eq!(Mapping::of(&path).bytes(), expected, "mmap {rel}");
     }
 }
 
