@@ -1,10 +1,12 @@
 //! Sidecar point-lookup indexes beside record files.
 //!
-//! For now this holds the one predicate the shard writer and the index
-//! builder agree on: a record file is *covered* by a sidecar index when its
+//! [`format`] is the index file itself (layout v3). This module also holds
+//! the one predicate the shard writer and the index builder agree on: a record file is *covered* by a sidecar index when its
 //! discovery manifest `FILE.indexes.json` exists. Building an index always
 //! writes that manifest, and a covered record file is sealed: no writer
 //! appends to it again, since that would make its indexes stale.
+
+pub mod format;
 
 use std::path::{Path, PathBuf};
 
