@@ -140,6 +140,24 @@ error_codes! {
     RecordInvalid => "PCHRONICLE_RECORD_INVALID",
         "a record given to `pchronicle append` is not exactly one JSON value on one line; nothing was written",
         "Check the record with `jq -c . <<< 'RECORD'`, which also puts it on one line, and append again.";
+    IndexStale => "PCHRONICLE_INDEX_STALE",
+        "a sidecar index no longer describes its record file (the size changed, or the content changed under the same size)",
+        "Rebuild it with `pchronicle index build FILE --key a,b` (the message names the exact command).";
+    IndexMissing => "PCHRONICLE_INDEX_MISSING",
+        "there is no sidecar index over that key for the record file",
+        "Build it with `pchronicle index build FILE --key a,b`, or list the existing ones with `pchronicle index list FILE`.";
+    IndexCorrupt => "PCHRONICLE_INDEX_CORRUPT",
+        "a sidecar index file is damaged or truncated (bad magic, version, offsets or lengths)",
+        "Rebuild it with `pchronicle index build FILE --key a,b`; the corrupt `.idx` file is replaced atomically.";
+    IndexKeyUnkeyable => "PCHRONICLE_INDEX_KEY_UNKEYABLE",
+        "a key field holds a value that cannot be a key (an array, an object, a fraction, a number beyond i64) or changes type between records",
+        "Index on fields holding strings, integers or booleans only; records lacking the field or holding null are skipped, not refused.";
+    IndexCohortUnsupported => "PCHRONICLE_INDEX_COHORT_UNSUPPORTED",
+        "the file cannot be indexed: only .jsonl, .ndjson and .jsonseq record files (with records under 4 GiB) can",
+        "Convert a .json document to JSON Lines first (`jq -c '.[]' FILE.json > FILE.jsonl`), then build the index over that.";
+    LookupKeyMismatch => "PCHRONICLE_LOOKUP_KEY_MISMATCH",
+        "the key or values given do not match the index: other fields, another order, a missing field, or a value of the wrong type",
+        "Give the full key in the index's order with one value per field (`pchronicle index list FILE` shows the keys and their types).";
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";

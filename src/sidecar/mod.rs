@@ -6,7 +6,9 @@
 //! writes that manifest, and a covered record file is sealed: no writer
 //! appends to it again, since that would make its indexes stale.
 
+pub mod build;
 pub mod format;
+pub mod lookup;
 
 use std::path::{Path, PathBuf};
 

@@ -10,4 +10,5 @@ mod open;
 mod rfc;
 mod shapes;
 mod shards;
+mod sidecar;
 mod support;

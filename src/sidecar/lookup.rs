@@ -1,0 +1,222 @@
+//! Point lookups through an index, and the three staleness outcomes.
+//!
+//! Before serving, the index's snapshot of its cohort is compared with the
+//! cohort as it is now:
+//!
+//! - the size differs: `PCHRONICLE_INDEX_STALE` at once (the digest covers
+//!   the whole file, so a different length cannot match it);
+//! - size and mtime are equal: served without hashing;
+//! - the size is equal and the mtime moved (a copy or restore that kept
+//!   the bytes but not the timestamp): the cohort is hashed once and the
+//!   lookup refused only if the bytes differ. The digest is memoised per
+//!   (path, size, mtime), so such a cohort is hashed once per process, not
+//!   once per lookup. [`verify`] always hashes and never reads the memo.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+use super::build::index_path;
+use super::format::{Corrupt, IndexReader, KeyType, KeyValue, encode_key};
+use crate::error::{Error, ErrorCode, Result};
+
+type MemoKey = (PathBuf, u64, i64);
+
+fn memo() -> &'static Mutex<HashMap<MemoKey, [u8; 32]>> {
+    static MEMO: OnceLock<Mutex<HashMap<MemoKey, [u8; 32]>>> = OnceLock::new();
+    MEMO.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// How many times this process hashed a whole cohort (for tests).
+static HASHES: AtomicU64 = AtomicU64::new(0);
+
+pub fn cohort_hashes() -> u64 {
+    HASHES.load(Ordering::Relaxed)
+}
+
+fn hash_file(path: &Path) -> Result<[u8; 32]> {
+    HASHES.fetch_add(1, Ordering::Relaxed);
+    let mut file = File::open(path).map_err(|e| Error::io(path, &e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| Error::io(path, &e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().into())
+}
+
+fn corrupt(index: &Path, fault: Corrupt) -> Error {
+    Error::at(ErrorCode::IndexCorrupt, index, fault.0)
+}
+
+fn stale(cohort: &Path, key: &[String], why: &str) -> Error {
+    Error::at(
+        ErrorCode::IndexStale,
+        cohort,
+        format!(
+            "the index over {} is stale: {why}; rebuild it with `pchronicle index build {} --key {}`",
+            key.join(","),
+            cohort.display(),
+            key.join(",")
+        ),
+    )
+}
+
+/// The index file of `cohort` over `key`, open, with its bytes.
+fn open_index(cohort: &Path, key: &[String]) -> Result<(PathBuf, File, u64)> {
+    let path = index_path(cohort, key);
+    let file = File::open(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::at(
+            ErrorCode::IndexMissing,
+            cohort,
+            format!(
+                "no index over {}; build it with `pchronicle index build {} --key {}`",
+                key.join(","),
+                cohort.display(),
+                key.join(",")
+            ),
+        ),
+        _ => Error::io(&path, &e),
+    })?;
+    let len = file.metadata().map_err(|e| Error::io(&path, &e))?.len();
+    Ok((path, file, len))
+}
+
+/// Checks that an index describes `cohort` as it is now (the three
+/// outcomes above). With `always_hash`, the cohort is hashed whatever its
+/// mtime says and the memo is neither read nor written.
+fn check_fresh(
+    cohort: &Path,
+    key: &[String],
+    reader: &IndexReader<'_, File>,
+    always_hash: bool,
+) -> Result<()> {
+    let meta = std::fs::metadata(cohort).map_err(|e| Error::io(cohort, &e))?;
+    let h = &reader.header;
+    if meta.len() != h.cohort_size {
+        return Err(stale(
+            cohort,
+            key,
+            &format!(
+                "the file is {} bytes, the index was built over {}",
+                meta.len(),
+                h.cohort_size
+            ),
+        ));
+    }
+    let mtime_ns = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+    if !always_hash && mtime_ns == h.cohort_mtime_ns {
+        return Ok(());
+    }
+    let digest = if always_hash {
+        hash_file(cohort)?
+    } else {
+        let memo_key = (cohort.to_path_buf(), meta.len(), mtime_ns);
+        let known = memo().lock().get(&memo_key).copied();
+        match known {
+            Some(digest) => digest,
+            None => {
+                let digest = hash_file(cohort)?;
+                memo().lock().insert(memo_key, digest);
+                digest
+            }
+        }
+    };
+    if digest != h.cohort_sha256 {
+        return Err(stale(
+            cohort,
+            key,
+            "its content differs from what was indexed",
+        ));
+    }
+    Ok(())
+}
+
+/// Parses the textual values of a lookup into typed key values.
+fn parse_values(key: &[(String, KeyType)], values: &[String]) -> Result<Vec<KeyValue>> {
+    if values.len() != key.len() {
+        return Err(Error::new(
+            ErrorCode::LookupKeyMismatch,
+            format!(
+                "the index key has {} fields, {} values were given (the full key is required)",
+                key.len(),
+                values.len()
+            ),
+        ));
+    }
+    key.iter()
+        .zip(values)
+        .map(|((name, kind), text)| {
+            let mismatch = |what: &str| {
+                Error::new(
+                    ErrorCode::LookupKeyMismatch,
+                    format!("field {name:?} is {what}, and {text:?} is not one"),
+                )
+            };
+            Ok(match kind {
+                KeyType::String => KeyValue::String(text.clone()),
+                KeyType::Integer => {
+                    KeyValue::Integer(text.parse().map_err(|_| mismatch("an integer"))?)
+                }
+                KeyType::Boolean => match text.as_str() {
+                    "true" => KeyValue::Boolean(true),
+                    "false" => KeyValue::Boolean(false),
+                    _ => return Err(mismatch("a boolean")),
+                },
+            })
+        })
+        .collect()
+}
+
+/// The records of `cohort` whose key fields `key` equal `values`, in file
+/// order, read through the index: the header, one bucket, and one locator
+/// and one record per match.
+pub fn lookup(cohort: &Path, key: &[String], values: &[String]) -> Result<Vec<Vec<u8>>> {
+    let (index, file, len) = open_index(cohort, key)?;
+    let reader = IndexReader::open(&file, len).map_err(|f| corrupt(&index, f))?;
+    let names: Vec<&String> = reader.header.key.iter().map(|(n, _)| n).collect();
+    if names
+        .iter()
+        .map(|n| n.as_str())
+        .ne(key.iter().map(String::as_str))
+    {
+        return Err(Error::at(
+            ErrorCode::LookupKeyMismatch,
+            &index,
+            format!("the index is over {names:?}, not {key:?}"),
+        ));
+    }
+    check_fresh(cohort, key, &reader, false)?;
+    let values = parse_values(&reader.header.key, values)?;
+    let rows = reader
+        .rows(&encode_key(&values))
+        .map_err(|f| corrupt(&index, f))?;
+    let data = File::open(cohort).map_err(|e| Error::io(cohort, &e))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let locator = reader.locator(row).map_err(|f| corrupt(&index, f))?;
+        let mut record = vec![0u8; locator.len as usize];
+        data.read_exact_at(&mut record, locator.offset)
+            .map_err(|e| Error::io(cohort, &e))?;
+        out.push(record);
+    }
+    Ok(out)
+}
+
+/// Checks an index against its cohort by hashing the cohort, always.
+pub fn verify(cohort: &Path, key: &[String]) -> Result<()> {
+    let (index, file, len) = open_index(cohort, key)?;
+    let reader = IndexReader::open(&file, len).map_err(|f| corrupt(&index, f))?;
+    check_fresh(cohort, key, &reader, true)
+}

@@ -1,0 +1,265 @@
+//! Sidecar point-lookup indexes: lookups agree with a full scan, the three
+//! staleness outcomes, and coded refusals.
+
+use std::fs;
+use std::path::Path;
+
+use pchronicle::error::ErrorCode;
+use pchronicle::sidecar::build::{build, index_path};
+use pchronicle::sidecar::lookup::{cohort_hashes, lookup, verify};
+
+use crate::support::Warehouse;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn key(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// A cohort of `n` records: sessions from a small set, turns, flags, some
+/// records lacking a field or holding null, a few torn ones.
+fn cohort(n: usize, packed: bool, seed: u64) -> String {
+    let mut rng = Rng(seed);
+    let mut out = String::new();
+    if packed {
+        out.push('\u{1e}');
+    }
+    for i in 0..n {
+        let session = format!("s-{}", rng.next() % 7);
+        let turn = (rng.next() % 5) as i64 - 1;
+        let flag = rng.next() % 2 == 0;
+        let record = match rng.next() % 20 {
+            0 => format!(r#"{{"id":{i},"turn":{turn}}}"#),
+            1 => format!(r#"{{"id":{i},"session":null,"turn":{turn}}}"#),
+            2 => format!(r#"{{"id":{i},"session":"{session}","tu"#),
+            3 => "[1,2,3]".to_string(),
+            _ => format!(
+                r#"{{"id":{i},"session":"{session}","turn":{turn},"flag":{flag},"text":"record {i}"}}"#
+            ),
+        };
+        out.push_str(&record);
+        out.push(if packed { '\u{1e}' } else { '\n' });
+    }
+    out
+}
+
+/// The records a full scan finds with these field values, in file order.
+fn scan(text: &str, fields: &[&str], values: &[serde_json::Value]) -> Vec<Vec<u8>> {
+    text.split(['\n', '\u{1e}'])
+        .filter(|s| !s.trim().is_empty())
+        .filter(|s| {
+            let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(s)
+            else {
+                return false;
+            };
+            fields
+                .iter()
+                .zip(values)
+                .all(|(f, v)| map.get(*f) == Some(v))
+        })
+        .map(|s| s.trim().as_bytes().to_vec())
+        .collect()
+}
+
+#[test]
+fn lookups_return_exactly_what_a_full_scan_finds() {
+    let wh = Warehouse::new();
+    for (name, packed, seed) in [
+        ("line.jsonl", false, 11),
+        ("packed.jsonseq", true, 23),
+        ("more.ndjson", false, 37),
+    ] {
+        let text = cohort(3_000, packed, seed);
+        wh.file(name, &text);
+        let path = wh.abs(name);
+        for fields in [
+            &["session"][..],
+            &["session", "turn"],
+            &["flag"],
+            &["turn", "session"],
+        ] {
+            let report = build(&path, &key(fields)).unwrap();
+            assert_eq!(
+                report.rows as usize,
+                text.split(['\n', '\u{1e}'])
+                    .filter(|s| !s.trim().is_empty())
+                    .count()
+            );
+            assert!(report.failed > 0 && report.unkeyed > 0, "{report:?}");
+            let mut combos = 0;
+            for s in 0..8 {
+                for t in -1..5 {
+                    for f in [true, false] {
+                        let (values, texts): (Vec<serde_json::Value>, Vec<String>) = fields
+                            .iter()
+                            .map(|field| match *field {
+                                "session" => {
+                                    (serde_json::json!(format!("s-{s}")), format!("s-{s}"))
+                                }
+                                "turn" => (serde_json::json!(t), t.to_string()),
+                                _ => (serde_json::json!(f), f.to_string()),
+                            })
+                            .unzip();
+                        let found = lookup(&path, &key(fields), &texts).unwrap();
+                        assert_eq!(
+                            found,
+                            scan(&text, fields, &values),
+                            "{name} {fields:?} = {texts:?}"
+                        );
+                        combos += usize::from(!found.is_empty());
+                    }
+                }
+            }
+            assert!(
+                combos > 1,
+                "{name} {fields:?}: the cohort should hit several keys"
+            );
+        }
+    }
+}
+
+#[test]
+fn staleness_has_three_outcomes_and_verify_always_hashes() {
+    let wh = Warehouse::new();
+    let text = cohort(500, false, 5);
+    wh.file("c.jsonl", &text);
+    let path = wh.abs("c.jsonl");
+    let k = key(&["session"]);
+    build(&path, &k).unwrap();
+    let value = ["s-3".to_string()];
+    let expected = lookup(&path, &k, &value).unwrap();
+    assert!(!expected.is_empty());
+
+    // Size and mtime equal: served without hashing.
+    let hashes = cohort_hashes();
+    for _ in 0..5 {
+        assert_eq!(lookup(&path, &k, &value).unwrap(), expected);
+    }
+    assert_eq!(
+        cohort_hashes(),
+        hashes,
+        "an unchanged cohort is never hashed"
+    );
+
+    // Same size and bytes, new mtime: hashed once (memoised), served.
+    let later =
+        fs::metadata(&path).unwrap().modified().unwrap() + std::time::Duration::from_secs(5);
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    assert_eq!(lookup(&path, &k, &value).unwrap(), expected);
+    assert_eq!(lookup(&path, &k, &value).unwrap(), expected);
+    assert_eq!(cohort_hashes(), hashes + 1, "hashed once for the new mtime");
+
+    // verify always hashes, and never uses the memo.
+    verify(&path, &k).unwrap();
+    verify(&path, &k).unwrap();
+    assert_eq!(cohort_hashes(), hashes + 3);
+
+    // Same size, new mtime, different bytes: refused.
+    let changed = text.replacen("record", "RECORD", 1);
+    assert_eq!(changed.len(), text.len());
+    fs::write(&path, &changed).unwrap();
+    let err = lookup(&path, &k, &value).unwrap_err();
+    assert_eq!(err.code, ErrorCode::IndexStale);
+    assert!(
+        err.message.contains("pchronicle index build"),
+        "{}",
+        err.message
+    );
+
+    // Same size and same mtime, different bytes: lookup cannot tell; verify can.
+    build(&path, &k).unwrap();
+    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+    fs::write(&path, &text).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert!(lookup(&path, &k, &value).is_ok());
+    assert_eq!(verify(&path, &k).unwrap_err().code, ErrorCode::IndexStale);
+
+    // A different size: stale at once, without hashing.
+    let hashes = cohort_hashes();
+    fs::write(&path, format!("{text}{{\"session\":\"s-3\"}}\n")).unwrap();
+    assert_eq!(
+        lookup(&path, &k, &value).unwrap_err().code,
+        ErrorCode::IndexStale
+    );
+    assert_eq!(cohort_hashes(), hashes);
+}
+
+#[test]
+fn unusable_keys_values_and_files_are_refused_with_codes() {
+    let wh = Warehouse::new();
+    wh.file("arr.jsonl", "{\"k\":\"a\"}\n{\"k\":[1]}\n");
+    wh.file("mixed.jsonl", "{\"k\":\"a\"}\n{\"k\":1}\n");
+    wh.file("frac.jsonl", "{\"k\":1.5}\n");
+    wh.file("doc.json", "[{\"k\":1}]");
+    wh.file("ok.jsonl", "{\"k\":1,\"b\":true}\n{\"k\":2,\"b\":false}\n");
+    let k = key(&["k"]);
+    for name in ["arr.jsonl", "mixed.jsonl", "frac.jsonl"] {
+        assert_eq!(
+            build(&wh.abs(name), &k).unwrap_err().code,
+            ErrorCode::IndexKeyUnkeyable,
+            "{name}"
+        );
+        assert!(!index_path(&wh.abs(name), &k).exists());
+    }
+    assert_eq!(
+        build(&wh.abs("doc.json"), &k).unwrap_err().code,
+        ErrorCode::IndexCohortUnsupported
+    );
+    let ok = wh.abs("ok.jsonl");
+    assert_eq!(
+        lookup(&ok, &k, &["1".into()]).unwrap_err().code,
+        ErrorCode::IndexMissing
+    );
+    build(&ok, &k).unwrap();
+    assert_eq!(
+        lookup(&ok, &k, &["1".into()]).unwrap(),
+        [b"{\"k\":1,\"b\":true}".to_vec()]
+    );
+    assert_eq!(
+        lookup(&ok, &k, &["one".into()]).unwrap_err().code,
+        ErrorCode::LookupKeyMismatch
+    );
+    assert_eq!(
+        lookup(&ok, &k, &["1".into(), "2".into()]).unwrap_err().code,
+        ErrorCode::LookupKeyMismatch
+    );
+    let kb = key(&["b"]);
+    build(&ok, &kb).unwrap();
+    assert_eq!(lookup(&ok, &kb, &["false".into()]).unwrap().len(), 1);
+    assert_eq!(
+        lookup(&ok, &kb, &["no".into()]).unwrap_err().code,
+        ErrorCode::LookupKeyMismatch
+    );
+    // A damaged index is reported, never a panic.
+    let idx = index_path(&ok, &k);
+    let bytes = fs::read(&idx).unwrap();
+    fs::write(&idx, &bytes[..bytes.len() - 5]).unwrap();
+    assert_eq!(
+        lookup(&ok, &k, &["1".into()]).unwrap_err().code,
+        ErrorCode::IndexCorrupt
+    );
+    // Index files are never record sources.
+    let stats = wh.catalog().stats(Path::new("")).unwrap();
+    assert_eq!(
+        stats.files, 5,
+        "the four .jsonl files and doc.json, no .idx"
+    );
+}
