@@ -155,6 +155,12 @@ error_codes! {
     IndexCohortUnsupported => "PCHRONICLE_INDEX_COHORT_UNSUPPORTED",
         "the file cannot be indexed: only .jsonl, .ndjson and .jsonseq record files (with records under 4 GiB) can",
         "Convert a .json document to JSON Lines first (`jq -c '.[]' FILE.json > FILE.jsonl`), then build the index over that.";
+    IndexManifestInvalid => "PCHRONICLE_INDEX_MANIFEST_INVALID",
+        "a record file's FILE.indexes.json is not a valid index manifest (malformed JSON, unknown fields, another schema)",
+        "Rebuild an index to rewrite it (`pchronicle index build FILE --key a,b`), or delete FILE.indexes.json and run `pchronicle index list FILE` to fall back to the directory.";
+    IndexManifestStale => "PCHRONICLE_INDEX_MANIFEST_STALE",
+        "FILE.indexes.json names an index file that no longer exists",
+        "Rebuild that index with `pchronicle index build FILE --key a,b`, or forget it with `pchronicle index drop FILE --key a,b` (the message names the key).";
     LookupKeyMismatch => "PCHRONICLE_LOOKUP_KEY_MISMATCH",
         "the key or values given do not match the index: other fields, another order, a missing field, or a value of the wrong type",
         "Give the full key in the index's order with one value per field (`pchronicle index list FILE` shows the keys and their types).";

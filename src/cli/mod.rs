@@ -17,6 +17,7 @@ use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::{FsOptions, MountConfig, Mounted};
 use crate::shards::{self, ShardFormat};
+use crate::sidecar;
 use crate::store::CompactJsonlStore;
 use crate::store::compact::ImportMode;
 
@@ -163,6 +164,28 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
         #[arg(long)]
         json: bool,
     },
+    /// Build, list, verify or drop the sidecar point-lookup indexes of a
+    /// record file (`FILE.<keyhash>.idx`, listed in `FILE.indexes.json`).
+    Index {
+        #[command(subcommand)]
+        action: IndexAction,
+    },
+    /// Print the records of FILE whose key fields equal the values, in file
+    /// order, through its index (reading one bucket, not the file).
+    Lookup {
+        /// A .jsonl, .ndjson or .jsonseq record file with an index.
+        file: PathBuf,
+        /// The key fields in the index's order, `a,b`; or `a=x,b=y` with
+        /// the values inline.
+        #[arg(long, value_name = "FIELDS")]
+        key: String,
+        /// The values, in key order, `x,y`.
+        #[arg(long, value_name = "VALUES")]
+        value: Option<String>,
+        /// Print `{"matches": N, "records": [...]}` instead of JSON Lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print every error code with what it means and how to fix it, or one.
     Errors {
         /// A code such as PCHRONICLE_MANIFEST_PARSE.
@@ -172,6 +195,38 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
     Demo {
         #[arg(default_value = "pchronicle-demo")]
         dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum IndexAction {
+    /// Build (or rebuild) the index of FILE over the key fields, and
+    /// record it in FILE.indexes.json.
+    Build {
+        file: PathBuf,
+        /// Key fields, in order: `session` or `session,turn`.
+        #[arg(long, value_name = "FIELDS")]
+        key: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List FILE's indexes (one read of FILE.indexes.json).
+    List {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hash FILE and check its indexes (or the one over --key) against it.
+    Verify {
+        file: PathBuf,
+        #[arg(long, value_name = "FIELDS")]
+        key: Option<String>,
+    },
+    /// Remove the index over the key and its manifest entry.
+    Drop {
+        file: PathBuf,
+        #[arg(long, value_name = "FIELDS")]
+        key: String,
     },
 }
 
@@ -381,6 +436,55 @@ fn execute(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Index { action } => index(action),
+        Command::Lookup {
+            file,
+            key,
+            value,
+            json,
+        } => {
+            let (fields, values) = match value {
+                Some(value) => (
+                    sidecar::build::parse_key_spec(&key)?,
+                    value.split(',').map(str::to_string).collect::<Vec<_>>(),
+                ),
+                None => {
+                    let mut fields = Vec::new();
+                    let mut values = Vec::new();
+                    for pair in key.split(',') {
+                        let Some((f, v)) = pair.split_once('=') else {
+                            return Err(Error::new(
+                                ErrorCode::LookupKeyMismatch,
+                                "give the values with --value x,y, or inline as --key a=x,b=y",
+                            ));
+                        };
+                        fields.push(f.trim().to_string());
+                        values.push(v.to_string());
+                    }
+                    (sidecar::build::parse_key_spec(&fields.join(","))?, values)
+                }
+            };
+            let records = sidecar::lookup::lookup(&file, &fields, &values)?;
+            if json {
+                let parsed: Vec<serde_json::Value> = records
+                    .iter()
+                    .map(|r| serde_json::from_slice(r).unwrap_or(serde_json::Value::Null))
+                    .collect();
+                print!(
+                    "{}",
+                    table::to_json(
+                        &serde_json::json!({"matches": records.len(), "records": parsed})
+                    )
+                );
+            } else {
+                let mut out = std::io::stdout().lock();
+                for record in &records {
+                    let _ = std::io::Write::write_all(&mut out, record);
+                    let _ = std::io::Write::write_all(&mut out, b"\n");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Errors { code } => match code {
             None => {
                 print!("{}", table::error_codes(ErrorCode::ALL));
@@ -410,6 +514,89 @@ fn execute(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn index(action: IndexAction) -> Result<ExitCode> {
+    use sidecar::{build, lookup, manifest};
+    match action {
+        IndexAction::Build { file, key, json } => {
+            let key = build::parse_key_spec(&key)?;
+            let report = build::build(&file, &key)?;
+            manifest::upsert(&file, manifest::ManifestEntry::from_report(&report))?;
+            if json {
+                print!("{}", table::to_json(&report));
+            } else {
+                println!(
+                    "indexed {} of {} records over {} ({} keys; {} without the key, {} failed) in {}",
+                    report.indexed,
+                    report.rows,
+                    report.key.join(","),
+                    report.keys,
+                    report.unkeyed,
+                    report.failed,
+                    report.index.display()
+                );
+            }
+        }
+        IndexAction::List { file, json } => {
+            let entries = manifest::list(&file)?;
+            if json {
+                print!("{}", table::to_json(&entries));
+            } else {
+                for e in &entries {
+                    let types: Vec<String> = e
+                        .types
+                        .iter()
+                        .map(|t| format!("{t:?}").to_lowercase())
+                        .collect();
+                    println!(
+                        "{}  ({})  {} rows  {}",
+                        e.key.join(","),
+                        types.join(","),
+                        e.rows,
+                        e.file
+                    );
+                }
+            }
+        }
+        IndexAction::Verify { file, key } => {
+            let keys = match key {
+                Some(key) => vec![build::parse_key_spec(&key)?],
+                None => manifest::list(&file)?.into_iter().map(|e| e.key).collect(),
+            };
+            for key in &keys {
+                lookup::verify(&file, key)?;
+                println!(
+                    "ok: the index over {} matches {}",
+                    key.join(","),
+                    file.display()
+                );
+            }
+        }
+        IndexAction::Drop { file, key } => {
+            let key = build::parse_key_spec(&key)?;
+            let path = build::index_path(&file, &key);
+            let removed_file = match std::fs::remove_file(&path) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(e) => return Err(Error::io(&path, &e)),
+            };
+            let removed_entry = manifest::remove(&file, &key)?;
+            if !removed_file && !removed_entry {
+                return Err(Error::at(
+                    ErrorCode::IndexMissing,
+                    &file,
+                    format!("no index over {} to drop", key.join(",")),
+                ));
+            }
+            println!(
+                "dropped the index over {} of {}",
+                key.join(","),
+                file.display()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Errors name the path as the user typed it, not the catalog-relative one.

@@ -9,6 +9,7 @@
 pub mod build;
 pub mod format;
 pub mod lookup;
+pub mod manifest;
 
 use std::path::{Path, PathBuf};
 

@@ -263,3 +263,49 @@ fn unusable_keys_values_and_files_are_refused_with_codes() {
         "the four .jsonl files and doc.json, no .idx"
     );
 }
+
+#[test]
+fn the_cli_builds_lists_looks_up_verifies_and_drops() {
+    use crate::support::{pchronicle, stdout};
+    let wh = Warehouse::new();
+    wh.file("c.jsonl", cohort(400, false, 3));
+    let c = wh.abs("c.jsonl");
+    let c = c.to_str().unwrap();
+    let built: serde_json::Value = serde_json::from_str(&stdout(&pchronicle(&[
+        "index",
+        "build",
+        c,
+        "--key",
+        "session,turn",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(built["key"], serde_json::json!(["session", "turn"]));
+    assert_eq!(built["types"], serde_json::json!(["string", "integer"]));
+    let listed: serde_json::Value =
+        serde_json::from_str(&stdout(&pchronicle(&["index", "list", c, "--json"]))).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    let inline = stdout(&pchronicle(&["lookup", c, "--key", "session=s-2,turn=1"]));
+    let separate = stdout(&pchronicle(&[
+        "lookup",
+        c,
+        "--key",
+        "session,turn",
+        "--value",
+        "s-2,1",
+    ]));
+    assert_eq!(inline, separate);
+    assert!(!inline.is_empty());
+    stdout(&pchronicle(&["index", "verify", c]));
+    stdout(&pchronicle(&["index", "drop", c, "--key", "session,turn"]));
+    assert!(
+        !wh.abs("c.jsonl.indexes.json").exists(),
+        "the last entry removes the manifest"
+    );
+    let out = pchronicle(&["lookup", c, "--key", "session=s-2,turn=1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_INDEX_MISSING"));
+    wh.file("c.jsonl.indexes.json", "{not json");
+    let out = pchronicle(&["index", "list", c]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_INDEX_MANIFEST_INVALID"));
+}
