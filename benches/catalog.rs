@@ -13,7 +13,9 @@
 //! - appending one record to a session's shard (line and packed) in a
 //!   store of 100 and of 20,000 shards, against a bare `O_APPEND` write;
 //! - loading every record of a record store at 1x and 10x size, against
-//!   reading its bytes.
+//!   reading its bytes;
+//! - building a sidecar index over a large cohort (MB/s), and looking one
+//!   key up through it against `grep -F` of the same key over the file.
 //!
 //! Sizes come from the environment so CI can run a small smoke pass:
 //! `PCHRONICLE_BENCH_COUNT_MB` (default 1024), `PCHRONICLE_BENCH_ENTRIES`
@@ -21,6 +23,7 @@
 //! `PCHRONICLE_BENCH_COMPACT_LEAVES` (default 1000),
 //! `PCHRONICLE_BENCH_IMPORT_MB` (default 1024),
 //! `PCHRONICLE_BENCH_STORE_SHARDS` (default 20000),
+//! `PCHRONICLE_BENCH_INDEX_RECORDS` (default 1000000),
 //! `PCHRONICLE_BENCH_DIR` (default: the system temp directory).
 //!
 //! Run: `cargo bench --bench catalog`.
@@ -439,6 +442,89 @@ fn main() {
     bench_import(dir.path());
     bench_append(dir.path());
     bench_load_store(dir.path());
+    bench_sidecar(dir.path());
+}
+
+fn bench_sidecar(dir: &Path) {
+    use pchronicle::sidecar::build::build;
+    use pchronicle::sidecar::lookup::lookup;
+    let records = env_usize("PCHRONICLE_BENCH_INDEX_RECORDS", 1_000_000);
+    let sessions = (records / 10).max(1);
+    let cohort = dir.join("cohort.jsonl");
+    {
+        let mut out = BufWriter::with_capacity(1 << 20, fs::File::create(&cohort).unwrap());
+        for i in 0..records {
+            writeln!(
+                out,
+                r#"{{"id":"r-{i:010}","session":"s-{:07}","turn":{},"ts":"2026-11-30T10:00:00Z","role":"assistant","content":"step {i}: ran the tests"}}"#,
+                (i * 7919) % sessions,
+                i % 10
+            )
+            .unwrap();
+        }
+    }
+    let bytes = fs::metadata(&cohort).unwrap().len();
+    let key = vec!["session".to_string()];
+    let built = timed(|| {
+        build(&cohort, &key).unwrap();
+    });
+    let probes: Vec<String> = (0..200)
+        .map(|i| format!("s-{:07}", (i * 104_729) % sessions))
+        .collect();
+    for probe in &probes {
+        assert_eq!(
+            lookup(&cohort, &key, std::slice::from_ref(probe))
+                .unwrap()
+                .len(),
+            10
+        );
+    }
+    let mut times: Vec<Duration> = probes
+        .iter()
+        .map(|probe| {
+            timed(|| {
+                assert_eq!(
+                    lookup(&cohort, &key, std::slice::from_ref(probe))
+                        .unwrap()
+                        .len(),
+                    10
+                )
+            })
+        })
+        .collect();
+    times.sort();
+    let (typical, p99) = (times[times.len() / 2], times[times.len() * 99 / 100]);
+    let grep = median(3, || {
+        let out = Command::new("grep")
+            .arg("-F")
+            .arg(format!(r#""session":"{}""#, probes[0]))
+            .arg(&cohort)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.stdout
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count(),
+            10
+        );
+    });
+    println!(
+        "sidecar index over {records} records ({:.0} MiB, {sessions} sessions of 10)",
+        bytes as f64 / (1 << 20) as f64
+    );
+    println!(
+        "  build {:.0} ms = {:.0} MiB/s",
+        ms(built),
+        bytes as f64 / (1 << 20) as f64 / built.as_secs_f64()
+    );
+    println!(
+        "  lookup (10 records), warm: median {:.3} ms, p99 {:.3} ms   grep -F of the file {:.1} ms   {:.0}x faster (goals: median <= 0.2 ms, >= 1000x)",
+        ms(typical),
+        ms(p99),
+        ms(grep),
+        grep.as_secs_f64() / typical.as_secs_f64()
+    );
 }
 
 /// The median and 99th percentile of `n` single-call timings.

@@ -29,6 +29,7 @@ cargo build --release --locked --all-targets
 step "benchmarks (short pass: they must run; full numbers in docs/performance.md)"
 PCHRONICLE_BENCH_COUNT_MB=32 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_LEAVES=100 \
 PCHRONICLE_BENCH_COMPACT_LEAVES=100 PCHRONICLE_BENCH_IMPORT_MB=32 \
+PCHRONICLE_BENCH_INDEX_RECORDS=50000 \
   cargo bench --locked --bench catalog
 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_RUNS=5 bash benches/mount.sh
 
