@@ -443,27 +443,7 @@ fn execute(command: Command) -> Result<ExitCode> {
             value,
             json,
         } => {
-            let (fields, values) = match value {
-                Some(value) => (
-                    sidecar::build::parse_key_spec(&key)?,
-                    value.split(',').map(str::to_string).collect::<Vec<_>>(),
-                ),
-                None => {
-                    let mut fields = Vec::new();
-                    let mut values = Vec::new();
-                    for pair in key.split(',') {
-                        let Some((f, v)) = pair.split_once('=') else {
-                            return Err(Error::new(
-                                ErrorCode::LookupKeyMismatch,
-                                "give the values with --value x,y, or inline as --key a=x,b=y",
-                            ));
-                        };
-                        fields.push(f.trim().to_string());
-                        values.push(v.to_string());
-                    }
-                    (sidecar::build::parse_key_spec(&fields.join(","))?, values)
-                }
-            };
+            let (fields, values) = sidecar::parse_lookup_key(&key, value.as_deref())?;
             let records = sidecar::lookup::lookup(&file, &fields, &values)?;
             if json {
                 let parsed: Vec<serde_json::Value> = records
@@ -520,9 +500,7 @@ fn index(action: IndexAction) -> Result<ExitCode> {
     use sidecar::{build, lookup, manifest};
     match action {
         IndexAction::Build { file, key, json } => {
-            let key = build::parse_key_spec(&key)?;
-            let report = build::build(&file, &key)?;
-            manifest::upsert(&file, manifest::ManifestEntry::from_report(&report))?;
+            let report = sidecar::build_index(&file, &build::parse_key_spec(&key)?)?;
             if json {
                 print!("{}", table::to_json(&report));
             } else {
@@ -575,20 +553,7 @@ fn index(action: IndexAction) -> Result<ExitCode> {
         }
         IndexAction::Drop { file, key } => {
             let key = build::parse_key_spec(&key)?;
-            let path = build::index_path(&file, &key);
-            let removed_file = match std::fs::remove_file(&path) {
-                Ok(()) => true,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-                Err(e) => return Err(Error::io(&path, &e)),
-            };
-            let removed_entry = manifest::remove(&file, &key)?;
-            if !removed_file && !removed_entry {
-                return Err(Error::at(
-                    ErrorCode::IndexMissing,
-                    &file,
-                    format!("no index over {} to drop", key.join(",")),
-                ));
-            }
+            sidecar::drop_index(&file, &key)?;
             println!(
                 "dropped the index over {} of {}",
                 key.join(","),

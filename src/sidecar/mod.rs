@@ -13,6 +13,8 @@ pub mod manifest;
 
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, ErrorCode, Result};
+
 /// The suffix of a record file's sidecar discovery manifest.
 pub const MANIFEST_SUFFIX: &str = ".indexes.json";
 
@@ -32,9 +34,74 @@ pub fn covers(record_file: &Path) -> bool {
     }
 }
 
+/// Builds the index of `cohort` over `key` and records it in the
+/// discovery manifest: what `pchronicle index build` does.
+pub fn build_index(cohort: &Path, key: &[String]) -> Result<build::BuildReport> {
+    let report = build::build(cohort, key)?;
+    manifest::upsert(cohort, manifest::ManifestEntry::from_report(&report))?;
+    Ok(report)
+}
+
+/// Removes the index over `key` and its manifest entry (also an entry
+/// whose index file is already gone).
+pub fn drop_index(cohort: &Path, key: &[String]) -> Result<()> {
+    let path = build::index_path(cohort, key);
+    let removed_file = match std::fs::remove_file(&path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(Error::io(&path, &e)),
+    };
+    if !manifest::remove(cohort, key)? && !removed_file {
+        return Err(Error::at(
+            ErrorCode::IndexMissing,
+            cohort,
+            format!("no index over {} to drop", key.join(",")),
+        ));
+    }
+    Ok(())
+}
+
+/// The key fields and values of a lookup: `key` as `a,b` with `values` as
+/// `x,y`, or `key` alone as `a=x,b=y`.
+pub fn parse_lookup_key(key: &str, values: Option<&str>) -> Result<(Vec<String>, Vec<String>)> {
+    if let Some(values) = values {
+        let values = values.split(',').map(str::to_string).collect();
+        return Ok((build::parse_key_spec(key)?, values));
+    }
+    let mut fields = Vec::new();
+    let mut out = Vec::new();
+    for pair in key.split(',') {
+        let Some((field, value)) = pair.split_once('=') else {
+            return Err(Error::new(
+                ErrorCode::LookupKeyMismatch,
+                "give the values with --value x,y, or inline as --key a=x,b=y",
+            ));
+        };
+        fields.push(field.trim().to_string());
+        out.push(value.to_string());
+    }
+    Ok((build::parse_key_spec(&fields.join(","))?, out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lookup_keys_parse_in_both_forms() {
+        let both = (
+            vec!["a".to_string(), "b".into()],
+            vec!["x".to_string(), "1".into()],
+        );
+        assert_eq!(parse_lookup_key("a,b", Some("x,1")).unwrap(), both);
+        assert_eq!(parse_lookup_key("a=x,b=1", None).unwrap(), both);
+        for (key, values) in [("a,b", None), ("a,a", Some("1,2")), ("a,,b", Some("1,2,3"))] {
+            assert_eq!(
+                parse_lookup_key(key, values).unwrap_err().code,
+                ErrorCode::LookupKeyMismatch
+            );
+        }
+    }
 
     #[test]
     fn a_manifest_beside_the_file_covers_it() {
