@@ -258,6 +258,51 @@ fn rfc7_sources_equal_ls_sources_and_open_and_stats_equal_stats() {
     );
 }
 
+/// Sidecar index files pass through as plain files, a lookup through the
+/// mount is served (the mount keeps the record file's size and mtime), and
+/// the directory's `.stats` lists the index as fresh.
+#[test]
+fn sidecar_indexes_are_regular_files_and_listed_in_stats() {
+    let wh = demo_warehouse();
+    let Some(m) = Mounted::start(wh.path(), &[]) else {
+        return;
+    };
+    let dir = "runs/date=2026-11-01__agent=codex";
+    let key = ["role".to_string()];
+    let cohort = format!("{dir}/s-0001.jsonl");
+    let index = pchronicle::sidecar::build::index_path(Path::new(&cohort), &key);
+    let index = index.to_str().unwrap();
+    for rel in [index, &format!("{cohort}.indexes.json")] {
+        let native = wh.path().join(rel);
+        let meta = fs::symlink_metadata(m.at(rel)).unwrap();
+        assert!(meta.is_file(), "{rel}");
+        assert_eq!(meta.len(), fs::metadata(&native).unwrap().len(), "{rel}");
+        assert_eq!(fs::read(m.at(rel)).unwrap(), fs::read(&native).unwrap());
+        assert_eq!(
+            getxattr(&m.at(rel), "user.pchronicle.kind").unwrap(),
+            "file"
+        );
+        assert_eq!(
+            getxattr(&m.at(rel), "user.pchronicle.format"),
+            Err(libc::ENODATA),
+            "an index is not a record file"
+        );
+    }
+    let through_mount = cli(&["lookup", "--key", "role=tool"], &m.at(&cohort));
+    let native = cli(&["lookup", "--key", "role=tool"], &wh.path().join(&cohort));
+    assert_eq!(through_mount, native);
+    assert_eq!(String::from_utf8_lossy(&native).lines().count(), 4);
+    let stats: Value = serde_json::from_slice(&fs::read(m.at("runs/.stats")).unwrap()).unwrap();
+    assert_eq!(
+        stats["indexes"],
+        serde_json::json!([{
+            "file": "date=2026-11-01__agent=codex/s-0001.jsonl",
+            "index": index.strip_prefix("runs/").unwrap(),
+            "key": ["role"], "types": ["string"], "rows": 12, "state": "fresh"
+        }])
+    );
+}
+
 /// A generated warehouse holding every layout and every thing a mount
 /// must not show.
 fn generated_warehouse() -> Warehouse {

@@ -18,14 +18,15 @@ pub struct DemoSummary {
     pub leaves: usize,
     pub record_files: usize,
     pub records: u64,
+    pub indexes: usize,
 }
 
 impl fmt::Display for DemoSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} dataset leaves, {} loose record files, {} records",
-            self.leaves, self.record_files, self.records
+            "{} dataset leaves, {} loose record files, {} records, {} sidecar index",
+            self.leaves, self.record_files, self.records, self.indexes
         )
     }
 }
@@ -130,6 +131,11 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
     ] {
         loose(rel, content, records)?;
     }
+    // A sidecar point-lookup index over one record file, by role.
+    crate::sidecar::build_index(
+        &dir.join("runs/date=2026-11-01__agent=codex/s-0001.jsonl"),
+        &["role".to_string()],
+    )?;
     let summary_records = summary.records;
     let record_files = summary.record_files;
     write(
@@ -203,5 +209,6 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
         leaves,
         record_files,
         records,
+        indexes: 1,
     })
 }

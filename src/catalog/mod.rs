@@ -32,12 +32,13 @@ use std::sync::Arc;
 use cache::{FileId, HitCount, StampedLru, Stamps, stamps_hold, stamps_racy};
 use classify::{DirNode, classify_dir};
 pub use model::{
-    Counts, DatasetPreview, Entry, Listing, NodeKind, Snapshot, Source, SourceKind, Stats,
-    StatsOrigin, Timestamp, Warning,
+    Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
+    Stats, StatsOrigin, Timestamp, Warning,
 };
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::{RecordFormat, RecordStats, count_file};
+use crate::sidecar;
 use crate::store::{RecordCounter, Stores};
 
 /// The directory where pchronicle keeps its own state inside a warehouse.
@@ -315,12 +316,21 @@ impl Catalog {
                 sources: Vec::new(),
                 truncated: false,
                 warnings: Vec::new(),
+                indexes: Vec::new(),
             };
             if let Some(format) = RecordFormat::from_name(name) {
                 let source =
                     self.file_source(".", &target.abs, &target.meta, format, BTreeMap::new());
                 snapshot.warnings.extend(source.1);
                 snapshot.sources.push(source.0);
+                match sidecar::status::of_cohort(&target.abs, None) {
+                    Ok(found) => snapshot.indexes = index_infos(".", "", found),
+                    Err(e) => snapshot.warnings.push(Warning {
+                        code: e.code,
+                        path: ".".to_string(),
+                        message: e.message,
+                    }),
+                }
             }
             return Ok(snapshot);
         }
@@ -331,20 +341,24 @@ impl Catalog {
                 sources: vec![leaf_source(".", preview, BTreeMap::new())],
                 truncated: false,
                 warnings: node_warnings(&node, ""),
+                indexes: Vec::new(),
             });
         }
         let mut walk = Walk {
             sources: Vec::new(),
             warnings: node_warnings(&node, ""),
             truncated: false,
+            indexes: Vec::new(),
         };
         self.walk(target.abs, &target.meta, &mut walk)?;
         debug_assert!(walk.sources.is_sorted_by(|a, b| a.file <= b.file));
+        walk.indexes.sort_by(|a, b| a.index.cmp(&b.index));
         Ok(Snapshot {
             kind: NodeKind::Directory,
             sources: walk.sources,
             truncated: walk.truncated,
             warnings: walk.warnings,
+            indexes: walk.indexes,
         })
     }
 
@@ -416,6 +430,7 @@ impl Catalog {
         let scan = self.dir_scan(abs, meta)?;
         scan_warnings(&scan, rel, self.options.max_entries, &mut walk.warnings);
         walk.truncated |= scan.truncated;
+        self.walk_indexes(abs, rel, &scan.children, walk);
         let mut keyed = Vec::with_capacity(scan.children.len());
         for name in &scan.children {
             let child_abs = abs.join(name);
@@ -457,6 +472,23 @@ impl Catalog {
         }
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(keyed.into_iter().map(|(_, item)| item).collect())
+    }
+
+    /// The sidecar indexes in one directory of a walk: every record file
+    /// (present or not) that an index file or discovery manifest there
+    /// names, with the state of each of its indexes.
+    fn walk_indexes(&self, abs: &Path, rel: &str, children: &[String], walk: &mut Walk) {
+        let cohorts: std::collections::BTreeSet<&str> = children
+            .iter()
+            .filter_map(|name| sidecar::cohort_of(name))
+            .collect();
+        for cohort in cohorts {
+            let cohort_rel = join_rel(rel, cohort);
+            match sidecar::status::of_cohort(&abs.join(cohort), Some(children)) {
+                Ok(found) => walk.indexes.extend(index_infos(&cohort_rel, rel, found)),
+                Err(e) => walk.warn(e.code, &cohort_rel, e.message),
+            }
+        }
     }
 
     /// A record file as a source, counted through the cache.
@@ -698,6 +730,7 @@ struct Walk {
     sources: Vec<Source>,
     warnings: Vec<Warning>,
     truncated: bool,
+    indexes: Vec<IndexInfo>,
 }
 
 impl Walk {
@@ -726,6 +759,28 @@ fn leaf_source(
         size: None,
         path_attrs,
     }
+}
+
+/// Indexes of the record file `file` as the Snapshot reports them, their
+/// paths joined onto `dir` (both relative to the opened path).
+fn index_infos(file: &str, dir: &str, found: Vec<sidecar::status::Indexed>) -> Vec<IndexInfo> {
+    found
+        .into_iter()
+        .map(|i| IndexInfo {
+            file: file.to_string(),
+            index: join_rel(
+                dir,
+                &i.index
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+            key: i.key,
+            types: i.types,
+            rows: i.rows,
+            state: i.state,
+        })
+        .collect()
 }
 
 fn file_entry(name: &str, abs: &Path, meta: &Metadata) -> Entry {

@@ -15,6 +15,8 @@ use serde::{Serialize, Serializer};
 use crate::error::ErrorCode;
 use crate::records::timestamp::{self, Micros};
 use crate::records::{RecordFormat, RecordStats};
+use crate::sidecar::format::KeyType;
+use crate::sidecar::status::Freshness;
 
 /// What a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -188,6 +190,25 @@ pub struct Snapshot {
     pub sources: Vec<Source>,
     pub truncated: bool,
     pub warnings: Vec<Warning>,
+    /// The sidecar indexes of the record files in the snapshot (and orphans
+    /// beside them), ordered by index path. Not part of `.sources`.
+    pub indexes: Vec<IndexInfo>,
+}
+
+/// A sidecar index found under the opened path, and whether it still
+/// describes its record file (see [`Freshness`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IndexInfo {
+    /// The record file, relative to the opened path (`.` for the opened
+    /// record file itself).
+    pub file: String,
+    /// The index file, relative to the opened path (beside `file`).
+    pub index: String,
+    /// The ordered key; empty when the index file cannot be read.
+    pub key: Vec<String>,
+    pub types: Vec<KeyType>,
+    pub rows: u64,
+    pub state: Freshness,
 }
 
 /// Per-format totals inside [`Stats`].
@@ -217,6 +238,8 @@ pub struct Stats {
     /// Sources with no counts at all (left out of the totals).
     pub unreadable_sources: u64,
     pub formats: BTreeMap<String, FormatTotals>,
+    /// As in [`Snapshot::indexes`].
+    pub indexes: Vec<IndexInfo>,
     pub truncated: bool,
     pub warnings: Vec<Warning>,
 }
@@ -240,6 +263,7 @@ impl Snapshot {
             untrusted_sources: 0,
             unreadable_sources: 0,
             formats: BTreeMap::new(),
+            indexes: self.indexes.clone(),
             truncated: self.truncated,
             warnings: self.warnings.clone(),
         };

@@ -433,6 +433,14 @@ fn execute(command: Command) -> Result<ExitCode> {
                     report.bytes,
                     report.shard.display()
                 );
+                for sidecar in &report.invalidated_sidecars {
+                    println!(
+                        "invalidated sidecar {} (key {}); rebuild with: {}",
+                        sidecar.index.display(),
+                        sidecar.key.join(","),
+                        sidecar.rebuild
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

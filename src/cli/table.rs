@@ -175,6 +175,26 @@ pub fn stats(stats: &Stats) -> String {
             &rows,
         ));
     }
+    if !stats.indexes.is_empty() {
+        let rows: Vec<Vec<String>> = stats
+            .indexes
+            .iter()
+            .map(|i| {
+                vec![
+                    i.index.clone(),
+                    i.key.join(","),
+                    i.rows.to_string(),
+                    i.state.as_str().to_string(),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&render(
+            &["INDEX", "KEY", "ROWS", "STATE"],
+            &[false, false, true, false],
+            &rows,
+        ));
+    }
     out
 }
 

@@ -32,6 +32,7 @@ use serde::Serialize;
 use crate::atomic::write_atomic_hint;
 use crate::catalog::STATE_DIR;
 use crate::error::{Error, ErrorCode, Result};
+use crate::sidecar::status::InvalidatedSidecar;
 use rotation::{STATE_SCHEMA, Sealed, ShardState};
 
 /// Setting this to `1` makes writers pack by default.
@@ -196,6 +197,10 @@ pub struct AppendReport {
     pub bytes: u64,
     /// Shards this call started (the rule sealed the previous one).
     pub new_shards: Vec<PathBuf>,
+    /// Sidecar indexes the appends made stale, with the command that
+    /// rebuilds each; empty unless an index was built over the shard while
+    /// this call was appending to it.
+    pub invalidated_sidecars: Vec<InvalidatedSidecar>,
 }
 
 /// Appends one record to `session`'s current shard in `store`.
@@ -230,11 +235,17 @@ pub fn append_records(
         records: 0,
         bytes: 0,
         new_shards: Vec::new(),
+        invalidated_sidecars: Vec::new(),
     };
     for record in records {
         let appended = writer.append(record)?;
         if appended.started {
             report.new_shards.push(appended.shard.clone());
+        }
+        for sidecar in appended.invalidated {
+            if !report.invalidated_sidecars.contains(&sidecar) {
+                report.invalidated_sidecars.push(sidecar);
+            }
         }
         report.shard = appended.shard;
         report.records += 1;
@@ -280,6 +291,8 @@ pub struct Appended {
     pub started: bool,
     /// The state the writer leaves behind.
     pub state: ShardState,
+    /// Sidecar indexes this write made stale (see [`continue_shard`]).
+    pub invalidated: Vec<InvalidatedSidecar>,
 }
 
 impl Writer {
@@ -363,29 +376,10 @@ fn append_one(
     state: Option<&ShardState>,
     record: &[u8],
 ) -> Result<Appended> {
-    let mut buf = Vec::with_capacity(record.len() + 2);
     match rotation::reusable(state, session.as_str(), format, store) {
         Ok(shard) => {
-            let path = store.join(shard);
-            // No O_CREAT: a shard that vanished since the check is not
-            // recreated under its old name.
-            let file = OpenOptions::new()
-                .append(true)
-                .open(&path)
-                .map_err(|e| Error::io(&path, &e))?;
-            buf.extend_from_slice(record);
-            buf.push(separator(format));
             let state = state.expect("a reusable shard comes from a state");
-            let written = write_once(&file, &path, &buf)?;
-            Ok(Appended {
-                shard: path,
-                state: ShardState {
-                    size: state.size + written,
-                    ..state.clone()
-                },
-                written,
-                started: false,
-            })
+            continue_shard(&store.join(shard), state, format, record)
         }
         Err(sealed) => {
             log::debug!(
@@ -393,33 +387,84 @@ fn append_one(
                 session.as_str(),
                 describe(sealed)
             );
-            let (path, file) = create_shard(store, session, format)?;
-            if format == ShardFormat::Packed {
-                buf.push(RECORD_SEPARATOR);
-            }
-            buf.extend_from_slice(record);
-            buf.push(separator(format));
-            let written = write_once(&file, &path, &buf)?;
-            let meta = file.metadata().map_err(|e| Error::io(&path, &e))?;
-            let shard = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .expect("a shard name is UTF-8")
-                .to_string();
-            Ok(Appended {
-                shard: path,
-                state: ShardState {
-                    schema: STATE_SCHEMA,
-                    shard,
-                    size: written,
-                    dev: meta.dev(),
-                    ino: meta.ino(),
-                },
-                written,
-                started: true,
-            })
+            start_shard(store, session, format, record)
         }
     }
+}
+
+/// Appends to the shard the rule just allowed. An index built over it
+/// between the rule's check and the write is made stale by the write; the
+/// append then reports it (and the next append seals the shard).
+fn continue_shard(
+    path: &Path,
+    state: &ShardState,
+    format: ShardFormat,
+    record: &[u8],
+) -> Result<Appended> {
+    // No O_CREAT: a shard that vanished since the check is not recreated
+    // under its old name.
+    let file = OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(path, &e))?;
+    let mut buf = Vec::with_capacity(record.len() + 1);
+    buf.extend_from_slice(record);
+    buf.push(separator(format));
+    let written = write_once(&file, path, &buf)?;
+    let invalidated = if crate::sidecar::covers(path) {
+        crate::sidecar::status::invalidated(path).unwrap_or_else(|e| {
+            log::warn!("{}", e.render());
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    Ok(Appended {
+        shard: path.to_path_buf(),
+        state: ShardState {
+            size: state.size + written,
+            ..state.clone()
+        },
+        written,
+        started: false,
+        invalidated,
+    })
+}
+
+/// Starts a new shard with `record` as its first record.
+fn start_shard(
+    store: &Path,
+    session: &SessionId,
+    format: ShardFormat,
+    record: &[u8],
+) -> Result<Appended> {
+    let (path, file) = create_shard(store, session, format)?;
+    let mut buf = Vec::with_capacity(record.len() + 2);
+    if format == ShardFormat::Packed {
+        buf.push(RECORD_SEPARATOR);
+    }
+    buf.extend_from_slice(record);
+    buf.push(separator(format));
+    let written = write_once(&file, &path, &buf)?;
+    let meta = file.metadata().map_err(|e| Error::io(&path, &e))?;
+    let shard = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a shard name is UTF-8")
+        .to_string();
+    Ok(Appended {
+        shard: path,
+        state: ShardState {
+            schema: STATE_SCHEMA,
+            shard,
+            size: written,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        },
+        written,
+        started: true,
+        invalidated: Vec::new(),
+    })
 }
 
 fn separator(format: ShardFormat) -> u8 {
@@ -587,6 +632,46 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    /// An index built over a shard between the rule's check and the write
+    /// (the only way an append can change an indexed record file) is
+    /// reported as invalidated, with its rebuild command; without one,
+    /// nothing is reported.
+    #[test]
+    fn an_append_reports_the_sidecars_it_made_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let first = append_record(&store, "s", br#"{"id":"a"}"#).unwrap();
+        assert!(first.invalidated_sidecars.is_empty());
+        let mut writer = Writer::open(&store, "s", ShardFormat::Line).unwrap();
+        let state = writer.load_state().unwrap();
+        let shard =
+            store.join(rotation::reusable(Some(&state), "s", ShardFormat::Line, &store).unwrap());
+
+        let plain = continue_shard(&shard, &state, ShardFormat::Line, br#"{"id":"b"}"#).unwrap();
+        assert!(plain.invalidated.is_empty());
+
+        let key = vec!["id".to_string()];
+        crate::sidecar::build_index(&shard, &key).unwrap();
+        let raced =
+            continue_shard(&shard, &plain.state, ShardFormat::Line, br#"{"id":"c"}"#).unwrap();
+        assert_eq!(
+            raced.invalidated,
+            vec![InvalidatedSidecar {
+                file: shard.clone(),
+                index: crate::sidecar::build::index_path(&shard, &key),
+                key: key.clone(),
+                rebuild: crate::sidecar::rebuild_command(&shard, &key),
+            }]
+        );
+        let err = crate::sidecar::lookup::lookup(&shard, &key, &["c".to_string()]).unwrap_err();
+        assert_eq!(err.code, ErrorCode::IndexStale);
+
+        // The next append does not touch the indexed shard again.
+        writer.memory = Some(raced.state);
+        let next = writer.append(br#"{"id":"d"}"#).unwrap();
+        assert!(next.started && next.invalidated.is_empty());
     }
 
     #[test]

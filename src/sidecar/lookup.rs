@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::build::index_path;
 use super::format::{Corrupt, IndexReader, KeyType, KeyValue, encode_key};
+use super::rebuild_command;
 use crate::error::{Error, ErrorCode, Result};
 
 type MemoKey = (PathBuf, u64, i64);
@@ -32,6 +33,15 @@ type MemoKey = (PathBuf, u64, i64);
 fn memo() -> &'static Mutex<HashMap<MemoKey, [u8; 32]>> {
     static MEMO: OnceLock<Mutex<HashMap<MemoKey, [u8; 32]>>> = OnceLock::new();
     MEMO.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The digest this process memoised for `cohort` at this size and mtime,
+/// if it hashed it (never hashes).
+pub fn memoised_digest(cohort: &Path, size: u64, mtime_ns: i64) -> Option<[u8; 32]> {
+    memo()
+        .lock()
+        .get(&(cohort.to_path_buf(), size, mtime_ns))
+        .copied()
 }
 
 /// How many times this process hashed a whole cohort (for tests).
@@ -65,10 +75,9 @@ fn stale(cohort: &Path, key: &[String], why: &str) -> Error {
         ErrorCode::IndexStale,
         cohort,
         format!(
-            "the index over {} is stale: {why}; rebuild it with `pchronicle index build {} --key {}`",
+            "the index over {} is stale: {why}; rebuild it with `{}`",
             key.join(","),
-            cohort.display(),
-            key.join(",")
+            rebuild_command(cohort, key)
         ),
     )
 }
@@ -81,10 +90,9 @@ fn open_index(cohort: &Path, key: &[String]) -> Result<(PathBuf, File, u64)> {
             ErrorCode::IndexMissing,
             cohort,
             format!(
-                "no index over {}; build it with `pchronicle index build {} --key {}`",
+                "no index over {}; build it with `{}`",
                 key.join(","),
-                cohort.display(),
-                key.join(",")
+                rebuild_command(cohort, key)
             ),
         ),
         _ => Error::io(&path, &e),

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::build::{BuildReport, index_path};
 use super::format::{IndexReader, KeyType};
-use super::manifest_path;
+use super::{command, manifest_path, rebuild_command};
 use crate::atomic::write_atomic;
 use crate::error::{Error, ErrorCode, Result};
 
@@ -138,27 +138,50 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
                     ErrorCode::IndexManifestStale,
                     manifest_path(cohort),
                     format!(
-                        "the manifest names {} which is gone; run `pchronicle index build {} --key {}` or `pchronicle index drop {} --key {}`",
+                        "the manifest names {} which is gone; run `{}` or `{}`",
                         entry.file,
-                        cohort.display(),
-                        entry.key.join(","),
-                        cohort.display(),
-                        entry.key.join(",")
+                        rebuild_command(cohort, &entry.key),
+                        command("drop", cohort, &entry.key)
                     ),
                 ));
             }
         }
         return Ok(manifest.indexes);
     }
-    let dir = cohort
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    listed(cohort, None)?
+        .into_iter()
+        .map(|found| {
+            found.map_err(|name| {
+                Error::at(
+                    ErrorCode::IndexCorrupt,
+                    sibling(cohort, &name),
+                    "not a readable index of this file",
+                )
+            })
+        })
+        .collect()
+}
+
+/// The index files beside `cohort` found by name (`FILE.<16 hex>.idx`
+/// whose header names the key that hashes to it), sorted by key; the name
+/// of each one that cannot be read as such. `siblings`, the directory's
+/// names sorted, spares listing it when the caller has them.
+pub fn listed(
+    cohort: &Path,
+    siblings: Option<&[String]>,
+) -> Result<Vec<std::result::Result<ManifestEntry, String>>> {
     let prefix = format!("{}.", file_name(cohort));
+    let listing;
+    let names = match siblings {
+        Some(names) => names,
+        None => {
+            listing = list_dir(cohort)?;
+            &listing
+        }
+    };
+    let start = names.partition_point(|n| n.as_str() < prefix.as_str());
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, &e))? {
-        let entry = entry.map_err(|e| Error::io(dir, &e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for name in names[start..].iter().take_while(|n| n.starts_with(&prefix)) {
         let Some(hash) = name
             .strip_prefix(&prefix)
             .and_then(|rest| rest.strip_suffix(".idx"))
@@ -168,27 +191,50 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
         if hash.len() != 16 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
-        let path = entry.path();
-        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, &e))?;
-        let len = file.metadata().map_err(|e| Error::io(&path, &e))?.len();
-        let reader = IndexReader::open(&file, len)
-            .map_err(|f| Error::at(ErrorCode::IndexCorrupt, &path, f.0))?;
-        let key: Vec<String> = reader.header.key.iter().map(|(n, _)| n.clone()).collect();
-        if index_path(cohort, &key) != path {
-            continue;
+        let path = sibling(cohort, name);
+        match read_entry(&path, name) {
+            Some(entry) if index_path(cohort, &entry.key) == path => out.push(Ok(entry)),
+            _ => out.push(Err(name.clone())),
         }
-        out.push(ManifestEntry {
-            file: name,
-            types: reader.header.key.iter().map(|(_, t)| *t).collect(),
-            key,
-            rows: reader.header.row_count,
-            keys: 0,
-            unkeyed: 0,
-            failed: 0,
-        });
     }
-    out.sort_by(|a, b| a.key.cmp(&b.key));
+    out.sort_by(|a, b| match (a, b) {
+        (Ok(a), Ok(b)) => a.key.cmp(&b.key),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(a), Err(b)) => a.cmp(b),
+    });
     Ok(out)
+}
+
+/// An index file's header as a manifest entry (counts the header does not
+/// hold are 0).
+fn read_entry(path: &Path, name: &str) -> Option<ManifestEntry> {
+    let file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let reader = IndexReader::open(&file, len).ok()?;
+    Some(ManifestEntry {
+        file: name.to_string(),
+        key: reader.header.key.iter().map(|(n, _)| n.clone()).collect(),
+        types: reader.header.key.iter().map(|(_, t)| *t).collect(),
+        rows: reader.header.row_count,
+        keys: 0,
+        unkeyed: 0,
+        failed: 0,
+    })
+}
+
+fn list_dir(cohort: &Path) -> Result<Vec<String>> {
+    let dir = cohort
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, &e))? {
+        let entry = entry.map_err(|e| Error::io(dir, &e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
 }
 
 fn sibling(cohort: &Path, name: &str) -> PathBuf {

@@ -10,6 +10,7 @@ pub mod build;
 pub mod format;
 pub mod lookup;
 pub mod manifest;
+pub mod status;
 
 use std::path::{Path, PathBuf};
 
@@ -25,12 +26,51 @@ pub fn manifest_path(record_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The record file a sidecar file name belongs to: `FILE` from
+/// `FILE.indexes.json` or `FILE.<16 hex>.idx`.
+pub fn cohort_of(name: &str) -> Option<&str> {
+    if let Some(cohort) = name.strip_suffix(MANIFEST_SUFFIX) {
+        return Some(cohort).filter(|c| !c.is_empty());
+    }
+    let (cohort, hash) = name.strip_suffix(".idx")?.rsplit_once('.')?;
+    let is_hash = hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit());
+    Some(cohort).filter(|c| is_hash && !c.is_empty())
+}
+
 /// Whether a sidecar index covers `record_file` (one `lstat`). An
 /// unreadable answer counts as covered: when in doubt, a writer seals.
 pub fn covers(record_file: &Path) -> bool {
     match std::fs::symlink_metadata(manifest_path(record_file)) {
         Ok(_) => true,
         Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
+/// The exact shell command that builds the index of `cohort` over `key`.
+pub fn rebuild_command(cohort: &Path, key: &[String]) -> String {
+    command("build", cohort, key)
+}
+
+/// `pchronicle index VERB FILE --key a,b`, quoted for a POSIX shell.
+pub(crate) fn command(verb: &str, cohort: &Path, key: &[String]) -> String {
+    format!(
+        "pchronicle index {verb} {} --key {}",
+        shell_quote(&cohort.to_string_lossy()),
+        shell_quote(&key.join(","))
+    )
+}
+
+/// `text` as one shell word: unchanged when it holds only characters no
+/// shell treats specially, else in single quotes.
+fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./,:=@+%".contains(&b));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 
@@ -100,6 +140,34 @@ mod tests {
                 parse_lookup_key(key, values).unwrap_err().code,
                 ErrorCode::LookupKeyMismatch
             );
+        }
+    }
+
+    #[test]
+    fn rebuild_commands_survive_a_shell() {
+        let key = vec!["run id".to_string(), "n".into()];
+        assert_eq!(
+            rebuild_command(Path::new("d/it's.jsonl"), &key),
+            "pchronicle index build 'd/it'\\''s.jsonl' --key 'run id,n'"
+        );
+        assert_eq!(
+            rebuild_command(Path::new("/w/a-1.jsonl"), &key[1..]),
+            "pchronicle index build /w/a-1.jsonl --key n"
+        );
+    }
+
+    #[test]
+    fn sidecar_names_lead_back_to_their_record_file() {
+        assert_eq!(cohort_of("a.b.jsonl.indexes.json"), Some("a.b.jsonl"));
+        assert_eq!(cohort_of("a.jsonl.0123456789abcdef.idx"), Some("a.jsonl"));
+        for other in [
+            ".indexes.json",
+            "a.jsonl",
+            "a.jsonl.0123.idx",
+            "a.jsonl.0123456789abcdeg.idx",
+            ".0123456789abcdef.idx",
+        ] {
+            assert_eq!(cohort_of(other), None, "{other}");
         }
     }
 

@@ -32,9 +32,10 @@ fn errors_doc_lists_every_code_with_its_fixup() {
 fn cli_doc_names_every_json_field() {
     let text = doc("cli.md");
     let w = crate::support::Warehouse::new();
-    w.file("d=1/a.jsonl", "{}\n")
+    w.file("d=1/a.jsonl", "{\"id\":1}\n")
         .storyline("s", 1)
         .file("bad\u{1}/x", "");
+    pchronicle::sidecar::build_index(&w.abs("d=1/a.jsonl"), &["id".to_string()]).unwrap();
     let catalog = w.catalog();
     let path = std::path::Path::new(".");
     let mut values: Vec<serde_json::Value> = vec![

@@ -14,6 +14,7 @@ fn shaped_warehouse() -> Warehouse {
     .file("p=1/b.txt", "hello")
     .storyline("s", 2)
     .branch("s");
+    pchronicle::sidecar::build_index(&w.abs("p=1/a.jsonl"), &["ts".to_string()]).unwrap();
     // Make the leaf's manifest current before the CLI looks.
     w.catalog().open(std::path::Path::new(".")).unwrap();
     w
@@ -51,6 +52,9 @@ fn ls_json_shape() {
             "kind": "directory",
             "entries": [
                 {"kind": "file", "name": "a.jsonl", "size": 37, "format": "jsonl"},
+                // Sidecars are plain files, never record sources.
+                {"kind": "file", "name": "a.jsonl.44ad63f60af0f6db.idx", "size": 153, "format": null},
+                {"kind": "file", "name": "a.jsonl.indexes.json", "size": 248, "format": null},
                 {"kind": "file", "name": "b.txt", "size": b_size, "format": null}
             ],
             "truncated": false,
@@ -116,6 +120,10 @@ fn stats_json_shape() {
             "min_timestamp": "2026-01-01T00:00:00Z", "max_timestamp": "2026-01-01T00:00:00Z",
             "untrusted_sources": 0, "unreadable_sources": 0,
             "formats": {"jsonl": {"sources": 1, "record_count": 2, "failed_count": 1}},
+            "indexes": [
+                {"file": "p=1/a.jsonl", "index": "p=1/a.jsonl.44ad63f60af0f6db.idx",
+                 "key": ["ts"], "types": ["string"], "rows": 2, "state": "fresh"}
+            ],
             "truncated": true,
             "warnings": [
                 {"code": "PCHRONICLE_BOUND_REACHED", "path": ".", "message": "stopped at max_files = 1"}

@@ -2,6 +2,7 @@
 //! staleness outcomes, and coded refusals.
 
 use std::fs;
+use std::io::Write;
 use std::path::Path;
 
 use pchronicle::error::ErrorCode;
@@ -308,4 +309,111 @@ fn the_cli_builds_lists_looks_up_verifies_and_drops() {
     wh.file("c.jsonl.indexes.json", "{not json");
     let out = pchronicle(&["index", "list", c]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_INDEX_MANIFEST_INVALID"));
+}
+
+fn set_mtime_later(path: &Path, secs: u64) {
+    let later =
+        fs::metadata(path).unwrap().modified().unwrap() + std::time::Duration::from_secs(secs);
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+}
+
+/// (index path, state) of what `stats PATH` reports.
+fn index_states(wh: &Warehouse, rel: &str) -> Vec<(String, String)> {
+    let stats = wh.catalog().stats(Path::new(rel)).unwrap();
+    stats
+        .indexes
+        .iter()
+        .map(|i| (i.index.clone(), i.state.as_str().to_string()))
+        .collect()
+}
+
+#[test]
+fn stats_list_the_indexes_under_a_path_with_their_state() {
+    use pchronicle::sidecar::build_index;
+    let wh = Warehouse::new();
+    let id = key(&["id"]);
+    let hash = pchronicle::sidecar::build::key_hash(&id);
+    for name in [
+        "a/fresh.jsonl",
+        "a/grown.jsonl",
+        "a/touched.jsonl",
+        "b/gone.jsonl",
+        "b/orphan.jsonl",
+        "leaf/inner.jsonl",
+    ] {
+        wh.file(name, "{\"id\":1}\n{\"id\":2}\n");
+        build_index(&wh.abs(name), &id).unwrap();
+    }
+    wh.storyline("leaf", 1);
+    fs::OpenOptions::new()
+        .append(true)
+        .open(wh.abs("a/grown.jsonl"))
+        .unwrap()
+        .write_all(b"{\"id\":3}\n")
+        .unwrap();
+    set_mtime_later(&wh.abs("a/touched.jsonl"), 5);
+    fs::remove_file(index_path(&wh.abs("b/gone.jsonl"), &id)).unwrap();
+    fs::remove_file(wh.abs("b/orphan.jsonl")).unwrap();
+    wh.file("b/bad.jsonl", "{}\n")
+        .file(&format!("b/bad.jsonl.{hash}.idx"), "PCHRNIDX\x03 too short");
+
+    let idx = |cohort: &str| format!("{cohort}.{hash}.idx");
+    let expect = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(i, s)| (i.to_string(), s.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        index_states(&wh, ""),
+        expect(&[
+            (&idx("a/fresh.jsonl"), "fresh"),
+            (&idx("a/grown.jsonl"), "stale"),
+            (&idx("a/touched.jsonl"), "unverified"),
+            (&idx("b/bad.jsonl"), "corrupt"),
+            (&idx("b/gone.jsonl"), "missing"),
+            (&idx("b/orphan.jsonl"), "orphaned"),
+        ]),
+        "the index inside the leaf is not under any walked directory"
+    );
+
+    // A lookup hashes the touched file once; its digest then decides.
+    lookup(&wh.abs("a/touched.jsonl"), &id, &["1".to_string()]).unwrap();
+    assert_eq!(
+        index_states(&wh, "a"),
+        expect(&[
+            (&idx("fresh.jsonl"), "fresh"),
+            (&idx("grown.jsonl"), "stale"),
+            (&idx("touched.jsonl"), "fresh"),
+        ])
+    );
+
+    // A record file's own stats list its indexes by name.
+    let own = wh.catalog().stats(Path::new("a/fresh.jsonl")).unwrap();
+    assert_eq!(own.indexes.len(), 1);
+    assert_eq!(
+        (own.indexes[0].file.as_str(), own.indexes[0].rows),
+        (".", 2)
+    );
+    assert_eq!(own.indexes[0].index, idx("fresh.jsonl"));
+
+    // Sidecars are never sources; a malformed manifest is a warning.
+    wh.file("b/fresh.jsonl.indexes.json", "{not json")
+        .file("b/fresh.jsonl", "{}\n");
+    let stats = wh.catalog().stats(Path::new("b")).unwrap();
+    assert_eq!(stats.files, 3, "bad, gone and fresh .jsonl");
+    assert!(
+        stats
+            .warnings
+            .iter()
+            .any(|w| w.code == ErrorCode::IndexManifestInvalid && w.path == "fresh.jsonl"),
+        "{:?}",
+        stats.warnings
+    );
+    assert!(!stats.indexes.iter().any(|i| i.file == "fresh.jsonl"));
 }

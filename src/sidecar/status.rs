@@ -1,0 +1,179 @@
+//! Whether each index of a record file still describes it, decided without
+//! hashing: what a directory's `.stats` reports, and what a command that
+//! changed a record file reports as invalidated.
+//!
+//! The states follow the lookup's staleness outcomes. When the size is
+//! equal and the mtime moved, only a hash can tell; a digest this process
+//! already memoised answers, otherwise the state is `unverified` (the next
+//! lookup hashes once; `pchronicle index verify` decides at once).
+
+use std::fs::{File, Metadata};
+use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::format::{IndexReader, KeyType};
+use super::manifest::{self, ManifestEntry};
+use super::{lookup, rebuild_command};
+use crate::error::Result;
+
+/// What an index is worth against its record file as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Size and mtime are the indexed ones (or the bytes are known equal).
+    Fresh,
+    /// The size differs, or the bytes are known to differ.
+    Stale,
+    /// Same size, moved mtime, not hashed yet.
+    Unverified,
+    /// The manifest names an index file that is gone.
+    Missing,
+    /// The index file cannot be read as an index of this key.
+    Corrupt,
+    /// The record file the index was built over is gone.
+    Orphaned,
+}
+
+impl Freshness {
+    /// The name `.stats` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Freshness::Fresh => "fresh",
+            Freshness::Stale => "stale",
+            Freshness::Unverified => "unverified",
+            Freshness::Missing => "missing",
+            Freshness::Corrupt => "corrupt",
+            Freshness::Orphaned => "orphaned",
+        }
+    }
+}
+
+impl Serialize for Freshness {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// One index of a record file and its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Indexed {
+    /// The index file, beside the record file.
+    pub index: PathBuf,
+    pub key: Vec<String>,
+    pub types: Vec<KeyType>,
+    pub rows: u64,
+    pub state: Freshness,
+}
+
+/// Every index of `cohort` with its state: the manifest's entries when it
+/// exists, else the index files found beside the record file (among
+/// `siblings` when the caller already listed the directory). A malformed
+/// manifest is an error, as everywhere.
+pub fn of_cohort(cohort: &Path, siblings: Option<&[String]>) -> Result<Vec<Indexed>> {
+    let cohort_meta = std::fs::metadata(cohort).ok();
+    let cohort_meta = cohort_meta.as_ref().filter(|m| m.is_file());
+    let entries = match manifest::read(cohort)? {
+        Some(manifest) => manifest.indexes,
+        None => manifest::listed(cohort, siblings)?
+            .into_iter()
+            .map(|listed| listed.unwrap_or_else(corrupt_entry))
+            .collect(),
+    };
+    Ok(entries
+        .into_iter()
+        .map(|entry| {
+            let index = cohort.with_file_name(&entry.file);
+            let state = freshness(cohort, cohort_meta, &index, &entry.key);
+            Indexed {
+                index,
+                key: entry.key,
+                types: entry.types,
+                rows: entry.rows,
+                state,
+            }
+        })
+        .collect())
+}
+
+/// An index file found by name that could not be read.
+fn corrupt_entry(file: String) -> ManifestEntry {
+    ManifestEntry {
+        file,
+        key: Vec::new(),
+        types: Vec::new(),
+        rows: 0,
+        keys: 0,
+        unkeyed: 0,
+        failed: 0,
+    }
+}
+
+fn freshness(
+    cohort_path: &Path,
+    cohort: Option<&Metadata>,
+    index: &Path,
+    key: &[String],
+) -> Freshness {
+    let file = match File::open(index) {
+        Ok(file) => file,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Freshness::Missing,
+        Err(_) => return Freshness::Corrupt,
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return Freshness::Corrupt;
+    };
+    let Ok(reader) = IndexReader::open(&file, len) else {
+        return Freshness::Corrupt;
+    };
+    let header = &reader.header;
+    if header.key.iter().map(|(n, _)| n).ne(key.iter()) {
+        return Freshness::Corrupt;
+    }
+    let Some(cohort) = cohort else {
+        return Freshness::Orphaned;
+    };
+    if cohort.len() != header.cohort_size {
+        return Freshness::Stale;
+    }
+    let mtime_ns = cohort.mtime() * 1_000_000_000 + cohort.mtime_nsec();
+    if mtime_ns == header.cohort_mtime_ns {
+        return Freshness::Fresh;
+    }
+    match lookup::memoised_digest(cohort_path, cohort.len(), mtime_ns) {
+        Some(digest) if digest == header.cohort_sha256 => Freshness::Fresh,
+        Some(_) => Freshness::Stale,
+        None => Freshness::Unverified,
+    }
+}
+
+/// A sidecar a change to its record file made stale, and how to rebuild it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InvalidatedSidecar {
+    /// The record file that changed.
+    pub file: PathBuf,
+    /// The index file that no longer describes it.
+    pub index: PathBuf,
+    pub key: Vec<String>,
+    /// The exact command that rebuilds it.
+    pub rebuild: String,
+}
+
+/// The indexes of `changed` that its new content leaves stale or
+/// unverified. Nothing is rebuilt.
+pub fn invalidated(changed: &Path) -> Result<Vec<InvalidatedSidecar>> {
+    Ok(of_cohort(changed, None)?
+        .into_iter()
+        .filter(|i| matches!(i.state, Freshness::Stale | Freshness::Unverified))
+        .map(|i| InvalidatedSidecar {
+            file: changed.to_path_buf(),
+            rebuild: rebuild_command(changed, &i.key),
+            index: i.index,
+            key: i.key,
+        })
+        .collect())
+}
