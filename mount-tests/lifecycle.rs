@@ -274,3 +274,43 @@ fn an_unreadable_warehouse_is_refused_with_a_code() {
     assert!(stderr.contains("Permission denied"), "{stderr}");
     assert_eq!(mountpoint::state(&mnt), MountState::NotMounted);
 }
+
+/// The daemon keeps record-file counts in `.pchronicle/cache/counts` (not
+/// with `--no-cache`), and refuses to mount over a cache a newer build
+/// wrote, leaving it as it is.
+#[test]
+fn the_count_cache_persists_across_mounts_and_can_be_disabled() {
+    if !fuse_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    crate::support::settle();
+    let cache = wh.path().join(".pchronicle/cache/counts");
+    let serve_once = |extra: &[&str]| {
+        let mut m = Mounted::start(wh.path(), extra).unwrap();
+        let stats = fs::read_to_string(m.at(".stats")).unwrap();
+        assert!(stats.contains("\"record_count\": 8"), "{stats}");
+        assert!(m.signal(libc::SIGTERM).success());
+    };
+    serve_once(&["--no-cache"]);
+    assert!(!cache.exists(), "--no-cache writes no cache");
+    serve_once(&[]);
+    let bytes = fs::read(&cache).expect("the cache is written by the time the daemon exits");
+    assert!(bytes.starts_with(b"PCHRCNTS"));
+
+    let mut newer = bytes.clone();
+    newer[8..12].copy_from_slice(&(pchronicle::catalog::counts::SCHEMA + 1).to_le_bytes());
+    fs::write(&cache, &newer).unwrap();
+    let (_dir, mnt) = empty_mount_point();
+    refused(
+        &[&"mount", &wh.path(), &mnt],
+        &mnt,
+        "PCHRONICLE_COUNT_CACHE_NEWER",
+    );
+    assert_eq!(fs::read(&cache).unwrap(), newer, "left untouched");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().join("counts");
+    serve_once(&["--cache-file", other.to_str().unwrap()]);
+    assert!(other.is_file());
+    assert_eq!(fs::read(&cache).unwrap(), newer);
+}

@@ -164,6 +164,9 @@ error_codes! {
     LookupKeyMismatch => "PCHRONICLE_LOOKUP_KEY_MISMATCH",
         "the key or values given do not match the index: other fields, another order, a missing field, or a value of the wrong type",
         "Give the full key in the index's order with one value per field (`pchronicle index list FILE` shows the keys and their types).";
+    CountCacheNewer => "PCHRONICLE_COUNT_CACHE_NEWER",
+        "the persisted count cache was written by a newer pchronicle (a higher schema); it is left untouched",
+        "Upgrade pchronicle, or mount with `--cache-file PATH` to keep this version's cache elsewhere (or `--no-cache` to run without one).";
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";

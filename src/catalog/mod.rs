@@ -19,6 +19,7 @@
 
 pub mod cache;
 pub mod classify;
+pub mod counts;
 pub mod hive;
 pub mod manifest;
 pub mod model;
@@ -28,9 +29,11 @@ use std::fs::{self, Metadata};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cache::{FileId, HitCount, StampedLru, Stamps, stamps_hold, stamps_racy};
 use classify::{DirNode, classify_dir};
+use counts::{CountCache, Loaded, NewFiles};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
     Stats, StatsOrigin, Timestamp, Warning,
@@ -58,8 +61,11 @@ pub struct CatalogOptions {
     pub dir_cache_entries: usize,
     /// Directory classifications and leaf previews kept.
     pub node_cache_entries: usize,
-    /// Record-file counts kept.
+    /// Record-file counts kept (in memory and in the persisted cache).
     pub file_cache_entries: usize,
+    /// Where record-file counts persist across restarts; `None` keeps
+    /// them in memory only.
+    pub count_cache: Option<PathBuf>,
 }
 
 impl Default for CatalogOptions {
@@ -71,6 +77,7 @@ impl Default for CatalogOptions {
             dir_cache_entries: 4_096,
             node_cache_entries: 65_536,
             file_cache_entries: 262_144,
+            count_cache: None,
         }
     }
 }
@@ -107,6 +114,10 @@ pub struct CacheHits {
     pub nodes: HitCount,
     /// Record-file counts.
     pub files: HitCount,
+    /// Record files actually read to count them.
+    pub files_read: u64,
+    /// Record files whose counts were taken over across a rename.
+    pub renames: u64,
 }
 
 /// One warehouse: its root, its stores and its refresh cache.
@@ -116,7 +127,10 @@ pub struct Catalog {
     stores: Stores,
     dirs: StampedLru<PathBuf, FileId, Arc<DirScan>>,
     nodes: StampedLru<PathBuf, Stamps, Arc<DirNode>>,
-    files: StampedLru<PathBuf, FileId, RecordStats>,
+    files: CountCache,
+    /// How loading the persisted count cache went.
+    count_cache_loaded: Loaded,
+    files_read: AtomicU64,
 }
 
 impl Catalog {
@@ -136,10 +150,14 @@ impl Catalog {
                 "a warehouse root must be a directory",
             ));
         }
+        let (files, count_cache_loaded) =
+            CountCache::open(options.file_cache_entries, options.count_cache.as_deref())?;
         Ok(Catalog {
             dirs: StampedLru::new(options.dir_cache_entries),
             nodes: StampedLru::new(options.node_cache_entries),
-            files: StampedLru::new(options.file_cache_entries),
+            files,
+            count_cache_loaded,
+            files_read: AtomicU64::new(0),
             root,
             options,
             stores,
@@ -198,7 +216,19 @@ impl Catalog {
             dirs: self.dirs.hit_count(),
             nodes: self.nodes.hit_count(),
             files: self.files.hit_count(),
+            files_read: self.files_read.load(Ordering::Relaxed),
+            renames: self.files.renames(),
         }
+    }
+
+    /// How loading the persisted count cache went.
+    pub fn count_cache_loaded(&self) -> &Loaded {
+        &self.count_cache_loaded
+    }
+
+    /// Writes the persisted count cache if it changed; true when written.
+    pub fn save_counts(&self) -> Result<bool> {
+        self.files.save()
     }
 
     /// Drops every cached answer (the next call re-reads the warehouse).
@@ -349,8 +379,10 @@ impl Catalog {
             warnings: node_warnings(&node, ""),
             truncated: false,
             indexes: Vec::new(),
+            new_files: NewFiles::default(),
         };
-        self.walk(target.abs, &target.meta, &mut walk)?;
+        self.walk(target.abs.clone(), &target.meta, &mut walk)?;
+        self.recount_ambiguous(&target.abs, &mut walk);
         debug_assert!(walk.sources.is_sorted_by(|a, b| a.file <= b.file));
         walk.indexes.sort_by(|a, b| a.index.cmp(&b.index));
         Ok(Snapshot {
@@ -397,7 +429,13 @@ impl Catalog {
                     format,
                     attrs,
                 } => {
-                    let (source, warnings) = self.file_source(&rel, &abs, &meta, format, attrs);
+                    let (source, warnings, counted) =
+                        self.file_source(&rel, &abs, &meta, format, attrs);
+                    if counted != Counted::Cached {
+                        let adopted = counted == Counted::Adopted;
+                        walk.new_files
+                            .note(FileId::of(&meta), walk.sources.len(), adopted);
+                    }
                     walk.sources.push(source);
                     walk.warnings.extend(warnings);
                 }
@@ -499,21 +537,29 @@ impl Catalog {
         meta: &Metadata,
         format: RecordFormat,
         path_attrs: BTreeMap<String, String>,
-    ) -> (Source, Vec<Warning>) {
+    ) -> (Source, Vec<Warning>, Counted) {
         let id = FileId::of(meta);
-        let (counts, trusted, origin, warnings) = match self.count_identified(abs, id, format) {
-            Ok(stats) => (Counts::from(stats), true, StatsOrigin::Scan, Vec::new()),
-            Err(e) => (
-                Counts::default(),
-                false,
-                StatsOrigin::Unavailable,
-                vec![Warning {
-                    code: ErrorCode::RecordFileUnreadable,
-                    path: display_rel(rel),
-                    message: e.to_string(),
-                }],
-            ),
-        };
+        let (counts, trusted, origin, warnings, counted) =
+            match self.count_identified(abs, id, format) {
+                Ok((stats, counted)) => (
+                    Counts::from(stats),
+                    true,
+                    StatsOrigin::Scan,
+                    Vec::new(),
+                    counted,
+                ),
+                Err(e) => (
+                    Counts::default(),
+                    false,
+                    StatsOrigin::Unavailable,
+                    vec![Warning {
+                        code: ErrorCode::RecordFileUnreadable,
+                        path: display_rel(rel),
+                        message: e.to_string(),
+                    }],
+                    Counted::Read,
+                ),
+            };
         let source = Source {
             file: rel.to_string(),
             kind: SourceKind::File,
@@ -525,25 +571,80 @@ impl Catalog {
             size: Some(id.size),
             path_attrs,
         };
-        (source, warnings)
+        (source, warnings, counted)
     }
 
-    /// Counts a record file whose identity the caller just read.
+    /// Re-reads the record files of a walk whose counts were taken over
+    /// from a renamed file's entry when another new file of the walk has
+    /// the same identity: such a match is ambiguous.
+    fn recount_ambiguous(&self, root_abs: &Path, walk: &mut Walk) {
+        for index in walk.new_files.ambiguous() {
+            let source = &mut walk.sources[index];
+            let abs = root_abs.join(&source.file);
+            let Some(format) = RecordFormat::from_name(&source.file) else {
+                continue;
+            };
+            let rel = self.cache_key(&abs);
+            if let Some(rel) = rel {
+                self.files.forget(rel);
+            }
+            let counted = fs::symlink_metadata(&abs)
+                .and_then(|meta| self.read_counts(&abs, rel, FileId::of(&meta), format));
+            match counted {
+                Ok(stats) => source.counts = Counts::from(stats),
+                Err(e) => {
+                    source.counts = Counts::default();
+                    source.trusted = false;
+                    source.stats_origin = StatsOrigin::Unavailable;
+                    let path = display_rel(&source.file);
+                    walk.warn(ErrorCode::RecordFileUnreadable, &path, e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Counts a record file whose identity the caller just read: from the
+    /// cache by path, else taken over from a renamed file's entry, else by
+    /// reading it.
     fn count_identified(
         &self,
         abs: &Path,
         id: FileId,
         format: RecordFormat,
-    ) -> io::Result<RecordStats> {
-        let key = abs.to_path_buf();
-        if let Some(stats) = self.files.get(&key, |cached| *cached == id) {
-            return Ok(stats);
+    ) -> io::Result<(RecordStats, Counted)> {
+        let rel = self.cache_key(abs);
+        if let Some(rel) = rel {
+            if let Some(stats) = self.files.get(rel, id) {
+                return Ok((stats, Counted::Cached));
+            }
+            let live = |other: &str| FileId::probe(&self.root.join(other)).ok().flatten();
+            if let Some(stats) = self.files.adopt_rename(rel, id, live) {
+                return Ok((stats, Counted::Adopted));
+            }
         }
+        self.read_counts(abs, rel, id, format)
+            .map(|stats| (stats, Counted::Read))
+    }
+
+    /// Reads a record file's counts and caches them.
+    fn read_counts(
+        &self,
+        abs: &Path,
+        rel: Option<&str>,
+        id: FileId,
+        format: RecordFormat,
+    ) -> io::Result<RecordStats> {
         let stats = count_file(abs, format)?;
-        if !id.is_racy() {
-            self.files.put(key, id, stats);
+        self.files_read.fetch_add(1, Ordering::Relaxed);
+        if let Some(rel) = rel {
+            self.files.put(rel, id, stats);
         }
         Ok(stats)
+    }
+
+    /// A record file's key in the count cache: its path below the root.
+    fn cache_key<'a>(&self, abs: &'a Path) -> Option<&'a str> {
+        abs.strip_prefix(&self.root).ok()?.to_str()
     }
 
     /// The classification of a directory, from the cache while the
@@ -691,6 +792,15 @@ impl Catalog {
     }
 }
 
+impl Drop for Catalog {
+    /// Keeps what was counted for the next process.
+    fn drop(&mut self) {
+        if let Err(e) = self.files.save() {
+            log::warn!("{}", e.render());
+        }
+    }
+}
+
 // The FUSE adapter serves requests from several threads through one
 // catalog; this fails to compile if the catalog stops being shareable.
 const _: () = {
@@ -702,6 +812,7 @@ impl RecordCounter for Catalog {
     fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
         let meta = fs::symlink_metadata(path)?;
         self.count_identified(path, FileId::of(&meta), format)
+            .map(|(stats, _)| stats)
     }
 }
 
@@ -731,6 +842,19 @@ struct Walk {
     warnings: Vec<Warning>,
     truncated: bool,
     indexes: Vec<IndexInfo>,
+    /// Record files met under a path the count cache did not know.
+    new_files: NewFiles,
+}
+
+/// Where a record file's counts came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// The count cache, by path.
+    Cached,
+    /// A renamed file's entry, taken over.
+    Adopted,
+    /// The file itself.
+    Read,
 }
 
 impl Walk {

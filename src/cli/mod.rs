@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::catalog::{Catalog, CatalogOptions};
+use crate::catalog::{Catalog, CatalogOptions, STATE_DIR, counts};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::{FsOptions, MountConfig, Mounted};
 use crate::shards::{self, ShardFormat};
@@ -84,6 +84,8 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
         daemon_child: bool,
         #[command(flatten)]
         walk: WalkArgs,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Unmount a pchronicle mount, also one whose daemon died.
     Umount {
@@ -271,6 +273,51 @@ impl WalkArgs {
     }
 }
 
+/// The mount's caches and their bounds.
+#[derive(Debug, Args)]
+struct CacheArgs {
+    /// Keep record-file counts in memory only: nothing is read from or
+    /// written to the persisted count cache.
+    #[arg(long, conflicts_with = "cache_file")]
+    no_cache: bool,
+    /// Where record-file counts persist across restarts
+    /// [default: WAREHOUSE/.pchronicle/cache/counts].
+    #[arg(long, value_name = "PATH")]
+    cache_file: Option<PathBuf>,
+    /// Record-file counts kept (in memory and persisted), least recently
+    /// used dropped first.
+    #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().file_cache_entries)]
+    file_cache_entries: usize,
+    /// Directory listings kept.
+    #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().dir_cache_entries)]
+    dir_cache_entries: usize,
+    /// Directory classifications and dataset previews kept.
+    #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().node_cache_entries)]
+    node_cache_entries: usize,
+}
+
+impl CacheArgs {
+    /// `options` with these caches, the persisted one placed in the
+    /// warehouse unless told otherwise.
+    fn apply(&self, warehouse: &Path, options: CatalogOptions) -> CatalogOptions {
+        let count_cache = match (&self.cache_file, self.no_cache) {
+            (_, true) => None,
+            (Some(path), false) => Some(std::path::absolute(path).unwrap_or(path.clone())),
+            (None, false) => {
+                let root = std::fs::canonicalize(warehouse).unwrap_or(warehouse.to_path_buf());
+                Some(root.join(STATE_DIR).join(counts::DEFAULT_FILE))
+            }
+        };
+        CatalogOptions {
+            file_cache_entries: self.file_cache_entries,
+            dir_cache_entries: self.dir_cache_entries,
+            node_cache_entries: self.node_cache_entries,
+            count_cache,
+            ..options
+        }
+    }
+}
+
 /// Parses the process arguments and runs the command.
 pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -303,11 +350,12 @@ fn execute(command: Command) -> Result<ExitCode> {
             log,
             daemon_child,
             walk,
+            cache,
         } => {
             let config = MountConfig {
+                catalog: cache.apply(&warehouse, walk.options()),
                 warehouse,
                 mount_point: mountpoint,
-                catalog: walk.options(),
                 fs: FsOptions {
                     attr_ttl: Duration::from_millis(attr_ttl),
                 },

@@ -140,7 +140,7 @@ impl RenderMemo {
 
 /// The warehouse as a FUSE filesystem.
 pub struct WarehouseFs {
-    catalog: Catalog,
+    catalog: Arc<Catalog>,
     inodes: InodeTable,
     options: FsOptions,
     handles: Mutex<std::collections::HashMap<u64, Arc<Handle>>>,
@@ -149,7 +149,7 @@ pub struct WarehouseFs {
 }
 
 impl WarehouseFs {
-    pub fn new(catalog: Catalog, options: FsOptions) -> WarehouseFs {
+    pub fn new(catalog: Arc<Catalog>, options: FsOptions) -> WarehouseFs {
         WarehouseFs {
             catalog,
             inodes: InodeTable::new(),

@@ -14,6 +14,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fuser::{Config, MountOption, Session, SessionACL};
@@ -229,6 +230,9 @@ fn serve(
     fuse_config.acl = acl;
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
+    let catalog = Arc::new(catalog);
+    spawn_count_saver(Arc::downgrade(&catalog));
+    let catalog_at_exit = Arc::downgrade(&catalog);
     let filesystem = WarehouseFs::new(catalog, config.fs.clone());
     let mut session = Session::new(filesystem, mount_point, &fuse_config).map_err(|e| {
         Error::at(
@@ -259,7 +263,13 @@ fn serve(
                 // leaves instead of waiting; users still inside get ENOTCONN.
                 log::warn!("unmount failed ({e}); detaching lazily");
                 match mountpoint::detach(&target, true) {
-                    Ok(()) => std::process::exit(0),
+                    Ok(()) => {
+                        // Leaving without unwinding: keep the counts first.
+                        if let Some(catalog) = catalog_at_exit.upgrade() {
+                            let _ = catalog.save_counts();
+                        }
+                        std::process::exit(0)
+                    }
                     Err(e) => log::error!("could not detach {}: {e}", target.display()),
                 }
             }
@@ -280,6 +290,31 @@ fn serve(
     })?;
     log::info!("unmounted {}", mount_point.display());
     Ok(())
+}
+
+/// How often the daemon writes the persisted count cache when it changed.
+pub const COUNT_SAVE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Writes the catalog's persisted count cache every
+/// [`COUNT_SAVE_INTERVAL`] while it changes; the last write happens when
+/// the catalog is dropped at unmount. Ends with the catalog.
+fn spawn_count_saver(catalog: Weak<Catalog>) {
+    let spawned = std::thread::Builder::new()
+        .name("count-cache".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(COUNT_SAVE_INTERVAL);
+                let Some(catalog) = catalog.upgrade() else {
+                    return;
+                };
+                if let Err(e) = catalog.save_counts() {
+                    log::warn!("{}", e.render());
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("no periodic count-cache writes: {e}");
+    }
 }
 
 fn stop_signals() -> libc::sigset_t {
@@ -347,6 +382,17 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
         .arg(config.catalog.max_files.to_string());
     if !config.catalog.repair {
         command.arg("--no-repair");
+    }
+    match &config.catalog.count_cache {
+        Some(file) => command.arg("--cache-file").arg(file),
+        None => command.arg("--no-cache"),
+    };
+    for (flag, n) in [
+        ("--file-cache-entries", config.catalog.file_cache_entries),
+        ("--dir-cache-entries", config.catalog.dir_cache_entries),
+        ("--node-cache-entries", config.catalog.node_cache_entries),
+    ] {
+        command.arg(flag).arg(n.to_string());
     }
     if config.allow_other {
         command.arg("--allow-other");

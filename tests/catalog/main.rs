@@ -3,6 +3,7 @@
 
 mod classification;
 mod compact;
+mod count_cache;
 mod docs;
 mod lance_surface_guards;
 mod malformed;

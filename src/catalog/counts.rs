@@ -1,0 +1,530 @@
+//! Record-file counts: the in-process cache, and its persisted copy that
+//! lets a restarted daemon answer without re-reading every record file.
+//!
+//! Entries are keyed by the record file's path relative to the warehouse
+//! root. An entry counted in this process is reused while the file's full
+//! stat identity ([`FileId`]: device, inode, size, mtime, ctime) holds; one
+//! loaded from disk carries only `(size, mtime_ns)` and is reused when both
+//! match, after which the full identity is recorded. Identities younger
+//! than the racy window are never stored (see [`super::cache`]).
+//!
+//! The persisted file is a disposable cache whose truth is the files:
+//!
+//! - an older schema is rebuilt (ignored, then overwritten);
+//! - a newer schema is left untouched and refused with
+//!   `PCHRONICLE_COUNT_CACHE_NEWER` (upgrade, or use another cache file);
+//! - a file that is not a count cache, or is damaged (the checksum
+//!   disagrees), is rebuilt with a warning.
+//!
+//! A file whose path is new, whose identity matches exactly one entry
+//! whose path has vanished, is a rename: it takes over that entry without
+//! being read. When several new paths (within one walk) or several vanished
+//! entries share an identity the match is ambiguous and the file is read.
+//!
+//! Writes replace the file atomically (temp file + rename), so concurrent
+//! daemons on one warehouse never leave a torn cache; the last writer wins.
+//!
+//! Layout (little-endian): magic `PCHRCNTS`, u32 schema, u64 entry count;
+//! per entry u32 path length, the UTF-8 path, u64 size, i64 mtime_ns, u64
+//! records, u64 failed, u8 flags (bit 0: min timestamp present, bit 1: max),
+//! i64 min, i64 max (microseconds); then u64 FNV-1a 64 of all bytes before.
+
+use std::collections::{HashMap, HashSet};
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::cache::{FileId, HitCount};
+use crate::atomic::write_atomic_hint;
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::RecordStats;
+
+const MAGIC: &[u8; 8] = b"PCHRCNTS";
+
+/// The schema this build writes and reads.
+pub const SCHEMA: u32 = 1;
+
+/// The persisted cache's default place inside a warehouse.
+pub const DEFAULT_FILE: &str = "cache/counts";
+
+/// `(size, mtime_ns)`: what identifies a file across restarts and renames.
+type Identity = (u64, i64);
+
+#[derive(Debug, Clone)]
+struct Entry {
+    size: u64,
+    mtime_ns: i64,
+    /// The full identity once this process has checked the file.
+    exact: Option<FileId>,
+    stats: RecordStats,
+}
+
+impl Entry {
+    fn identity(&self) -> Identity {
+        (self.size, self.mtime_ns)
+    }
+
+    /// Whether the entry describes a file with identity `id`; an entry
+    /// from disk is upgraded to the full identity on its first match.
+    fn holds(&mut self, id: FileId) -> bool {
+        match self.exact {
+            Some(exact) => exact == id,
+            None if self.identity() == (id.size, id.mtime_ns) => {
+                self.exact = Some(id);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// How loading the persisted cache went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loaded {
+    /// No persisted cache (or none asked for).
+    Absent,
+    /// This many entries were loaded.
+    Entries(usize),
+    /// An older schema: ignored, rebuilt on the next save.
+    Older(u32),
+    /// Not a count cache, or damaged: ignored with a warning, rebuilt.
+    Unusable(String),
+}
+
+/// The record-file count cache of one catalog.
+pub struct CountCache {
+    inner: Mutex<Inner>,
+    file: Option<PathBuf>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    renames: AtomicU64,
+}
+
+struct Inner {
+    entries: LruCache<Arc<str>, Entry>,
+    /// The paths of the entries by identity, for rename detection.
+    by_identity: HashMap<Identity, Vec<Arc<str>>>,
+    /// Entries changed since the last save.
+    dirty: bool,
+}
+
+impl Inner {
+    fn new(capacity: NonZeroUsize) -> Inner {
+        Inner {
+            entries: LruCache::new(capacity),
+            by_identity: HashMap::new(),
+            dirty: false,
+        }
+    }
+
+    /// Adds or replaces the entry of `path` (evicting the least recently
+    /// used one when full).
+    fn insert(&mut self, path: &str, entry: Entry) {
+        let path: Arc<str> = Arc::from(path);
+        let identity = entry.identity();
+        if let Some((old_path, old)) = self.entries.push(Arc::clone(&path), entry) {
+            self.unindex(&old_path, old.identity());
+        }
+        self.by_identity.entry(identity).or_default().push(path);
+        self.dirty = true;
+    }
+
+    fn remove(&mut self, path: &str) -> Option<Entry> {
+        let (path, entry) = self.entries.pop_entry(path)?;
+        self.unindex(&path, entry.identity());
+        self.dirty = true;
+        Some(entry)
+    }
+
+    fn unindex(&mut self, path: &str, identity: Identity) {
+        if let Some(paths) = self.by_identity.get_mut(&identity) {
+            paths.retain(|p| &**p != path);
+            if paths.is_empty() {
+                self.by_identity.remove(&identity);
+            }
+        }
+    }
+}
+
+impl CountCache {
+    /// A cache of at most `capacity` entries, persisted at `file` when
+    /// given. A newer schema there is refused; anything else unusable is
+    /// reported in [`Loaded`] and replaced on the next save.
+    pub fn open(capacity: usize, file: Option<&Path>) -> Result<(CountCache, Loaded)> {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        let mut inner = Inner::new(capacity);
+        let loaded = match file {
+            None => Loaded::Absent,
+            Some(path) => load(path, &mut inner)?,
+        };
+        inner.dirty = false;
+        if let Loaded::Unusable(why) = &loaded {
+            log::warn!(
+                "ignoring the count cache {}: {why}; it will be rebuilt",
+                file.map(Path::display)
+                    .map(|d| d.to_string())
+                    .unwrap_or_default()
+            );
+        }
+        let cache = CountCache {
+            inner: Mutex::new(inner),
+            file: file.map(Path::to_path_buf),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            renames: AtomicU64::new(0),
+        };
+        Ok((cache, loaded))
+    }
+
+    /// The counts of `rel` if an entry describes the file with identity
+    /// `id`; a stale entry is dropped.
+    pub fn get(&self, rel: &str, id: FileId) -> Option<RecordStats> {
+        let mut inner = self.inner.lock();
+        let found = match inner.entries.get_mut(rel).map(|e| (e.holds(id), e.stats)) {
+            Some((true, stats)) => Some(stats),
+            Some((false, _)) => {
+                inner.remove(rel);
+                None
+            }
+            None => None,
+        };
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Records the counts of `rel` at identity `id` (never a racy one).
+    pub fn put(&self, rel: &str, id: FileId, stats: RecordStats) {
+        if id.is_racy() {
+            return;
+        }
+        self.inner.lock().insert(
+            rel,
+            Entry {
+                size: id.size,
+                mtime_ns: id.mtime_ns,
+                exact: Some(id),
+                stats,
+            },
+        );
+    }
+
+    /// The counts of a file new under `rel` (no entry for its path) taken
+    /// over from the one entry of the same `(size, mtime_ns)` whose path no
+    /// longer holds a file of that identity (`live` answers that). `None`
+    /// when there is no such entry or more than one.
+    pub fn adopt_rename(
+        &self,
+        rel: &str,
+        id: FileId,
+        live: impl Fn(&str) -> Option<FileId>,
+    ) -> Option<RecordStats> {
+        if id.is_racy() {
+            return None;
+        }
+        let identity = (id.size, id.mtime_ns);
+        let candidates: Vec<Arc<str>> = {
+            let inner = self.inner.lock();
+            match inner.by_identity.get(&identity) {
+                Some(paths) => paths.iter().filter(|p| &***p != rel).cloned().collect(),
+                None => return None,
+            }
+        };
+        let vanished: Vec<&Arc<str>> = candidates
+            .iter()
+            .filter(|path| live(path).is_none_or(|now| (now.size, now.mtime_ns) != identity))
+            .collect();
+        let [from] = vanished.as_slice() else {
+            return None;
+        };
+        let mut inner = self.inner.lock();
+        let mut entry = inner.remove(from)?;
+        entry.exact = Some(id);
+        let stats = entry.stats;
+        inner.insert(rel, entry);
+        self.renames.fetch_add(1, Ordering::Relaxed);
+        log::debug!("{from} -> {rel}: counts kept across the rename");
+        Some(stats)
+    }
+
+    /// Drops the entry of `rel` (an adoption found ambiguous afterwards).
+    pub fn forget(&self, rel: &str) {
+        self.inner.lock().remove(rel);
+    }
+
+    pub fn hit_count(&self) -> HitCount {
+        HitCount {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Files whose counts were taken over across a rename.
+    pub fn renames(&self) -> u64 {
+        self.renames.load(Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn clear(&self) {
+        let mut inner = self.inner.lock();
+        inner.entries.clear();
+        inner.by_identity.clear();
+        inner.dirty = true;
+    }
+
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// Writes the persisted cache if anything changed since the last save;
+    /// true when it wrote. A no-op without a file.
+    pub fn save(&self) -> Result<bool> {
+        let Some(path) = &self.file else {
+            return Ok(false);
+        };
+        let bytes = {
+            let mut inner = self.inner.lock();
+            if !inner.dirty {
+                return Ok(false);
+            }
+            inner.dirty = false;
+            encode(&inner.entries)
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
+        }
+        write_atomic_hint(path, &bytes).map_err(|e| {
+            self.inner.lock().dirty = true;
+            Error::io(path, &e)
+        })?;
+        Ok(true)
+    }
+}
+
+/// The checks a walk makes once it has met every file: an adoption is
+/// ambiguous when another new file of the walk has the same identity.
+#[derive(Default)]
+pub struct NewFiles {
+    /// Identity -> new files of the walk (read or adopted).
+    seen: HashMap<Identity, Vec<(usize, bool)>>,
+}
+
+impl NewFiles {
+    /// Notes the walk's source `index`, new under its path, `adopted` or read.
+    pub fn note(&mut self, id: FileId, index: usize, adopted: bool) {
+        self.seen
+            .entry((id.size, id.mtime_ns))
+            .or_default()
+            .push((index, adopted));
+    }
+
+    /// Sources whose adopted counts must be re-read: those sharing their
+    /// identity with another new file.
+    pub fn ambiguous(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .seen
+            .values()
+            .filter(|files| files.len() > 1)
+            .flat_map(|files| files.iter().filter(|(_, a)| *a).map(|(i, _)| *i))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+}
+
+fn encode(entries: &LruCache<Arc<str>, Entry>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(20 + entries.len() * 96);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&SCHEMA.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    // Least recently used first, so loading in order rebuilds the recency.
+    for (path, e) in entries.iter().rev() {
+        out.extend_from_slice(&(path.len() as u32).to_le_bytes());
+        out.extend_from_slice(path.as_bytes());
+        out.extend_from_slice(&e.size.to_le_bytes());
+        out.extend_from_slice(&e.mtime_ns.to_le_bytes());
+        out.extend_from_slice(&e.stats.record_count.to_le_bytes());
+        out.extend_from_slice(&e.stats.failed_count.to_le_bytes());
+        let flags = u8::from(e.stats.min_timestamp.is_some())
+            | u8::from(e.stats.max_timestamp.is_some()) << 1;
+        out.push(flags);
+        out.extend_from_slice(&e.stats.min_timestamp.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&e.stats.max_timestamp.unwrap_or(0).to_le_bytes());
+    }
+    let sum = crate::sidecar::format::fnv1a64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+/// Reads the persisted cache into `entries`. Only a newer schema is an
+/// error.
+fn load(path: &Path, inner: &mut Inner) -> Result<Loaded> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::Absent),
+        Err(e) => return Ok(Loaded::Unusable(format!("unreadable: {e}"))),
+    };
+    if bytes.len() < 12 || &bytes[..8] != MAGIC {
+        return Ok(Loaded::Unusable("not a pchronicle count cache".into()));
+    }
+    let schema = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if schema > SCHEMA {
+        return Err(Error::at(
+            ErrorCode::CountCacheNewer,
+            path,
+            format!("the count cache has schema {schema}; this build reads {SCHEMA}"),
+        ));
+    }
+    if schema < SCHEMA {
+        return Ok(Loaded::Older(schema));
+    }
+    match decode(&bytes) {
+        Some(decoded) => {
+            let n = decoded.len();
+            for (path, entry) in decoded {
+                inner.insert(&path, entry);
+            }
+            Ok(Loaded::Entries(n))
+        }
+        None => Ok(Loaded::Unusable("damaged (checksum or length)".into())),
+    }
+}
+
+fn decode(bytes: &[u8]) -> Option<Vec<(String, Entry)>> {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+    if crate::sidecar::format::fnv1a64(body) != u64::from_le_bytes(sum.try_into().ok()?) {
+        return None;
+    }
+    let mut at: usize = 12;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let slice = body.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(slice)
+    };
+    let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let count = u64_at(take(8)?);
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for _ in 0..count {
+        let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let path = std::str::from_utf8(take(len)?).ok()?.to_string();
+        let size = u64_at(take(8)?);
+        let mtime_ns = u64_at(take(8)?) as i64;
+        let record_count = u64_at(take(8)?);
+        let failed_count = u64_at(take(8)?);
+        let flags = take(1)?[0];
+        let min = u64_at(take(8)?) as i64;
+        let max = u64_at(take(8)?) as i64;
+        if !seen.insert(path.clone()) {
+            return None;
+        }
+        let stats = RecordStats {
+            record_count,
+            failed_count,
+            min_timestamp: (flags & 1 != 0).then_some(min),
+            max_timestamp: (flags & 2 != 0).then_some(max),
+        };
+        out.push((
+            path,
+            Entry {
+                size,
+                mtime_ns,
+                exact: None,
+                stats,
+            },
+        ));
+    }
+    (at == body.len()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(size: u64, mtime_ns: i64) -> FileId {
+        FileId {
+            dev: 1,
+            ino: 2,
+            size,
+            mtime_ns,
+            ctime_ns: mtime_ns,
+            mode: 0o100644,
+        }
+    }
+
+    fn stats(n: u64) -> RecordStats {
+        RecordStats {
+            record_count: n,
+            failed_count: 1,
+            min_timestamp: Some(-5),
+            max_timestamp: None,
+        }
+    }
+
+    #[test]
+    fn a_saved_cache_loads_back_and_any_damage_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("counts");
+        let (cache, loaded) = CountCache::open(8, Some(&file)).unwrap();
+        assert_eq!(loaded, Loaded::Absent);
+        cache.put("a/x.jsonl", id(10, 1_000), stats(3));
+        cache.put("y.jsonl", id(20, 2_000), stats(4));
+        assert!(cache.save().unwrap());
+        assert!(!cache.save().unwrap(), "nothing changed since");
+
+        let (again, loaded) = CountCache::open(8, Some(&file)).unwrap();
+        assert_eq!(loaded, Loaded::Entries(2));
+        assert_eq!(again.get("a/x.jsonl", id(10, 1_000)), Some(stats(3)));
+        // Across a restart only size and mtime identify the file.
+        let moved_inode = FileId {
+            ino: 99,
+            ..id(20, 2_000)
+        };
+        assert_eq!(again.get("y.jsonl", moved_inode), Some(stats(4)));
+        assert_eq!(again.get("y.jsonl", id(21, 2_000)), None);
+
+        let bytes = std::fs::read(&file).unwrap();
+        for cut in 0..bytes.len() {
+            assert_eq!(decode(&bytes[..cut]).map(|d| d.len()), None, "cut at {cut}");
+        }
+        for i in 12..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[i] ^= 0x40;
+            assert!(decode(&damaged).is_none(), "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn capacity_bounds_the_entries() {
+        let (cache, _) = CountCache::open(2, None).unwrap();
+        for i in 0..5 {
+            cache.put(&format!("{i}.jsonl"), id(i, 1_000), stats(i));
+        }
+        assert_eq!(cache.len(), 2);
+        assert!(!cache.save().unwrap(), "no file, nothing written");
+    }
+
+    #[test]
+    fn an_adoption_is_ambiguous_when_another_new_file_shares_the_identity() {
+        let mut new = NewFiles::default();
+        new.note(id(5, 1), 0, true);
+        new.note(id(6, 1), 1, true);
+        new.note(id(5, 1), 2, false);
+        assert_eq!(new.ambiguous(), vec![0]);
+    }
+}
