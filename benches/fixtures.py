@@ -1,0 +1,173 @@
+"""Fixtures and measurements for benches/run.sh (standard library only).
+
+python3 benches/fixtures.py leaves DIR N        N storyline leaves in 10 partitions
+python3 benches/fixtures.py jsonl DIR MIB       MIB of JSONL in files of up to 128 MiB
+python3 benches/fixtures.py shard DIR MIB       one line shard of MIB
+python3 benches/fixtures.py walk-tree DIR N     N one-record files in directories of 1,000
+python3 benches/fixtures.py median-ms RUNS CMD...   median wall time of CMD
+python3 benches/fixtures.py read-mib-s FILE     sequential read throughput
+python3 benches/fixtures.py poll MNT PID SECONDS    daemon CPU while polling
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MIB = 1 << 20
+
+
+def record(i, day=1):
+    return ('{"id":"r%08d","session":"s%05d","ts":"2026-11-%02dT10:00:00Z",'
+            '"role":"assistant","content":"%s"}\n' % (i, i % 9973, day, "x" * 120))
+
+
+def leaves(root, n):
+    for i in range(n):
+        leaf = os.path.join(root, "part=%02d" % (i % 10), "leaf-%05d" % i)
+        gen = os.path.join(leaf, "generations", "g1")
+        os.makedirs(gen, exist_ok=True)
+        with open(os.path.join(gen, "part-0.jsonl"), "w") as f:
+            f.write("".join(record(i * 10 + j) for j in range(10)))
+        with open(os.path.join(leaf, "CURRENT"), "w") as f:
+            f.write("g1\n")
+    for p in range(10):
+        with open(os.path.join(root, "part=%02d" % p, "loose.jsonl"), "w") as f:
+            f.write("".join(record(j) for j in range(100)))
+
+
+def chunk():
+    lines, size = [], 0
+    i = 0
+    while size < MIB:
+        line = record(i)
+        lines.append(line)
+        size += len(line)
+        i += 1
+    return "".join(lines).encode()
+
+
+def jsonl(root, mib, per_file=128):
+    block = chunk()
+    written, n = 0, 0
+    while written < mib:
+        size = min(per_file, mib - written)
+        d = os.path.join(root, "day=%02d" % (n % 28 + 1))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "s%04d.jsonl" % n), "wb") as f:
+            for _ in range(size):
+                f.write(block)
+        written += size
+        n += 1
+
+
+def shard(root, mib):
+    os.makedirs(root, exist_ok=True)
+    block = chunk()
+    with open(os.path.join(root, "agent.0a1b2c3d.jsonl"), "wb") as f:
+        for _ in range(mib):
+            f.write(block)
+
+
+def walk_tree(root, n):
+    for i in range(n):
+        d = os.path.join(root, "d%04d" % (i // 1000))
+        if i % 1000 == 0:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "s%06d.0a1b2c3d.jsonl" % i), "w") as f:
+            f.write(record(i))
+
+
+def median_ms(runs, cmd):
+    times = []
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+        times.append((time.perf_counter() - t0) * 1000)
+    print("%.1f" % statistics.median(times))
+
+
+def read_mib_s(path):
+    fd = os.open(path, os.O_RDONLY)
+    total = 0
+    t0 = time.perf_counter()
+    while True:
+        data = os.read(fd, 4 * MIB)
+        if not data:
+            break
+        total += len(data)
+    os.close(fd)
+    print("%.0f" % (total / MIB / (time.perf_counter() - t0)))
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def directories(mnt):
+    """Every directory node of the mount (not dataset leaves)."""
+    out, todo = [], [mnt]
+    while todo:
+        d = todo.pop()
+        out.append(d)
+        for e in os.scandir(d):
+            if e.is_dir(follow_symlinks=False):
+                kind = os.getxattr(e.path, "user.pchronicle.kind").decode()
+                if kind == "directory":
+                    todo.append(e.path)
+    return sorted(out)
+
+
+def poll(mnt, pid, seconds):
+    dirs = directories(mnt)
+    hz = os.sysconf("SC_CLK_TCK")
+    # One round first, so the measurement sees a warm daemon.
+    rounds, late = 0, 0
+    start_ticks, t0 = cpu_ticks(pid), time.monotonic()
+    deadline = t0 + seconds
+    next_tick = t0
+    while time.monotonic() < deadline:
+        for d in dirs:
+            with open(os.path.join(d, ".stats"), "rb") as f:
+                f.read()
+            for e in os.scandir(d):  # what `ls -l` asks: names, then lstat
+                os.lstat(e.path)
+        rounds += 1
+        next_tick += 0.1
+        pause = next_tick - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        else:
+            late += 1
+    elapsed = time.monotonic() - t0
+    used = (cpu_ticks(pid) - start_ticks) / hz
+    print("  %d directories, %d rounds in %.1f s (%d late); daemon CPU %.2f s = %.2f %% of one core   goal <= 2 %%"
+          % (len(dirs), rounds, elapsed, late, used, 100 * used / elapsed))
+
+
+def main():
+    what, args = sys.argv[1], sys.argv[2:]
+    if what == "leaves":
+        leaves(args[0], int(args[1]))
+    elif what == "jsonl":
+        jsonl(args[0], int(args[1]))
+    elif what == "shard":
+        shard(args[0], int(args[1]))
+    elif what == "walk-tree":
+        walk_tree(args[0], int(args[1]))
+    elif what == "median-ms":
+        median_ms(int(args[0]), args[1:])
+    elif what == "read-mib-s":
+        read_mib_s(args[0])
+    elif what == "poll":
+        poll(args[0], int(args[1]), float(args[2]))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
