@@ -124,6 +124,7 @@ def directories(mnt):
 
 def poll(mnt, pid, seconds):
     dirs = directories(mnt)
+    only = os.environ.get("PCHRONICLE_BENCH_POLL_ONLY", "")  # stats | ls
     hz = os.sysconf("SC_CLK_TCK")
     # One round first, so the measurement sees a warm daemon.
     rounds, late = 0, 0
@@ -132,10 +133,13 @@ def poll(mnt, pid, seconds):
     next_tick = t0
     while time.monotonic() < deadline:
         for d in dirs:
-            with open(os.path.join(d, ".stats"), "rb") as f:
-                f.read()
-            for e in os.scandir(d):  # what `ls -l` asks: names, then lstat
-                os.lstat(e.path)
+            if only != "ls":
+                with open(os.path.join(d, ".stats"), "rb") as f:
+                    f.read()
+            if only != "stats":
+                for e in os.scandir(d):  # what `ls -l` asks: names, then lstat
+                    if only != "names":
+                        os.lstat(e.path)
         rounds += 1
         next_tick += 0.1
         pause = next_tick - time.monotonic()

@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PCHRONICLE_REQUIRE_FUSE="${PCHRONICLE_REQUIRE_FUSE:-1}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # The mount tests drive these tools against a real mount.
-extra_packages=(attr jq python3 coreutils findutils)
+extra_packages=(attr jq python3 coreutils findutils procps)
 source scripts/setup.sh
 
 step() { printf '\n== %s\n' "$*"; }
@@ -31,7 +31,9 @@ PCHRONICLE_BENCH_COUNT_MB=32 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_LEAV
 PCHRONICLE_BENCH_COMPACT_LEAVES=100 PCHRONICLE_BENCH_IMPORT_MB=32 \
 PCHRONICLE_BENCH_INDEX_RECORDS=50000 \
   cargo bench --locked --bench catalog
-PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_RUNS=5 bash benches/mount.sh
+PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_RUNS=5 PCHRONICLE_BENCH_LEAVES=200 \
+  PCHRONICLE_BENCH_JSONL_MIB=256 PCHRONICLE_BENCH_SHARD_MIB=128 \
+  PCHRONICLE_BENCH_POLL_SECONDS=3 PCHRONICLE_BENCH_WALK_ENTRIES=5000 bash benches/run.sh
 
 step "test"
 cargo test --release --locked

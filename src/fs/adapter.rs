@@ -146,6 +146,10 @@ pub struct WarehouseFs {
     handles: Mutex<std::collections::HashMap<u64, Arc<Handle>>>,
     next_handle: AtomicU64,
     rendered: Mutex<RenderMemo>,
+    /// Per directory inode: what its listing was last built from (its kind
+    /// and its own stat identity), so an unchanged directory's entries can
+    /// stay in the kernel's cache across `opendir`s.
+    listed: Mutex<std::collections::HashMap<u64, (NodeKind, FileId)>>,
 }
 
 impl WarehouseFs {
@@ -157,6 +161,7 @@ impl WarehouseFs {
             handles: Mutex::new(std::collections::HashMap::new()),
             next_handle: AtomicU64::new(1),
             rendered: Mutex::new(RenderMemo::new()),
+            listed: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -630,16 +635,26 @@ impl Filesystem for WarehouseFs {
         reply.ok();
     }
 
+    /// The kernel may cache a directory's entries (`FOPEN_CACHE_DIR`); they
+    /// are kept from the last `opendir` (`FOPEN_KEEP_CACHE`) only while the
+    /// directory's kind and stat identity are those its cached listing was
+    /// built from (names appear, vanish or are renamed only by changing the
+    /// directory's mtime), and never within the racy window.
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let result = self.target(ino).and_then(|(target, _)| match target {
-            Target::Path(rel) => self.dir_node(&rel).map(drop),
+            Target::Path(rel) => self.dir_node(&rel),
             Target::Synthetic { .. } => Err(Errno::ENOTDIR),
         });
         match result {
-            Ok(()) => reply.opened(
-                self.add_handle(Handle::Dir(Mutex::new(None))),
-                FopenFlags::empty(),
-            ),
+            Ok(node) => {
+                let seen = (node.kind, FileId::of(&node.meta));
+                let unchanged = self.listed.lock().insert(ino.0, seen) == Some(seen);
+                let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+                if unchanged && !seen.1.is_racy() {
+                    flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                }
+                reply.opened(self.add_handle(Handle::Dir(Mutex::new(None))), flags)
+            }
             Err(e) => reply.error(e),
         }
     }
