@@ -17,7 +17,6 @@
 use std::fs::Metadata;
 use std::hash::Hash;
 use std::io;
-use std::num::NonZeroUsize;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,7 +94,10 @@ pub fn stamps_racy(stamps: &[(PathBuf, Option<FileId>)]) -> bool {
 
 /// An LRU map whose entries are valid only while their stamp matches.
 pub struct StampedLru<K: Hash + Eq, S, V> {
+    /// Unbounded as a map (no table for the full capacity up front);
+    /// `capacity` is enforced on insert.
     inner: Mutex<LruCache<K, (S, V)>>,
+    capacity: usize,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -109,9 +111,9 @@ pub struct HitCount {
 
 impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
     pub fn new(capacity: usize) -> Self {
-        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         StampedLru {
-            inner: Mutex::new(LruCache::new(capacity)),
+            inner: Mutex::new(LruCache::unbounded()),
+            capacity: capacity.max(1),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
@@ -147,7 +149,11 @@ impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
     }
 
     pub fn put(&self, key: K, stamp: S, value: V) {
-        self.inner.lock().put(key, (stamp, value));
+        let mut inner = self.inner.lock();
+        inner.put(key, (stamp, value));
+        while inner.len() > self.capacity {
+            inner.pop_lru();
+        }
     }
 
     pub fn len(&self) -> usize {

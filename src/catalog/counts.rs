@@ -58,9 +58,30 @@ type Identity = (u64, i64);
 struct Entry {
     size: u64,
     mtime_ns: i64,
-    /// The full identity once this process has checked the file.
-    exact: Option<FileId>,
+    /// The rest of the full identity once this process has checked the
+    /// file.
+    exact: Option<Exact>,
     stats: RecordStats,
+}
+
+/// What a [`FileId`] holds beyond size and mtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Exact {
+    dev: u64,
+    ino: u64,
+    ctime_ns: i64,
+    mode: u32,
+}
+
+impl Exact {
+    fn of(id: FileId) -> Exact {
+        Exact {
+            dev: id.dev,
+            ino: id.ino,
+            ctime_ns: id.ctime_ns,
+            mode: id.mode,
+        }
+    }
 }
 
 impl Entry {
@@ -71,13 +92,15 @@ impl Entry {
     /// Whether the entry describes a file with identity `id`; an entry
     /// from disk is upgraded to the full identity on its first match.
     fn holds(&mut self, id: FileId) -> bool {
+        if self.identity() != (id.size, id.mtime_ns) {
+            return false;
+        }
         match self.exact {
-            Some(exact) => exact == id,
-            None if self.identity() == (id.size, id.mtime_ns) => {
-                self.exact = Some(id);
+            Some(exact) => exact == Exact::of(id),
+            None => {
+                self.exact = Some(Exact::of(id));
                 true
             }
-            None => false,
         }
     }
 }
@@ -105,9 +128,10 @@ pub struct CountCache {
 }
 
 struct Inner {
+    /// Unbounded as a map (so no table for the full capacity is allocated
+    /// up front); `capacity` is enforced on insert.
     entries: LruCache<Arc<str>, Entry>,
-    /// The paths of the entries by identity, for rename detection.
-    by_identity: HashMap<Identity, Vec<Arc<str>>>,
+    capacity: usize,
     /// Entries changed since the last save.
     dirty: bool,
 }
@@ -115,8 +139,8 @@ struct Inner {
 impl Inner {
     fn new(capacity: NonZeroUsize) -> Inner {
         Inner {
-            entries: LruCache::new(capacity),
-            by_identity: HashMap::new(),
+            entries: LruCache::unbounded(),
+            capacity: capacity.get(),
             dirty: false,
         }
     }
@@ -124,30 +148,26 @@ impl Inner {
     /// Adds or replaces the entry of `path` (evicting the least recently
     /// used one when full).
     fn insert(&mut self, path: &str, entry: Entry) {
-        let path: Arc<str> = Arc::from(path);
-        let identity = entry.identity();
-        if let Some((old_path, old)) = self.entries.push(Arc::clone(&path), entry) {
-            self.unindex(&old_path, old.identity());
+        self.entries.push(Arc::from(path), entry);
+        while self.entries.len() > self.capacity {
+            self.entries.pop_lru();
         }
-        self.by_identity.entry(identity).or_default().push(path);
         self.dirty = true;
     }
 
     fn remove(&mut self, path: &str) -> Option<Entry> {
-        let (path, entry) = self.entries.pop_entry(path)?;
-        self.unindex(&path, entry.identity());
+        let entry = self.entries.pop(path)?;
         self.dirty = true;
         Some(entry)
     }
+}
 
-    fn unindex(&mut self, path: &str, identity: Identity) {
-        if let Some(paths) = self.by_identity.get_mut(&identity) {
-            paths.retain(|p| &**p != path);
-            if paths.is_empty() {
-                self.by_identity.remove(&identity);
-            }
-        }
-    }
+/// The cache's entries by `(size, mtime_ns)`, taken when a walk first
+/// meets a file the cache does not know, so renames can be matched without
+/// the cache keeping a second map of every entry.
+#[derive(Default)]
+pub struct RenameIndex {
+    by_identity: HashMap<Identity, Vec<Arc<str>>>,
 }
 
 impl CountCache {
@@ -211,10 +231,24 @@ impl CountCache {
             Entry {
                 size: id.size,
                 mtime_ns: id.mtime_ns,
-                exact: Some(id),
+                exact: Some(Exact::of(id)),
                 stats,
             },
         );
+    }
+
+    /// The entries by identity, for [`CountCache::adopt_rename`].
+    pub fn rename_index(&self) -> RenameIndex {
+        let inner = self.inner.lock();
+        let mut index = RenameIndex::default();
+        for (path, entry) in inner.entries.iter() {
+            index
+                .by_identity
+                .entry(entry.identity())
+                .or_default()
+                .push(Arc::clone(path));
+        }
+        index
     }
 
     /// The counts of a file new under `rel` (no entry for its path) taken
@@ -223,6 +257,7 @@ impl CountCache {
     /// when there is no such entry or more than one.
     pub fn adopt_rename(
         &self,
+        index: &mut RenameIndex,
         rel: &str,
         id: FileId,
         live: impl Fn(&str) -> Option<FileId>,
@@ -231,23 +266,20 @@ impl CountCache {
             return None;
         }
         let identity = (id.size, id.mtime_ns);
-        let candidates: Vec<Arc<str>> = {
-            let inner = self.inner.lock();
-            match inner.by_identity.get(&identity) {
-                Some(paths) => paths.iter().filter(|p| &***p != rel).cloned().collect(),
-                None => return None,
-            }
-        };
-        let vanished: Vec<&Arc<str>> = candidates
+        let candidates = index.by_identity.get_mut(&identity)?;
+        let vanished: Vec<Arc<str>> = candidates
             .iter()
+            .filter(|path| &***path != rel)
             .filter(|path| live(path).is_none_or(|now| (now.size, now.mtime_ns) != identity))
+            .cloned()
             .collect();
         let [from] = vanished.as_slice() else {
             return None;
         };
+        candidates.retain(|p| p != from);
         let mut inner = self.inner.lock();
-        let mut entry = inner.remove(from)?;
-        entry.exact = Some(id);
+        let mut entry = inner.remove(from).filter(|e| e.identity() == identity)?;
+        entry.exact = Some(Exact::of(id));
         let stats = entry.stats;
         inner.insert(rel, entry);
         self.renames.fetch_add(1, Ordering::Relaxed);
@@ -283,7 +315,6 @@ impl CountCache {
     pub fn clear(&self) {
         let mut inner = self.inner.lock();
         inner.entries.clear();
-        inner.by_identity.clear();
         inner.dirty = true;
     }
 
@@ -393,19 +424,19 @@ fn load(path: &Path, inner: &mut Inner) -> Result<Loaded> {
     if schema < SCHEMA {
         return Ok(Loaded::Older(schema));
     }
-    match decode(&bytes) {
-        Some(decoded) => {
-            let n = decoded.len();
-            for (path, entry) in decoded {
-                inner.insert(&path, entry);
-            }
-            Ok(Loaded::Entries(n))
+    match decode(&bytes, &mut |path, entry| inner.insert(path, entry)) {
+        Some(n) => Ok(Loaded::Entries(n)),
+        None => {
+            inner.entries.clear();
+            Ok(Loaded::Unusable("damaged (checksum or length)".into()))
         }
-        None => Ok(Loaded::Unusable("damaged (checksum or length)".into())),
     }
 }
 
-fn decode(bytes: &[u8]) -> Option<Vec<(String, Entry)>> {
+/// Hands each entry of a cache file to `each`, in order; the entry count,
+/// or `None` when the bytes are damaged (after some entries may have been
+/// handed over).
+fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, Entry)) -> Option<usize> {
     let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
     if crate::sidecar::format::fnv1a64(body) != u64::from_le_bytes(sum.try_into().ok()?) {
         return None;
@@ -418,11 +449,10 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Entry)>> {
     };
     let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
     let count = u64_at(take(8)?);
-    let mut out = Vec::new();
     let mut seen = HashSet::new();
     for _ in 0..count {
         let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-        let path = std::str::from_utf8(take(len)?).ok()?.to_string();
+        let path = std::str::from_utf8(take(len)?).ok()?;
         let size = u64_at(take(8)?);
         let mtime_ns = u64_at(take(8)?) as i64;
         let record_count = u64_at(take(8)?);
@@ -430,7 +460,7 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Entry)>> {
         let flags = take(1)?[0];
         let min = u64_at(take(8)?) as i64;
         let max = u64_at(take(8)?) as i64;
-        if !seen.insert(path.clone()) {
+        if !seen.insert(path) {
             return None;
         }
         let stats = RecordStats {
@@ -439,7 +469,7 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Entry)>> {
             min_timestamp: (flags & 1 != 0).then_some(min),
             max_timestamp: (flags & 2 != 0).then_some(max),
         };
-        out.push((
+        each(
             path,
             Entry {
                 size,
@@ -447,9 +477,9 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Entry)>> {
                 exact: None,
                 stats,
             },
-        ));
+        );
     }
-    (at == body.len()).then_some(out)
+    (at == body.len()).then_some(count as usize)
 }
 
 #[cfg(test)]
@@ -500,12 +530,12 @@ mod tests {
 
         let bytes = std::fs::read(&file).unwrap();
         for cut in 0..bytes.len() {
-            assert_eq!(decode(&bytes[..cut]).map(|d| d.len()), None, "cut at {cut}");
+            assert_eq!(decode(&bytes[..cut], &mut |_, _| ()), None, "cut at {cut}");
         }
         for i in 12..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[i] ^= 0x40;
-            assert!(decode(&damaged).is_none(), "flip at {i}");
+            assert!(decode(&damaged, &mut |_, _| ()).is_none(), "flip at {i}");
         }
     }
 

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cache::{FileId, HitCount, StampedLru, Stamps, stamps_hold, stamps_racy};
 use classify::{DirNode, classify_dir};
-use counts::{CountCache, Loaded, NewFiles};
+use counts::{CountCache, Loaded, NewFiles, RenameIndex};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
     Stats, StatsOrigin, Timestamp, Warning,
@@ -349,8 +349,14 @@ impl Catalog {
                 indexes: Vec::new(),
             };
             if let Some(format) = RecordFormat::from_name(name) {
-                let source =
-                    self.file_source(".", &target.abs, &target.meta, format, BTreeMap::new());
+                let source = self.file_source(
+                    ".",
+                    &target.abs,
+                    &target.meta,
+                    format,
+                    BTreeMap::new(),
+                    &mut None,
+                );
                 snapshot.warnings.extend(source.1);
                 snapshot.sources.push(source.0);
                 match sidecar::status::of_cohort(&target.abs, None) {
@@ -380,6 +386,7 @@ impl Catalog {
             truncated: false,
             indexes: Vec::new(),
             new_files: NewFiles::default(),
+            renames: None,
         };
         self.walk(target.abs.clone(), &target.meta, &mut walk)?;
         self.recount_ambiguous(&target.abs, &mut walk);
@@ -430,7 +437,7 @@ impl Catalog {
                     attrs,
                 } => {
                     let (source, warnings, counted) =
-                        self.file_source(&rel, &abs, &meta, format, attrs);
+                        self.file_source(&rel, &abs, &meta, format, attrs, &mut walk.renames);
                     if counted != Counted::Cached {
                         let adopted = counted == Counted::Adopted;
                         walk.new_files
@@ -537,10 +544,11 @@ impl Catalog {
         meta: &Metadata,
         format: RecordFormat,
         path_attrs: BTreeMap<String, String>,
+        renames: &mut Option<RenameIndex>,
     ) -> (Source, Vec<Warning>, Counted) {
         let id = FileId::of(meta);
         let (counts, trusted, origin, warnings, counted) =
-            match self.count_identified(abs, id, format) {
+            match self.count_identified(abs, id, format, Some(renames)) {
                 Ok((stats, counted)) => (
                     Counts::from(stats),
                     true,
@@ -604,22 +612,26 @@ impl Catalog {
     }
 
     /// Counts a record file whose identity the caller just read: from the
-    /// cache by path, else taken over from a renamed file's entry, else by
-    /// reading it.
+    /// cache by path, else (given a rename index slot, filled on first
+    /// need) taken over from a renamed file's entry, else by reading it.
     fn count_identified(
         &self,
         abs: &Path,
         id: FileId,
         format: RecordFormat,
+        renames: Option<&mut Option<RenameIndex>>,
     ) -> io::Result<(RecordStats, Counted)> {
         let rel = self.cache_key(abs);
         if let Some(rel) = rel {
             if let Some(stats) = self.files.get(rel, id) {
                 return Ok((stats, Counted::Cached));
             }
-            let live = |other: &str| FileId::probe(&self.root.join(other)).ok().flatten();
-            if let Some(stats) = self.files.adopt_rename(rel, id, live) {
-                return Ok((stats, Counted::Adopted));
+            if let Some(slot) = renames {
+                let index = slot.get_or_insert_with(|| self.files.rename_index());
+                let live = |other: &str| FileId::probe(&self.root.join(other)).ok().flatten();
+                if let Some(stats) = self.files.adopt_rename(index, rel, id, live) {
+                    return Ok((stats, Counted::Adopted));
+                }
             }
         }
         self.read_counts(abs, rel, id, format)
@@ -811,7 +823,7 @@ const _: () = {
 impl RecordCounter for Catalog {
     fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
         let meta = fs::symlink_metadata(path)?;
-        self.count_identified(path, FileId::of(&meta), format)
+        self.count_identified(path, FileId::of(&meta), format, None)
             .map(|(stats, _)| stats)
     }
 }
@@ -844,6 +856,8 @@ struct Walk {
     indexes: Vec<IndexInfo>,
     /// Record files met under a path the count cache did not know.
     new_files: NewFiles,
+    /// The count cache by identity, taken at the first such file.
+    renames: Option<RenameIndex>,
 }
 
 /// Where a record file's counts came from.

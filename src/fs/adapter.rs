@@ -51,7 +51,7 @@ const XATTR_PREFIX: &str = "user.pchronicle.";
 /// Rendered synthetic files kept for reuse within the attribute TTL: at
 /// most this many, holding at most this many bytes together.
 const RENDERED_ENTRIES: usize = 256;
-const RENDERED_BUDGET: usize = 16 << 20;
+const RENDERED_BUDGET: usize = 4 << 20;
 
 const NO_TTL: Duration = Duration::ZERO;
 
@@ -138,6 +138,19 @@ impl RenderMemo {
     }
 }
 
+/// A render at least this slow walked a big tree: the memory it freed is
+/// handed back to the system (see [`give_back_freed_memory`]).
+const BIG_RENDER: Duration = Duration::from_millis(20);
+
+/// Returns the heap memory freed by a big walk to the system. The
+/// allocator keeps freed memory per thread arena for reuse, so without
+/// this a daemon's resident size stays at the peak of its largest render.
+fn give_back_freed_memory() {
+    // SAFETY: malloc_trim only releases free heap pages; it has no
+    // preconditions and is thread-safe.
+    unsafe { libc::malloc_trim(0) };
+}
+
 /// The warehouse as a FUSE filesystem.
 pub struct WarehouseFs {
     catalog: Arc<Catalog>,
@@ -192,12 +205,16 @@ impl WarehouseFs {
         if let Some(bytes) = self.rendered.lock().get(ino, ttl) {
             return Ok(bytes);
         }
+        let started = std::time::Instant::now();
         let text = match which {
             Synthetic::Stats => self.catalog.stats(rel).map(|s| s.to_json()),
             Synthetic::Sources => self.catalog.open(rel).map(|s| s.sources_jsonl()),
         }
         .map_err(|e| errno(&e))?;
         let bytes: Arc<[u8]> = Arc::from(text.into_bytes());
+        if started.elapsed() >= BIG_RENDER {
+            give_back_freed_memory();
+        }
         if !ttl.is_zero() {
             self.rendered.lock().put(ino, Arc::clone(&bytes), ttl);
         }

@@ -66,9 +66,6 @@ pub enum Target {
 struct Inode {
     target: Target,
     parent: u64,
-    /// The identity of the file when it was last opened, so an unchanged
-    /// file keeps its page cache across opens.
-    last_open: Option<FileId>,
 }
 
 #[derive(Debug)]
@@ -76,6 +73,10 @@ struct Inner {
     /// Index `i` holds inode number `i + 1`.
     nodes: Vec<Inode>,
     by_name: HashMap<(u64, Box<str>), u64>,
+    /// The identity of each file when it was last opened, so an unchanged
+    /// file keeps its page cache across opens (kept apart: most inodes are
+    /// never opened).
+    last_open: HashMap<u64, FileId>,
 }
 
 /// The mount's inode numbers; shared by every request thread.
@@ -96,12 +97,12 @@ impl InodeTable {
         let root = Inode {
             target: Target::Path(Arc::from(Path::new(""))),
             parent: ROOT,
-            last_open: None,
         };
         InodeTable {
             inner: RwLock::new(Inner {
                 nodes: vec![root],
                 by_name: HashMap::new(),
+                last_open: HashMap::new(),
             }),
         }
     }
@@ -135,11 +136,7 @@ impl InodeTable {
             },
             None => Target::Path(Arc::from(join(parent_rel, name))),
         };
-        inner.nodes.push(Inode {
-            target,
-            parent,
-            last_open: None,
-        });
+        inner.nodes.push(Inode { target, parent });
         let ino = inner.nodes.len() as u64;
         inner.by_name.insert(key, ino);
         Some(ino)
@@ -149,10 +146,10 @@ impl InodeTable {
     /// saw the same identity (its cached pages are still the file's).
     pub fn reopened_unchanged(&self, ino: u64, id: FileId) -> bool {
         let mut inner = self.inner.write();
-        let Some(node) = index(ino).and_then(|i| inner.nodes.get_mut(i)) else {
+        if index(ino).is_none_or(|i| i >= inner.nodes.len()) {
             return false;
-        };
-        node.last_open.replace(id) == Some(id)
+        }
+        inner.last_open.insert(ino, id) == Some(id)
     }
 
     /// How many numbers have been handed out.

@@ -138,7 +138,7 @@ pub fn count_file(path: &Path, format: RecordFormat) -> io::Result<RecordStats> 
     if size >= PARALLEL_MIN_BYTES && threads > 1 {
         count_segments_parallel(&file, size, threads)
     } else {
-        count_segments(file)
+        count_segments_sized(file, usize::try_from(size).unwrap_or(usize::MAX))
     }
 }
 
@@ -165,11 +165,25 @@ pub trait SegmentVisitor {
 
 /// Splits a line or packed stream on `\n` and U+001E and hands each segment
 /// to `visitor`, streaming through a fixed buffer.
-pub fn for_each_segment<R: Read, V: SegmentVisitor>(
+pub fn for_each_segment<R: Read, V: SegmentVisitor>(reader: R, visitor: &mut V) -> io::Result<()> {
+    for_each_segment_sized(reader, usize::MAX, visitor)
+}
+
+/// [`for_each_segment`] for a stream of about `size` bytes: the buffer is
+/// no larger than the stream needs (small files are read through a small
+/// buffer; a longer stream or segment still works, the buffer cycles or
+/// grows).
+pub fn for_each_segment_sized<R: Read, V: SegmentVisitor>(
     mut reader: R,
+    size: usize,
     visitor: &mut V,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; READ_CHUNK];
+    let chunk = size
+        .saturating_add(1)
+        .clamp(4096, READ_CHUNK)
+        .next_power_of_two()
+        .min(READ_CHUNK);
+    let mut buf = vec![0u8; chunk];
     // buf[start..end] is the unfinished segment; buf[start..scanned] is
     // known to hold no separator.
     let (mut start, mut scanned, mut end) = (0usize, 0usize, 0usize);
@@ -216,8 +230,13 @@ pub fn for_each_segment<R: Read, V: SegmentVisitor>(
 /// Counts the records of a line or packed stream (split on `\n` and
 /// U+001E).
 pub fn count_segments<R: Read>(reader: R) -> io::Result<RecordStats> {
+    count_segments_sized(reader, usize::MAX)
+}
+
+/// [`count_segments`] of a stream of about `size` bytes.
+fn count_segments_sized<R: Read>(reader: R, size: usize) -> io::Result<RecordStats> {
     let mut counter = SegmentCounter::default();
-    for_each_segment(reader, &mut counter)?;
+    for_each_segment_sized(reader, size, &mut counter)?;
     Ok(counter.stats)
 }
 
