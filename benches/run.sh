@@ -113,15 +113,21 @@ umount_at "$mnt"
 echo
 echo "== 6. daemon RSS after a full walk of $walk_entries entries"
 python3 "$gen" walk-tree "$work/walk" "$walk_entries"
-mnt=$(mount_at "$work/walk" walk-mnt)
-pid=$(daemon_pid "$mnt")
-t0=$(now_ns)
-find "$mnt" >/dev/null
-find "$mnt" -name .stats -exec cat {} + >/dev/null
-walked=$(ms_since "$t0")
-rss_kib=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
-hwm_kib=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
-printf '  walk %s ms; RSS %s MiB (peak %s MiB)   goal <= 64 MiB\n' "$walked" \
-  "$(awk -v k="$rss_kib" 'BEGIN { printf "%.1f", k / 1024 }')" \
-  "$(awk -v k="$hwm_kib" 'BEGIN { printf "%.1f", k / 1024 }')"
-umount_at "$mnt"
+# Mounts the tree, walks it (find, then cat of every .stats), prints RSS.
+walk_rss() {
+  local label="$1" mnt pid t0 walked rss_kib hwm_kib
+  mnt=$(mount_at "$work/walk" walk-mnt)
+  pid=$(daemon_pid "$mnt")
+  t0=$(now_ns)
+  find "$mnt" >/dev/null
+  find "$mnt" -name .stats -exec cat {} + >/dev/null
+  walked=$(ms_since "$t0")
+  rss_kib=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
+  hwm_kib=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
+  printf '  %-34s walk %6s ms; RSS %5s MiB (peak %5s MiB)   goal <= 64 MiB\n' "$label" "$walked" \
+    "$(awk -v k="$rss_kib" 'BEGIN { printf "%.1f", k / 1024 }')" \
+    "$(awk -v k="$hwm_kib" 'BEGIN { printf "%.1f", k / 1024 }')"
+  umount_at "$mnt"
+}
+walk_rss "first mount (counts every file)"
+walk_rss "restarted (persisted count cache)"

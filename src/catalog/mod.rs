@@ -36,7 +36,7 @@ use classify::{DirNode, classify_dir};
 use counts::{CountCache, Loaded, NewFiles, RenameIndex};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
-    Stats, StatsOrigin, Timestamp, Warning,
+    Stats, StatsBuilder, StatsOrigin, Timestamp, Warning,
 };
 
 use crate::error::{Error, ErrorCode, Result};
@@ -334,6 +334,29 @@ impl Catalog {
 
     /// The Snapshot of `rel`.
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
+        self.gather(rel, &mut None)
+    }
+
+    /// `open(rel)` rolled up. A directory's sources are totalled as the walk
+    /// meets them instead of being collected first.
+    pub fn stats(&self, rel: &Path) -> Result<Stats> {
+        let mut rollup = Some(StatsBuilder::new(NodeKind::Directory));
+        let snapshot = self.gather(rel, &mut rollup)?;
+        Ok(match rollup {
+            Some(mut totals) if snapshot.kind == NodeKind::Directory => {
+                for source in &snapshot.sources {
+                    totals.add(source);
+                }
+                totals.finish(snapshot.truncated, snapshot.warnings, snapshot.indexes)
+            }
+            _ => snapshot.stats(),
+        })
+    }
+
+    /// The Snapshot of `rel`; when walking a directory with `rollup`, every
+    /// source whose counts are final goes into `rollup` instead of the
+    /// Snapshot (which then holds only the others).
+    fn gather(&self, rel: &Path, rollup: &mut Option<StatsBuilder>) -> Result<Snapshot> {
         let target = self.resolve(rel)?;
         if !target.meta.is_dir() {
             let name = target
@@ -387,8 +410,12 @@ impl Catalog {
             indexes: Vec::new(),
             new_files: NewFiles::default(),
             renames: None,
+            count: 0,
+            rollup: rollup.take(),
         };
-        self.walk(target.abs.clone(), &target.meta, &mut walk)?;
+        let walked = self.walk(target.abs.clone(), &target.meta, &mut walk);
+        *rollup = walk.rollup.take();
+        walked?;
         self.recount_ambiguous(&target.abs, &mut walk);
         debug_assert!(walk.sources.is_sorted_by(|a, b| a.file <= b.file));
         walk.indexes.sort_by(|a, b| a.index.cmp(&b.index));
@@ -399,11 +426,6 @@ impl Catalog {
             warnings: walk.warnings,
             indexes: walk.indexes,
         })
-    }
-
-    /// `open(rel)` rolled up.
-    pub fn stats(&self, rel: &Path) -> Result<Stats> {
-        self.open(rel).map(|s| s.stats())
     }
 
     /// Collects the virtual dataset below `root_abs` in `_file_` order, so a
@@ -420,15 +442,14 @@ impl Catalog {
                 stack.pop();
                 continue;
             };
-            if !matches!(item, WalkItem::Dir { .. }) && walk.sources.len() >= self.options.max_files
-            {
+            if !matches!(item, WalkItem::Dir { .. }) && walk.count >= self.options.max_files {
                 walk.truncated = true;
                 let message = format!("stopped at max_files = {}", self.options.max_files);
                 walk.warn(ErrorCode::BoundReached, &dir_rel.clone(), message);
                 return Ok(());
             }
             match item {
-                WalkItem::Leaf(source) => walk.sources.push(source),
+                WalkItem::Leaf(source) => walk.add(source, false),
                 WalkItem::File {
                     abs,
                     rel,
@@ -438,12 +459,12 @@ impl Catalog {
                 } => {
                     let (source, warnings, counted) =
                         self.file_source(&rel, &abs, &meta, format, attrs, &mut walk.renames);
+                    let adopted = counted == Counted::Adopted;
                     if counted != Counted::Cached {
-                        let adopted = counted == Counted::Adopted;
                         walk.new_files
                             .note(FileId::of(&meta), walk.sources.len(), adopted);
                     }
-                    walk.sources.push(source);
+                    walk.add(source, adopted);
                     walk.warnings.extend(warnings);
                 }
                 WalkItem::Dir {
@@ -858,6 +879,10 @@ struct Walk {
     new_files: NewFiles,
     /// The count cache by identity, taken at the first such file.
     renames: Option<RenameIndex>,
+    /// Sources met (collected or rolled up).
+    count: usize,
+    /// Where sources go when only their totals are wanted.
+    rollup: Option<StatsBuilder>,
 }
 
 /// Where a record file's counts came from.
@@ -872,6 +897,17 @@ enum Counted {
 }
 
 impl Walk {
+    /// Takes one source: into the totals when rolling up and its counts
+    /// are final, else into `sources` (an adopted count may still be
+    /// re-read; see `recount_ambiguous`).
+    fn add(&mut self, source: Source, adopted: bool) {
+        self.count += 1;
+        match &mut self.rollup {
+            Some(totals) if !adopted => totals.add(&source),
+            _ => self.sources.push(source),
+        }
+    }
+
     fn warn(&mut self, code: ErrorCode, rel: &str, message: String) {
         self.warnings.push(Warning {
             code,

@@ -247,49 +247,86 @@ pub struct Stats {
 impl Snapshot {
     /// Rolls the sources up. Unreadable sources add nothing to the totals.
     pub fn stats(&self) -> Stats {
-        let mut stats = Stats {
-            kind: self.kind,
-            format: match self.kind {
-                NodeKind::Directory => None,
-                _ => self.sources.first().map(|s| s.format.clone()),
-            },
-            sources: self.sources.len() as u64,
-            datasets: 0,
-            files: 0,
-            record_count: 0,
-            failed_count: 0,
-            min_timestamp: None,
-            max_timestamp: None,
-            untrusted_sources: 0,
-            unreadable_sources: 0,
-            formats: BTreeMap::new(),
-            indexes: self.indexes.clone(),
-            truncated: self.truncated,
-            warnings: self.warnings.clone(),
-        };
+        let mut totals = StatsBuilder::new(self.kind);
         for source in &self.sources {
-            match source.kind {
-                SourceKind::Dataset => stats.datasets += 1,
-                SourceKind::File => stats.files += 1,
-            }
-            if !source.trusted {
-                stats.untrusted_sources += 1;
-            }
-            let totals = stats.formats.entry(source.format.clone()).or_default();
-            totals.sources += 1;
-            let Some(records) = source.counts.record_count else {
-                stats.unreadable_sources += 1;
-                continue;
-            };
-            let failed = source.counts.failed_count.unwrap_or(0);
-            totals.record_count += records;
-            totals.failed_count += failed;
-            stats.record_count += records;
-            stats.failed_count += failed;
-            stats.min_timestamp = min_opt(stats.min_timestamp, source.counts.min_timestamp);
-            stats.max_timestamp = max_opt(stats.max_timestamp, source.counts.max_timestamp);
+            totals.add(source);
         }
-        stats
+        totals.finish(self.truncated, self.warnings.clone(), self.indexes.clone())
+    }
+}
+
+/// Rolls sources up one at a time, so a walk can total a directory without
+/// holding every source.
+#[derive(Debug, Clone)]
+pub struct StatsBuilder {
+    stats: Stats,
+}
+
+impl StatsBuilder {
+    pub fn new(kind: NodeKind) -> StatsBuilder {
+        StatsBuilder {
+            stats: Stats {
+                kind,
+                format: None,
+                sources: 0,
+                datasets: 0,
+                files: 0,
+                record_count: 0,
+                failed_count: 0,
+                min_timestamp: None,
+                max_timestamp: None,
+                untrusted_sources: 0,
+                unreadable_sources: 0,
+                formats: BTreeMap::new(),
+                indexes: Vec::new(),
+                truncated: false,
+                warnings: Vec::new(),
+            },
+        }
+    }
+
+    /// Adds one source. Unreadable sources add nothing to the totals.
+    pub fn add(&mut self, source: &Source) {
+        let stats = &mut self.stats;
+        if stats.sources == 0 && stats.kind != NodeKind::Directory {
+            stats.format = Some(source.format.clone());
+        }
+        stats.sources += 1;
+        match source.kind {
+            SourceKind::Dataset => stats.datasets += 1,
+            SourceKind::File => stats.files += 1,
+        }
+        if !source.trusted {
+            stats.untrusted_sources += 1;
+        }
+        let totals = match stats.formats.get_mut(&source.format) {
+            Some(totals) => totals,
+            None => stats.formats.entry(source.format.clone()).or_default(),
+        };
+        totals.sources += 1;
+        let Some(records) = source.counts.record_count else {
+            stats.unreadable_sources += 1;
+            return;
+        };
+        let failed = source.counts.failed_count.unwrap_or(0);
+        totals.record_count += records;
+        totals.failed_count += failed;
+        stats.record_count += records;
+        stats.failed_count += failed;
+        stats.min_timestamp = min_opt(stats.min_timestamp, source.counts.min_timestamp);
+        stats.max_timestamp = max_opt(stats.max_timestamp, source.counts.max_timestamp);
+    }
+
+    pub fn finish(
+        mut self,
+        truncated: bool,
+        warnings: Vec<Warning>,
+        indexes: Vec<IndexInfo>,
+    ) -> Stats {
+        self.stats.truncated = truncated;
+        self.stats.warnings = warnings;
+        self.stats.indexes = indexes;
+        self.stats
     }
 }
 

@@ -72,7 +72,13 @@ struct Inode {
 struct Inner {
     /// Index `i` holds inode number `i + 1`.
     nodes: Vec<Inode>,
-    by_name: HashMap<(u64, Box<str>), u64>,
+    /// `(parent, hash of the name)` to the first inode with that pair;
+    /// the name itself is read back from the inode's path, so it is not
+    /// stored twice.
+    by_name: HashMap<(u64, u64), u64>,
+    /// Names whose pair was already taken by another name (a hash
+    /// collision): rare, so kept whole.
+    collided: HashMap<(u64, Box<str>), u64>,
     /// The identity of each file when it was last opened, so an unchanged
     /// file keeps its page cache across opens (kept apart: most inodes are
     /// never opened).
@@ -102,6 +108,7 @@ impl InodeTable {
             inner: RwLock::new(Inner {
                 nodes: vec![root],
                 by_name: HashMap::new(),
+                collided: HashMap::new(),
                 last_open: HashMap::new(),
             }),
         }
@@ -117,12 +124,12 @@ impl InodeTable {
     /// The number of `name` in the directory numbered `parent`, assigned on
     /// first sight. `None` when `parent` is unknown or is not a path.
     pub fn child(&self, parent: u64, name: &str) -> Option<u64> {
-        let key = (parent, Box::from(name));
-        if let Some(&ino) = self.inner.read().by_name.get(&key) {
+        let key = (parent, name_hash(name));
+        if let Some(ino) = self.inner.read().find(key, name) {
             return Some(ino);
         }
         let mut inner = self.inner.write();
-        if let Some(&ino) = inner.by_name.get(&key) {
+        if let Some(ino) = inner.find(key, name) {
             return Some(ino);
         }
         let Target::Path(parent_rel) = &inner.nodes.get(index(parent)?)?.target else {
@@ -138,7 +145,14 @@ impl InodeTable {
         };
         inner.nodes.push(Inode { target, parent });
         let ino = inner.nodes.len() as u64;
-        inner.by_name.insert(key, ino);
+        match inner.by_name.entry(key) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(ino);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                inner.collided.insert((parent, Box::from(name)), ino);
+            }
+        }
         Some(ino)
     }
 
@@ -162,6 +176,30 @@ impl InodeTable {
     }
 }
 
+impl Inner {
+    /// The inode of `name` under the parent in `key`, if numbered.
+    fn find(&self, key: (u64, u64), name: &str) -> Option<u64> {
+        let ino = *self.by_name.get(&key)?;
+        if self.name_of(ino) == Some(name) {
+            return Some(ino);
+        }
+        self.collided.get(&(key.0, Box::from(name))).copied()
+    }
+
+    /// The last component an inode was numbered under.
+    fn name_of(&self, ino: u64) -> Option<&str> {
+        match &self.nodes.get(index(ino)?)?.target {
+            Target::Path(rel) => rel.file_name()?.to_str(),
+            Target::Synthetic { which, .. } => Some(which.name()),
+        }
+    }
+}
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(name)
+}
+
 fn index(ino: u64) -> Option<usize> {
     usize::try_from(ino.checked_sub(1)?).ok()
 }
@@ -177,6 +215,23 @@ fn join(parent: &Path, name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colliding_name_hashes_still_get_their_own_numbers() {
+        let table = InodeTable::new();
+        let a = table.child(ROOT, "a").unwrap();
+        // Forge a collision: "b" filed under the pair of "a".
+        {
+            let mut inner = table.inner.write();
+            let key = (ROOT, name_hash("b"));
+            inner.by_name.insert(key, a);
+        }
+        let b = table.child(ROOT, "b").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(table.child(ROOT, "b"), Some(b));
+        assert_eq!(table.child(ROOT, "a"), Some(a));
+        assert!(matches!(table.get(b), Some((Target::Path(p), _)) if &*p == Path::new("b")));
+    }
 
     #[test]
     fn numbers_are_stable_and_distinct() {
