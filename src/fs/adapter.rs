@@ -199,26 +199,50 @@ impl WarehouseFs {
         }
     }
 
-    /// A synthetic file's bytes: reused when rendered within the TTL.
+    /// A synthetic file's bytes: reused when rendered within the TTL. One
+    /// walk renders both of a directory's synthetic files (an `ls -l`
+    /// stats both, a poller reads one), and both are kept for the TTL.
     fn synthetic_bytes(&self, ino: u64, which: Synthetic, rel: &Path) -> Result<Arc<[u8]>, Errno> {
         let ttl = self.options.attr_ttl;
         if let Some(bytes) = self.rendered.lock().get(ino, ttl) {
             return Ok(bytes);
         }
         let started = std::time::Instant::now();
-        let text = match which {
-            Synthetic::Stats => self.catalog.stats(rel).map(|s| s.to_json()),
-            Synthetic::Sources => self.catalog.open(rel).map(|s| s.sources_jsonl()),
+        let (mine, other) = if ttl.is_zero() {
+            let text = match which {
+                Synthetic::Stats => self.catalog.stats(rel).map(|s| s.to_json()),
+                Synthetic::Sources => self.catalog.open(rel).map(|s| s.sources_jsonl()),
+            };
+            (text.map_err(|e| errno(&e))?, None)
+        } else {
+            let snapshot = self.catalog.open(rel).map_err(|e| errno(&e))?;
+            let (stats, sources) = (snapshot.stats().to_json(), snapshot.sources_jsonl());
+            match which {
+                Synthetic::Stats => (stats, Some((Synthetic::Sources, sources))),
+                Synthetic::Sources => (sources, Some((Synthetic::Stats, stats))),
+            }
+        };
+        let bytes: Arc<[u8]> = Arc::from(mine.into_bytes());
+        if let Some((other, text)) = other {
+            let mut memo = self.rendered.lock();
+            memo.put(ino, Arc::clone(&bytes), ttl);
+            if let Some(sibling) = self.sibling(ino, other) {
+                memo.put(sibling, Arc::from(text.into_bytes()), ttl);
+            }
         }
-        .map_err(|e| errno(&e))?;
-        let bytes: Arc<[u8]> = Arc::from(text.into_bytes());
         if started.elapsed() >= BIG_RENDER {
             give_back_freed_memory();
         }
-        if !ttl.is_zero() {
-            self.rendered.lock().put(ino, Arc::clone(&bytes), ttl);
-        }
         Ok(bytes)
+    }
+
+    /// The inode of the other synthetic file of the directory `ino`'s
+    /// synthetic file belongs to.
+    fn sibling(&self, ino: u64, other: Synthetic) -> Option<u64> {
+        match self.inodes.get(ino)? {
+            (Target::Synthetic { of, .. }, _) => self.inodes.child(of, other.name()),
+            _ => None,
+        }
     }
 
     /// Attributes and TTL of any inode, from the warehouse as it is now.
