@@ -294,6 +294,13 @@ struct CacheArgs {
     /// Directory classifications and dataset previews kept.
     #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().node_cache_entries)]
     node_cache_entries: usize,
+    /// Rendered `.stats`/`.sources` kept for reuse within the attribute TTL.
+    #[arg(long, value_name = "N", default_value_t = FsOptions::default().render_cache_entries)]
+    render_cache_entries: usize,
+    /// Bytes of rendered `.stats`/`.sources` kept, in MiB (a larger render
+    /// is not kept).
+    #[arg(long, value_name = "MIB", default_value_t = FsOptions::default().render_cache_bytes >> 20)]
+    render_cache_mib: usize,
 }
 
 impl CacheArgs {
@@ -358,6 +365,8 @@ fn execute(command: Command) -> Result<ExitCode> {
                 mount_point: mountpoint,
                 fs: FsOptions {
                     attr_ttl: Duration::from_millis(attr_ttl),
+                    render_cache_entries: cache.render_cache_entries,
+                    render_cache_bytes: cache.render_cache_mib.saturating_mul(1 << 20),
                 },
                 foreground,
                 allow_other,

@@ -22,7 +22,6 @@
 
 use std::ffi::OsStr;
 use std::fs::{File, Metadata};
-use std::num::NonZeroUsize;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,11 +47,6 @@ use crate::records::RecordFormat;
 /// The extended-attribute namespace pchronicle answers in.
 const XATTR_PREFIX: &str = "user.pchronicle.";
 
-/// Rendered synthetic files kept for reuse within the attribute TTL: at
-/// most this many, holding at most this many bytes together.
-const RENDERED_ENTRIES: usize = 256;
-const RENDERED_BUDGET: usize = 4 << 20;
-
 const NO_TTL: Duration = Duration::ZERO;
 
 /// How the mount presents the catalog.
@@ -61,12 +55,19 @@ pub struct FsOptions {
     /// How long the kernel may cache names and attributes of warehouse
     /// paths, and how long a rendered synthetic file is reused.
     pub attr_ttl: Duration,
+    /// Rendered synthetic files kept for reuse within the TTL: at most this
+    /// many, holding at most `render_cache_bytes` together (a larger one is
+    /// not kept).
+    pub render_cache_entries: usize,
+    pub render_cache_bytes: usize,
 }
 
 impl Default for FsOptions {
     fn default() -> Self {
         FsOptions {
             attr_ttl: Duration::from_secs(1),
+            render_cache_entries: 256,
+            render_cache_bytes: 4 << 20,
         }
     }
 }
@@ -95,15 +96,17 @@ enum Handle {
 struct RenderMemo {
     entries: LruCache<u64, (Instant, Arc<[u8]>)>,
     bytes: usize,
+    max_entries: usize,
+    max_bytes: usize,
 }
 
 impl RenderMemo {
-    fn new() -> RenderMemo {
+    fn new(max_entries: usize, max_bytes: usize) -> RenderMemo {
         RenderMemo {
-            entries: LruCache::new(
-                NonZeroUsize::new(RENDERED_ENTRIES).expect("a non-zero constant"),
-            ),
+            entries: LruCache::unbounded(),
             bytes: 0,
+            max_entries,
+            max_bytes,
         }
     }
 
@@ -115,7 +118,7 @@ impl RenderMemo {
     }
 
     fn put(&mut self, ino: u64, bytes: Arc<[u8]>, ttl: Duration) {
-        if bytes.len() > RENDERED_BUDGET {
+        if bytes.len() > self.max_bytes || self.max_entries == 0 {
             return;
         }
         if let Some((_, old)) = self.entries.pop(&ino) {
@@ -125,8 +128,8 @@ impl RenderMemo {
         // live ones while over budget.
         while let Some((_, (at, old))) = self.entries.peek_lru() {
             let (expired, len) = (at.elapsed() >= ttl, old.len());
-            let over = self.bytes + bytes.len() > RENDERED_BUDGET
-                || self.entries.len() >= RENDERED_ENTRIES;
+            let over =
+                self.bytes + bytes.len() > self.max_bytes || self.entries.len() >= self.max_entries;
             if !over && !expired {
                 break;
             }
@@ -167,13 +170,14 @@ pub struct WarehouseFs {
 
 impl WarehouseFs {
     pub fn new(catalog: Arc<Catalog>, options: FsOptions) -> WarehouseFs {
+        let rendered = RenderMemo::new(options.render_cache_entries, options.render_cache_bytes);
         WarehouseFs {
             catalog,
             inodes: InodeTable::new(),
             options,
             handles: Mutex::new(std::collections::HashMap::new()),
             next_handle: AtomicU64::new(1),
-            rendered: Mutex::new(RenderMemo::new()),
+            rendered: Mutex::new(rendered),
             listed: Mutex::new(std::collections::HashMap::new()),
         }
     }

@@ -405,6 +405,8 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
         ("--file-cache-entries", config.catalog.file_cache_entries),
         ("--dir-cache-entries", config.catalog.dir_cache_entries),
         ("--node-cache-entries", config.catalog.node_cache_entries),
+        ("--render-cache-entries", config.fs.render_cache_entries),
+        ("--render-cache-mib", config.fs.render_cache_bytes >> 20),
     ] {
         command.arg(flag).arg(n.to_string());
     }

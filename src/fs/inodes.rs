@@ -6,7 +6,7 @@
 //! match files by inode) see a stable tree, and a dentry the kernel still
 //! holds after a `forget` can always be resolved again. A path that
 //! vanishes and comes back gets its old number. The table grows with the
-//! number of distinct paths looked at, about a hundred bytes each.
+//! number of distinct paths looked at, about two hundred bytes each.
 //!
 //! An inode records where it points (a path relative to the warehouse
 //! root, or one of a directory's two synthetic files), not what it is:
