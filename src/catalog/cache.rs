@@ -98,8 +98,7 @@ pub struct StampedLru<K: Hash + Eq, S, V> {
     /// `capacity` is enforced on insert.
     inner: Mutex<LruCache<K, (S, V)>>,
     capacity: usize,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    hits: HitCounter,
 }
 
 /// How often a cache answered from memory.
@@ -109,13 +108,39 @@ pub struct HitCount {
     pub misses: u64,
 }
 
+/// Counts a cache's answers, from any thread.
+#[derive(Debug, Default)]
+pub struct HitCounter {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl HitCounter {
+    /// Notes one lookup; passes `found` through.
+    pub fn note<T>(&self, found: Option<T>) -> Option<T> {
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    pub fn count(&self) -> HitCount {
+        HitCount {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+}
+
 impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
     pub fn new(capacity: usize) -> Self {
         StampedLru {
             inner: Mutex::new(LruCache::unbounded()),
             capacity: capacity.max(1),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            hits: HitCounter::default(),
         }
     }
 
@@ -131,21 +156,12 @@ impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
             }
             None => None,
         };
-        let counter = if found.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        found
+        self.hits.note(found)
     }
 
     /// Lookups answered from memory and lookups that were not.
     pub fn hit_count(&self) -> HitCount {
-        HitCount {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-        }
+        self.hits.count()
     }
 
     pub fn put(&self, key: K, stamp: S, value: V) {

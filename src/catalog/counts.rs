@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use super::cache::{FileId, HitCount};
+use super::cache::{FileId, HitCount, HitCounter};
 use crate::atomic::write_atomic_hint;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
@@ -48,8 +48,15 @@ const MAGIC: &[u8; 8] = b"PCHRCNTS";
 /// The schema this build writes and reads.
 pub const SCHEMA: u32 = 1;
 
-/// The persisted cache's default place inside a warehouse.
+/// The persisted cache's default place inside a warehouse's state
+/// directory.
 pub const DEFAULT_FILE: &str = "cache/counts";
+
+/// Where the persisted count cache of the warehouse at `root` lives unless
+/// told otherwise: `ROOT/.pchronicle/cache/counts`.
+pub fn default_file(root: &Path) -> PathBuf {
+    root.join(super::STATE_DIR).join(DEFAULT_FILE)
+}
 
 /// `(size, mtime_ns)`: what identifies a file across restarts and renames.
 type Identity = (u64, i64);
@@ -122,8 +129,7 @@ pub enum Loaded {
 pub struct CountCache {
     inner: Mutex<Inner>,
     file: Option<PathBuf>,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    hits: HitCounter,
     renames: AtomicU64,
 }
 
@@ -193,8 +199,7 @@ impl CountCache {
         let cache = CountCache {
             inner: Mutex::new(inner),
             file: file.map(Path::to_path_buf),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            hits: HitCounter::default(),
             renames: AtomicU64::new(0),
         };
         Ok((cache, loaded))
@@ -212,13 +217,7 @@ impl CountCache {
             }
             None => None,
         };
-        let counter = if found.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        found
+        self.hits.note(found)
     }
 
     /// Records the counts of `rel` at identity `id` (never a racy one).
@@ -293,10 +292,7 @@ impl CountCache {
     }
 
     pub fn hit_count(&self) -> HitCount {
-        HitCount {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-        }
+        self.hits.count()
     }
 
     /// Files whose counts were taken over across a rename.

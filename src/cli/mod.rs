@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::catalog::{Catalog, CatalogOptions, STATE_DIR, counts};
+use crate::catalog::{Catalog, CatalogOptions, counts};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::{FsOptions, MountConfig, Mounted};
 use crate::shards::{self, ShardFormat};
@@ -312,7 +312,7 @@ impl CacheArgs {
             (Some(path), false) => Some(std::path::absolute(path).unwrap_or(path.clone())),
             (None, false) => {
                 let root = std::fs::canonicalize(warehouse).unwrap_or(warehouse.to_path_buf());
-                Some(root.join(STATE_DIR).join(counts::DEFAULT_FILE))
+                Some(counts::default_file(&root))
             }
         };
         CatalogOptions {
