@@ -382,7 +382,15 @@ impl Catalog {
                 );
                 snapshot.warnings.extend(source.1);
                 snapshot.sources.push(source.0);
-                match sidecar::status::of_cohort(&target.abs, None) {
+                // The names beside the file come from the cached listing of
+                // its directory (valid while the directory is unchanged).
+                let siblings = target
+                    .abs
+                    .parent()
+                    .and_then(|dir| Some((dir, fs::symlink_metadata(dir).ok()?)))
+                    .and_then(|(dir, meta)| self.dir_scan(dir, &meta).ok());
+                let names = siblings.as_ref().map(|scan| scan.children.as_slice());
+                match sidecar::status::of_cohort(&target.abs, names) {
                     Ok(found) => snapshot.indexes = index_infos(".", "", found),
                     Err(e) => snapshot.warnings.push(Warning {
                         code: e.code,
