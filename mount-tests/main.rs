@@ -12,6 +12,7 @@ mod support;
 mod concurrency;
 mod freshness;
 mod harness;
+mod hostile;
 mod lifecycle;
 mod tools;
 mod tree;

@@ -14,7 +14,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PCHRONICLE_REQUIRE_FUSE="${PCHRONICLE_REQUIRE_FUSE:-1}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # The mount tests drive these tools against a real mount.
-extra_packages=(attr jq python3 coreutils findutils procps)
+# util-linux brings setpriv and passwd brings useradd: the hostile mount
+# tests read the mount as a second, unprivileged user.
+extra_packages=(attr jq python3 coreutils findutils procps util-linux passwd)
 source scripts/setup.sh
 
 step() { printf '\n== %s\n' "$*"; }

@@ -166,11 +166,13 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
         }
         write(dir, &format!("{rel}/CURRENT"), "g2\n")?;
         if write_manifest {
-            StorylineStore.ensure_manifest(&leaf, &DirectCounter)?;
+            let opened =
+                crate::warehouse::Dir::open_root(&leaf).map_err(|e| Error::io(&leaf, &e))?;
+            StorylineStore.ensure_manifest(&opened, &DirectCounter)?;
         }
         leaves += 1;
     }
-    Manifest::branch().write(&dir.join("team"))?;
+    Manifest::branch().write_at(&dir.join("team"))?;
 
     // A compact-jsonl leaf (a Lance dataset), imported from records staged
     // under the hidden state directory and removed afterwards.
@@ -202,7 +204,7 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
         },
     );
     fs::create_dir_all(dir.join("vendor/parquet_export")).map_err(|e| Error::io(dir, &e))?;
-    foreign.write(&dir.join("vendor/parquet_export"))?;
+    foreign.write_at(&dir.join("vendor/parquet_export"))?;
     leaves += 1;
 
     Ok(DemoSummary {

@@ -167,6 +167,24 @@ error_codes! {
     CountCacheNewer => "PCHRONICLE_COUNT_CACHE_NEWER",
         "the persisted count cache was written by a newer pchronicle (a higher schema); it is left untouched",
         "Upgrade pchronicle, or mount with `--cache-file PATH` to keep this version's cache elsewhere (or `--no-cache` to run without one).";
+    MetadataTooLarge => "PCHRONICLE_METADATA_TOO_LARGE",
+        "a metadata file (chronicle.manifest, CURRENT, indexes.json, the count cache) is larger than pchronicle reads; it was treated as unreadable",
+        "Look at the file: a real one is a few kilobytes (the limits are in docs/security.md). Replace it with a valid one or remove it.";
+    NotRegularFile => "PCHRONICLE_NOT_REGULAR_FILE",
+        "an entry pchronicle would read is not a regular file (a symlink, a FIFO, a socket or a device); it was not opened",
+        "Replace the entry with a regular file; pchronicle never follows symlinks or reads special files below the warehouse root.";
+    ManifestKept => "PCHRONICLE_MANIFEST_KEPT",
+        "a leaf's chronicle.manifest cannot be understood by this pchronicle (it does not parse, has a newer schema_version, or says another kind), so it is never rewritten; the leaf was counted from its data",
+        "Fix the manifest by hand (the warning before this one says what is wrong), upgrade pchronicle if a newer one wrote it, or delete it so that it is rewritten.";
+    StateDirUnsafe => "PCHRONICLE_STATE_DIR_UNSAFE",
+        "the warehouse's .pchronicle/ directory is a symlink, is not owned by the user running pchronicle, or is writable by others, so pchronicle keeps its state elsewhere",
+        "As the user that runs pchronicle: `chown USER WAREHOUSE/.pchronicle && chmod go-w WAREHOUSE/.pchronicle` (or remove it); until then state lives in the cache directory the message names.";
+    CountCacheForeign => "PCHRONICLE_COUNT_CACHE_FOREIGN",
+        "the count-cache path holds a file that is not a pchronicle count cache (or is not a regular file); it is never overwritten",
+        "Point `--cache-file` at a new path, or move the file away if it is not needed; `--no-cache` runs without a cache.";
+    RequestFailed => "PCHRONICLE_REQUEST_FAILED",
+        "a filesystem request failed inside the daemon (a bug, or a render past its time budget); it was answered with EIO and the daemon kept serving",
+        "Retry the read; if it keeps failing, run the same path through `pchronicle stats PATH` to see the underlying error, and report the log line.";
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";

@@ -17,5 +17,6 @@ pub mod records;
 pub mod shards;
 pub mod sidecar;
 pub mod store;
+pub mod warehouse;
 
 pub use error::{Error, ErrorCode, Result};

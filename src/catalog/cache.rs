@@ -14,15 +14,14 @@
 //! an identity whose mtime or ctime is younger than [`RACY_WINDOW_NS`] is
 //! never cached; such entries are recomputed until they settle.
 
-use std::fs::Metadata;
 use std::hash::Hash;
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use lru::LruCache;
 use parking_lot::Mutex;
+
+use crate::warehouse::{Dir, Stat};
 
 /// How recent a change must be for its stat identity to be untrusted.
 pub const RACY_WINDOW_NS: i64 = 1_000_000_000;
@@ -39,30 +38,27 @@ pub struct FileId {
 }
 
 impl FileId {
-    pub fn of(meta: &Metadata) -> FileId {
+    pub fn of(meta: &Stat) -> FileId {
         FileId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
+            dev: meta.dev,
+            ino: meta.ino,
+            size: meta.size,
             mtime_ns: meta
-                .mtime()
+                .mtime
                 .saturating_mul(1_000_000_000)
-                .saturating_add(meta.mtime_nsec()),
+                .saturating_add(meta.mtime_nsec),
             ctime_ns: meta
-                .ctime()
+                .ctime
                 .saturating_mul(1_000_000_000)
-                .saturating_add(meta.ctime_nsec()),
-            mode: meta.mode(),
+                .saturating_add(meta.ctime_nsec),
+            mode: meta.mode,
         }
     }
 
-    /// The identity of `path` without following a symlink, `None` if absent.
-    pub fn probe(path: &Path) -> io::Result<Option<FileId>> {
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) => Ok(Some(FileId::of(&meta))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+    /// The identity of the entry `name` of `dir` without following a
+    /// symlink, `None` if absent.
+    pub fn probe(dir: &Dir, name: &str) -> io::Result<Option<FileId>> {
+        Ok(dir.probe(name)?.map(|stat| FileId::of(&stat)))
     }
 
     /// Whether this identity may hide a change made in the same tick.
@@ -75,21 +71,32 @@ impl FileId {
     }
 }
 
-/// Stat identities of several paths (absent ones as `None`).
-pub type Stamps = Vec<(PathBuf, Option<FileId>)>;
-
-/// Whether every path in `stamps` still has the recorded identity.
-pub fn stamps_hold(stamps: &[(PathBuf, Option<FileId>)]) -> bool {
-    stamps
-        .iter()
-        .all(|(path, id)| FileId::probe(path).ok().as_ref() == Some(id))
+/// Stat identities of a directory and of some of its entries, by name
+/// (absent ones as `None`).
+#[derive(Debug, Clone)]
+pub struct Stamps {
+    pub dir: FileId,
+    pub entries: Vec<(&'static str, Option<FileId>)>,
 }
 
-/// Whether any identity in `stamps` is too recent to be trusted.
-pub fn stamps_racy(stamps: &[(PathBuf, Option<FileId>)]) -> bool {
-    stamps
-        .iter()
-        .any(|(_, id)| id.is_some_and(|id| id.is_racy()))
+impl Stamps {
+    /// Whether `dir` and every stamped entry still have their identities.
+    pub fn hold(&self, dir: &Dir) -> bool {
+        FileId::of(dir.stat()) == self.dir
+            && self
+                .entries
+                .iter()
+                .all(|(name, id)| FileId::probe(dir, name).ok().as_ref() == Some(id))
+    }
+
+    /// Whether any identity is too recent to be trusted.
+    pub fn racy(&self) -> bool {
+        self.dir.is_racy()
+            || self
+                .entries
+                .iter()
+                .any(|(_, id)| id.is_some_and(|id| id.is_racy()))
+    }
 }
 
 /// An LRU map whose entries are valid only while their stamp matches.
@@ -212,9 +219,9 @@ mod tests {
     #[test]
     fn fresh_changes_are_racy_old_ones_are_not() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, "x").unwrap();
-        let id = FileId::probe(&path).unwrap().unwrap();
+        std::fs::write(dir.path().join("f"), "x").unwrap();
+        let opened = Dir::open_root(dir.path()).unwrap();
+        let id = FileId::probe(&opened, "f").unwrap().unwrap();
         assert!(id.is_racy());
         let old = FileId {
             mtime_ns: id.mtime_ns - 10 * RACY_WINDOW_NS,
@@ -222,6 +229,6 @@ mod tests {
             ..id
         };
         assert!(!old.is_racy());
-        assert_eq!(FileId::probe(&dir.path().join("missing")).unwrap(), None);
+        assert_eq!(FileId::probe(&opened, "missing").unwrap(), None);
     }
 }

@@ -7,6 +7,12 @@
 //! branch only describes. A malformed manifest is reported as a warning and
 //! classification carries on with the physical markers.
 //!
+//! Repair never destroys: only a missing manifest, or a valid leaf manifest
+//! whose fingerprint is stale, is (re)written. A manifest that does not
+//! parse, has another schema version, or says `branch` over a physical
+//! leaf is reported (`PCHRONICLE_MANIFEST_KEPT`) and left as it is; the
+//! leaf is counted from its data.
+//!
 //! A leaf's preview comes from its manifest when the manifest's fingerprint
 //! matches the store's cheap physical fingerprint; then no record is read.
 //! Otherwise the store scans the data and, unless repairs are disabled,
@@ -23,6 +29,7 @@ use super::manifest::{self, Manifest, ManifestKind};
 use super::model::{Counts, DatasetPreview, StatsOrigin};
 use crate::error::{Error, ErrorCode};
 use crate::store::{LeafStore, RecordCounter, Stores};
+use crate::warehouse::Dir;
 
 /// What a directory is, with the warnings met while finding out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,19 +63,33 @@ impl NodeWarning {
     }
 }
 
-/// Classifies `dir` (which must be a real directory, not a symlink).
+/// What stands where a leaf's manifest would be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ManifestSlot {
+    /// No manifest: one may be written.
+    Free,
+    /// A valid leaf manifest: it may be updated in place.
+    Leaf,
+    /// A manifest this build cannot rewrite without losing it (unparsable,
+    /// another schema, another kind): never written.
+    Kept,
+}
+
+/// Classifies `dir`.
 pub fn classify_dir(
-    dir: &Path,
+    dir: &Dir,
     stores: &Stores,
     repair: bool,
     counter: &dyn RecordCounter,
 ) -> DirNode {
     let mut warnings = Vec::new();
-    let manifest = match manifest::read(dir) {
-        Ok(m) => m,
+    let (manifest, slot) = match manifest::read(dir) {
+        Ok(None) => (None, ManifestSlot::Free),
+        Ok(Some(m)) if m.kind == ManifestKind::Leaf => (Some(m), ManifestSlot::Leaf),
+        Ok(Some(m)) => (Some(m), ManifestSlot::Kept),
         Err(e) => {
-            warnings.push(NodeWarning::from_error(dir, &e));
-            None
+            warnings.push(NodeWarning::from_error(dir.path(), &e));
+            (None, ManifestSlot::Kept)
         }
     };
     let leaf = leaf_store(dir, stores, manifest.as_ref(), &mut warnings).map(|store| match store {
@@ -76,7 +97,8 @@ pub fn classify_dir(
             dir,
             store.as_ref(),
             manifest,
-            repair,
+            repair && slot != ManifestSlot::Kept,
+            repair && slot == ManifestSlot::Kept,
             counter,
             &mut warnings,
         ),
@@ -100,16 +122,17 @@ pub fn classify_dir(
 /// each ancestor's manifest and markers and never repairs anything, so a
 /// caller can refuse a path inside a leaf before rooting a catalog there.
 pub fn enclosing_leaf(path: &Path, stores: &Stores) -> Option<std::path::PathBuf> {
-    path.ancestors().skip(1).find_map(|dir| {
-        let manifest = manifest::read(dir).ok().flatten();
-        leaf_store(dir, stores, manifest.as_ref(), &mut Vec::new()).map(|_| dir.to_path_buf())
+    path.ancestors().skip(1).find_map(|ancestor| {
+        let dir = Dir::open_root(ancestor).ok()?;
+        let manifest = manifest::read(&dir).ok().flatten();
+        leaf_store(&dir, stores, manifest.as_ref(), &mut Vec::new()).map(|_| ancestor.to_path_buf())
     })
 }
 
 /// Whether `dir` is a leaf, and if so the store that opens it: `Some(None)`
 /// for a leaf manifest whose format no registered store handles.
 fn leaf_store<'a>(
-    dir: &Path,
+    dir: &Dir,
     stores: &'a Stores,
     manifest: Option<&Manifest>,
     warnings: &mut Vec<NodeWarning>,
@@ -121,18 +144,20 @@ fn leaf_store<'a>(
         match store.detect(dir) {
             Ok(true) => return Some(Some(store)),
             Ok(false) => {}
-            Err(e) => warnings.push(NodeWarning::from_error(dir, &e)),
+            Err(e) => warnings.push(NodeWarning::from_error(dir.path(), &e)),
         }
     }
     None
 }
 
-/// The preview of a leaf that `store` can open.
+/// The preview of a leaf that `store` can open. `kept`: a repair was
+/// asked for, but a manifest is there that must not be rewritten.
 fn preview(
-    dir: &Path,
+    dir: &Dir,
     store: &dyn LeafStore,
     manifest: Option<Manifest>,
     repair: bool,
+    kept: bool,
     counter: &dyn RecordCounter,
     warnings: &mut Vec<NodeWarning>,
 ) -> DatasetPreview {
@@ -141,7 +166,7 @@ fn preview(
     let physical = match store.fingerprint(dir) {
         Ok(f) => f,
         Err(e) => {
-            warnings.push(NodeWarning::from_error(dir, &e));
+            warnings.push(NodeWarning::from_error(dir.path(), &e));
             return unverified(format, manifest.as_ref());
         }
     };
@@ -161,7 +186,7 @@ fn preview(
     let scan = match store.scan(dir, counter) {
         Ok(scan) => scan,
         Err(e) => {
-            warnings.push(NodeWarning::from_error(dir, &e));
+            warnings.push(NodeWarning::from_error(dir.path(), &e));
             return DatasetPreview {
                 format,
                 counts: Counts::default(),
@@ -175,10 +200,20 @@ fn preview(
         match store.write_manifest(dir, manifest, &scan) {
             Ok(_) => true,
             Err(e) => {
-                warnings.push(NodeWarning::from_error(dir, &e));
+                warnings.push(NodeWarning::from_error(dir.path(), &e));
                 false
             }
         }
+    } else if kept {
+        warnings.push(NodeWarning {
+            code: ErrorCode::ManifestKept,
+            subpath: Some(manifest::MANIFEST_FILE.into()),
+            message: format!(
+                "left as it is; counted from the data (revision {})",
+                scan.fingerprint
+            ),
+        });
+        false
     } else {
         if manifest.is_some() {
             warnings.push(NodeWarning {

@@ -13,16 +13,20 @@
 //! - an older schema is rebuilt (ignored, then overwritten);
 //! - a newer schema is left untouched and refused with
 //!   `PCHRONICLE_COUNT_CACHE_NEWER` (upgrade, or use another cache file);
-//! - a file that is not a count cache, or is damaged (the checksum
-//!   disagrees), is rebuilt with a warning.
+//! - a damaged or empty cache (the magic is there, the checksum or a
+//!   length disagrees) is rebuilt with a warning;
+//! - a file that is not a pchronicle count cache at all (another magic, a
+//!   symlink, a FIFO) is never overwritten: `PCHRONICLE_COUNT_CACHE_FOREIGN`.
 //!
 //! A file whose path is new, whose identity matches exactly one entry
 //! whose path has vanished, is a rename: it takes over that entry without
 //! being read. When several new paths (within one walk) or several vanished
 //! entries share an identity the match is ambiguous and the file is read.
 //!
-//! Writes replace the file atomically (temp file + rename), so concurrent
-//! daemons on one warehouse never leave a torn cache; the last writer wins.
+//! Writes replace the file atomically (temp file + rename in the open state
+//! directory, mode 0600), so concurrent daemons on one warehouse never
+//! leave a torn cache; the last writer wins. Where the file lives is
+//! decided by [`crate::warehouse::state_dir`].
 //!
 //! Layout (little-endian): magic `PCHRCNTS`, u32 schema, u64 entry count;
 //! per entry u32 path length, the UTF-8 path, u64 size, i64 mtime_ns, u64
@@ -30,8 +34,9 @@
 //! i64 min, i64 max (microseconds); then u64 FNV-1a 64 of all bytes before.
 
 use std::collections::{HashMap, HashSet};
+use std::io::Read;
 use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,23 +44,59 @@ use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::cache::{FileId, HitCount, HitCounter};
-use crate::atomic::write_atomic_hint;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
+use crate::warehouse::{self, CappedError, Dir, Replace};
 
 const MAGIC: &[u8; 8] = b"PCHRCNTS";
 
 /// The schema this build writes and reads.
 pub const SCHEMA: u32 = 1;
 
-/// The persisted cache's default place inside a warehouse's state
-/// directory.
-pub const DEFAULT_FILE: &str = "cache/counts";
+/// The state subdirectory that holds the persisted cache by default.
+pub const DEFAULT_DIR: &str = "cache";
+/// The persisted cache's file name there.
+pub const DEFAULT_NAME: &str = "counts";
 
-/// Where the persisted count cache of the warehouse at `root` lives unless
-/// told otherwise: `ROOT/.pchronicle/cache/counts`.
-pub fn default_file(root: &Path) -> PathBuf {
-    root.join(super::STATE_DIR).join(DEFAULT_FILE)
+/// Where a persisted count cache lives: a file of an open directory.
+#[derive(Debug)]
+pub struct CacheFile {
+    pub dir: Dir,
+    pub name: String,
+}
+
+impl CacheFile {
+    /// The file at `path`, named from outside (`--cache-file`): its
+    /// directory may be reached through symlinks; the file itself is never
+    /// followed.
+    pub fn at(path: &std::path::Path) -> Result<CacheFile> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| Error::io(parent, &e))?;
+        }
+        let (dir, name) = Dir::open_parent_of(path).map_err(|e| Error::io(path, &e))?;
+        Ok(CacheFile { dir, name })
+    }
+
+    /// `ROOT/.pchronicle/cache/counts` when that state directory is safe
+    /// to write, else this user's cache directory (with the reason).
+    pub fn default_for(root: &Dir) -> Result<(CacheFile, Option<String>)> {
+        let state = warehouse::state_dir(root, super::STATE_DIR, DEFAULT_DIR)
+            .map_err(|e| Error::io(&root.path().join(super::STATE_DIR), &e))?;
+        let file = CacheFile {
+            dir: state.dir,
+            name: DEFAULT_NAME.to_string(),
+        };
+        Ok((file, state.elsewhere))
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join(&self.name)
+    }
 }
 
 /// `(size, mtime_ns)`: what identifies a file across restarts and renames.
@@ -128,7 +169,7 @@ pub enum Loaded {
 /// The record-file count cache of one catalog.
 pub struct CountCache {
     inner: Mutex<Inner>,
-    file: Option<PathBuf>,
+    file: Option<CacheFile>,
     hits: HitCounter,
     renames: AtomicU64,
 }
@@ -180,25 +221,23 @@ impl CountCache {
     /// A cache of at most `capacity` entries, persisted at `file` when
     /// given. A newer schema there is refused; anything else unusable is
     /// reported in [`Loaded`] and replaced on the next save.
-    pub fn open(capacity: usize, file: Option<&Path>) -> Result<(CountCache, Loaded)> {
+    pub fn open(capacity: usize, file: Option<CacheFile>) -> Result<(CountCache, Loaded)> {
         let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         let mut inner = Inner::new(capacity);
-        let loaded = match file {
+        let loaded = match &file {
             None => Loaded::Absent,
-            Some(path) => load(path, &mut inner)?,
+            Some(file) => load(file, &mut inner)?,
         };
         inner.dirty = false;
-        if let Loaded::Unusable(why) = &loaded {
+        if let (Loaded::Unusable(why), Some(file)) = (&loaded, &file) {
             log::warn!(
                 "ignoring the count cache {}: {why}; it will be rebuilt",
-                file.map(Path::display)
-                    .map(|d| d.to_string())
-                    .unwrap_or_default()
+                file.path().display()
             );
         }
         let cache = CountCache {
             inner: Mutex::new(inner),
-            file: file.map(Path::to_path_buf),
+            file,
             hits: HitCounter::default(),
             renames: AtomicU64::new(0),
         };
@@ -314,14 +353,15 @@ impl CountCache {
         inner.dirty = true;
     }
 
-    pub fn file(&self) -> Option<&Path> {
-        self.file.as_deref()
+    /// Where the cache persists, if it does.
+    pub fn file(&self) -> Option<PathBuf> {
+        self.file.as_ref().map(CacheFile::path)
     }
 
     /// Writes the persisted cache if anything changed since the last save;
     /// true when it wrote. A no-op without a file.
     pub fn save(&self) -> Result<bool> {
-        let Some(path) = &self.file else {
+        let Some(file) = &self.file else {
             return Ok(false);
         };
         let bytes = {
@@ -332,14 +372,22 @@ impl CountCache {
             inner.dirty = false;
             encode(&inner.entries)
         };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
-        }
-        write_atomic_hint(path, &bytes).map_err(|e| {
+        let how = Replace {
+            durable: false,
+            mode: 0o600,
+            keep_owner: false,
+            sweep_temps: true,
+            expect: None,
+        };
+        let written = check_ours(file).and_then(|()| {
+            file.dir
+                .replace(&file.name, &bytes, how)
+                .map_err(|e| Error::io(&file.path(), &e))
+        });
+        if written.is_err() {
             self.inner.lock().dirty = true;
-            Error::io(path, &e)
-        })?;
-        Ok(true)
+        }
+        written.map(|()| true)
     }
 }
 
@@ -398,22 +446,71 @@ fn encode(entries: &LruCache<Arc<str>, Entry>) -> Vec<u8> {
     out
 }
 
-/// Reads the persisted cache into `entries`. Only a newer schema is an
-/// error.
-fn load(path: &Path, inner: &mut Inner) -> Result<Loaded> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::Absent),
-        Err(e) => return Ok(Loaded::Unusable(format!("unreadable: {e}"))),
+fn foreign(path: &std::path::Path, why: &str) -> Error {
+    Error::at(
+        ErrorCode::CountCacheForeign,
+        path,
+        format!("{why}; pchronicle never overwrites a file it did not write"),
+    )
+}
+
+/// Refuses to replace anything at the cache's path but a pchronicle count
+/// cache (a file starting with the magic) or an empty file.
+fn check_ours(file: &CacheFile) -> Result<()> {
+    let path = file.path();
+    let (opened, stat) = match file.dir.open_file(&file.name) {
+        Ok(opened) => opened,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            return Err(foreign(&path, "the path is not a regular file"));
+        }
+        Err(e) => return Err(Error::io(&path, &e)),
     };
-    if bytes.len() < 12 || &bytes[..8] != MAGIC {
-        return Ok(Loaded::Unusable("not a pchronicle count cache".into()));
+    let mut head = Vec::with_capacity(MAGIC.len());
+    opened
+        .take(MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::io(&path, &e))?;
+    if stat.size == 0 || head == MAGIC {
+        Ok(())
+    } else {
+        Err(foreign(&path, "the file is not a pchronicle count cache"))
+    }
+}
+
+/// Reads the persisted cache into `entries`. A newer schema and a file that
+/// is not a count cache are errors; damage is rebuilt.
+fn load(file: &CacheFile, inner: &mut Inner) -> Result<Loaded> {
+    let path = file.path();
+    let bytes = match file.dir.read_capped(&file.name, warehouse::COUNT_CACHE_CAP) {
+        Ok(Some((bytes, _))) => bytes,
+        Ok(None) => return Ok(Loaded::Absent),
+        Err(CappedError::NotRegular) => {
+            return Err(foreign(&path, "the path is not a regular file"));
+        }
+        Err(CappedError::TooLarge { cap }) => {
+            return Err(Error::at(
+                ErrorCode::MetadataTooLarge,
+                &path,
+                format!("larger than the {cap}-byte limit for a count cache"),
+            ));
+        }
+        Err(CappedError::Io(e)) => return Ok(Loaded::Unusable(format!("unreadable: {e}"))),
+    };
+    if bytes.is_empty() {
+        return Ok(Loaded::Unusable("empty".into()));
+    }
+    if bytes.len() < 8 || &bytes[..8] != MAGIC {
+        return Err(foreign(&path, "the file is not a pchronicle count cache"));
+    }
+    if bytes.len() < 12 {
+        return Ok(Loaded::Unusable("damaged (truncated header)".into()));
     }
     let schema = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if schema > SCHEMA {
         return Err(Error::at(
             ErrorCode::CountCacheNewer,
-            path,
+            &path,
             format!("the count cache has schema {schema}; this build reads {SCHEMA}"),
         ));
     }
@@ -506,14 +603,15 @@ mod tests {
     fn a_saved_cache_loads_back_and_any_damage_is_caught() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("counts");
-        let (cache, loaded) = CountCache::open(8, Some(&file)).unwrap();
+        let place = || Some(CacheFile::at(&file).unwrap());
+        let (cache, loaded) = CountCache::open(8, place()).unwrap();
         assert_eq!(loaded, Loaded::Absent);
         cache.put("a/x.jsonl", id(10, 1_000), stats(3));
         cache.put("y.jsonl", id(20, 2_000), stats(4));
         assert!(cache.save().unwrap());
         assert!(!cache.save().unwrap(), "nothing changed since");
 
-        let (again, loaded) = CountCache::open(8, Some(&file)).unwrap();
+        let (again, loaded) = CountCache::open(8, place()).unwrap();
         assert_eq!(loaded, Loaded::Entries(2));
         assert_eq!(again.get("a/x.jsonl", id(10, 1_000)), Some(stats(3)));
         // Across a restart only size and mtime identify the file.

@@ -7,14 +7,13 @@
 //! text. Validation is strict and every rejection carries its own code; the
 //! caller (classification) decides to fall back to the physical markers.
 
-use std::path::Path;
-
 use toml::{Table, Value};
+use toml_edit::DocumentMut;
 
-use crate::atomic::write_atomic;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
 use crate::records::timestamp::{self, Micros};
+use crate::warehouse::{self, CappedError, Dir, Replace};
 
 /// The sidecar's exact file name.
 pub const MANIFEST_FILE: &str = "chronicle.manifest";
@@ -30,7 +29,7 @@ pub enum ManifestKind {
 }
 
 /// A parsed, validated manifest plus the document it came from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Manifest {
     pub kind: ManifestKind,
     /// Leaf format, e.g. `compact-jsonl/v1`; kept verbatim even if unknown.
@@ -39,22 +38,38 @@ pub struct Manifest {
     pub fingerprint: Option<String>,
     /// The `[stats]` table of a leaf (the four v1 keys).
     pub stats: Option<RecordStats>,
-    document: Table,
+    /// The text as written, edited in place on a rewrite so that comments,
+    /// key order and layout survive.
+    document: DocumentMut,
+    /// The file (device, inode) this manifest was read from: a rewrite
+    /// replaces that file or nothing.
+    origin: Option<(u64, u64)>,
+}
+
+impl PartialEq for Manifest {
+    fn eq(&self, other: &Manifest) -> bool {
+        self.kind == other.kind
+            && self.format == other.format
+            && self.fingerprint == other.fingerprint
+            && self.stats == other.stats
+            && self.document.to_string() == other.document.to_string()
+    }
 }
 
 impl Manifest {
     /// A fresh leaf manifest.
     pub fn leaf(format: &str, fingerprint: &str, stats: RecordStats) -> Manifest {
-        let mut document = Table::new();
-        document.insert("schema_version".into(), Value::Integer(SCHEMA_VERSION));
-        document.insert("kind".into(), Value::String("leaf".into()));
-        document.insert("format".into(), Value::String(format.into()));
+        let mut document = DocumentMut::new();
+        document["schema_version"] = toml_edit::value(SCHEMA_VERSION);
+        document["kind"] = toml_edit::value("leaf");
+        document["format"] = toml_edit::value(format);
         let mut manifest = Manifest {
             kind: ManifestKind::Leaf,
             format: Some(format.into()),
             fingerprint: None,
             stats: None,
             document,
+            origin: None,
         };
         manifest.set_leaf_state(fingerprint, stats);
         manifest
@@ -62,31 +77,35 @@ impl Manifest {
 
     /// A descriptive branch manifest (`schema_version` and `kind` only).
     pub fn branch() -> Manifest {
-        let mut document = Table::new();
-        document.insert("schema_version".into(), Value::Integer(SCHEMA_VERSION));
-        document.insert("kind".into(), Value::String("branch".into()));
+        let mut document = DocumentMut::new();
+        document["schema_version"] = toml_edit::value(SCHEMA_VERSION);
+        document["kind"] = toml_edit::value("branch");
         Manifest {
             kind: ManifestKind::Branch,
             format: None,
             fingerprint: None,
             stats: None,
             document,
+            origin: None,
         }
     }
 
     /// Binds this leaf manifest to a physical revision: sets the fingerprint
-    /// and the four v1 stats, keeping every other key of the document.
+    /// and the four v1 stats, keeping every other key of the document, its
+    /// comments and its layout.
     pub fn set_leaf_state(&mut self, fingerprint: &str, stats: RecordStats) {
         let identity = table_entry(&mut self.document, "identity");
-        identity.insert("fingerprint".into(), Value::String(fingerprint.into()));
+        set_kept(identity, "fingerprint", fingerprint.into());
         let table = table_entry(&mut self.document, "stats");
-        table.insert(
-            "record_count".into(),
-            Value::Integer(saturating_i64(stats.record_count)),
+        set_kept(
+            table,
+            "record_count",
+            saturating_i64(stats.record_count).into(),
         );
-        table.insert(
-            "failed_count".into(),
-            Value::Integer(saturating_i64(stats.failed_count)),
+        set_kept(
+            table,
+            "failed_count",
+            saturating_i64(stats.failed_count).into(),
         );
         for (key, value) in [
             ("min_timestamp", stats.min_timestamp),
@@ -94,7 +113,7 @@ impl Manifest {
         ] {
             match value {
                 Some(micros) => {
-                    table.insert(key.into(), Value::String(timestamp::format_rfc3339(micros)));
+                    set_kept(table, key, timestamp::format_rfc3339(micros).into());
                 }
                 None => {
                     table.remove(key);
@@ -108,12 +127,16 @@ impl Manifest {
     /// Parses and validates manifest text. Errors carry no path; [`read`]
     /// adds it.
     pub fn parse(text: &str) -> Result<Manifest> {
-        let document: Table = toml::from_str(text).map_err(|e| {
+        let parse_error = |message: String| {
             Error::new(
                 ErrorCode::ManifestParse,
-                format!("not valid TOML: {}", e.message()),
+                format!("not valid TOML: {message}"),
             )
-        })?;
+        };
+        let document: Table = toml::from_str(text).map_err(|e| parse_error(e.message().into()))?;
+        let edit: DocumentMut = text
+            .parse()
+            .map_err(|e: toml_edit::TomlError| parse_error(e.message().into()))?;
         let version = match document.get("schema_version") {
             None => {
                 return Err(Error::new(
@@ -169,36 +192,76 @@ impl Manifest {
             format,
             fingerprint,
             stats,
-            document,
+            document: edit,
+            origin: None,
         })
     }
 
     /// The TOML text of this manifest.
     pub fn to_toml(&self) -> String {
-        // Serializing a table of plain TOML values cannot fail: every key is
-        // a string and no value is a non-TOML type.
-        let mut text = toml::to_string(&self.document).expect("a toml::Table always serializes");
+        let mut text = self.document.to_string();
         if !text.ends_with('\n') {
             text.push('\n');
         }
         text
     }
 
-    /// Writes `dir/chronicle.manifest` atomically.
-    pub fn write(&self, dir: &Path) -> Result<()> {
-        let path = dir.join(MANIFEST_FILE);
-        write_atomic(&path, self.to_toml().as_bytes())
-            .map_err(|e| Error::at(ErrorCode::ManifestWrite, &path, e.to_string()))
+    /// Writes `chronicle.manifest` in the directory `dir`, named from
+    /// outside by someone who asked for exactly this manifest there: it
+    /// replaces whatever manifest is there (a symlink or a special file is
+    /// still never written through).
+    pub fn write_at(&self, dir: &std::path::Path) -> Result<()> {
+        let opened = Dir::open_root(dir).map_err(|e| Error::io(dir, &e))?;
+        self.replace_in(&opened, None)
+    }
+
+    /// Writes `chronicle.manifest` in `dir` atomically: the file this
+    /// manifest was read from (keeping its owner and mode), or a new file
+    /// where there is none. A file that appeared or was replaced since the
+    /// read is left alone.
+    pub fn write(&self, dir: &Dir) -> Result<()> {
+        self.replace_in(dir, Some(self.origin))
+    }
+
+    fn replace_in(&self, dir: &Dir, expect: Option<Option<(u64, u64)>>) -> Result<()> {
+        let how = Replace {
+            durable: true,
+            mode: 0o644,
+            keep_owner: true,
+            sweep_temps: true,
+            expect,
+        };
+        dir.replace(MANIFEST_FILE, self.to_toml().as_bytes(), how)
+            .map_err(|e| {
+                Error::at(
+                    ErrorCode::ManifestWrite,
+                    &dir.path().join(MANIFEST_FILE),
+                    e.to_string(),
+                )
+            })
     }
 }
 
-/// Reads `dir/chronicle.manifest`. `Ok(None)` when there is none; every
-/// other failure carries a code and the manifest's path.
-pub fn read(dir: &Path) -> Result<Option<Manifest>> {
-    let path = dir.join(MANIFEST_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+/// Reads `chronicle.manifest` in the directory `dir`, named from outside
+/// (a command line).
+pub fn read_at(dir: &std::path::Path) -> Result<Option<Manifest>> {
+    read(&Dir::open_root(dir).map_err(|e| Error::io(dir, &e))?)
+}
+
+/// Reads `chronicle.manifest` in `dir`. `Ok(None)` when there is none;
+/// every other failure carries a code and the manifest's path.
+pub fn read(dir: &Dir) -> Result<Option<Manifest>> {
+    let path = dir.path().join(MANIFEST_FILE);
+    let (bytes, stat) = match dir.read_capped(MANIFEST_FILE, warehouse::MANIFEST_CAP) {
+        Ok(Some(read)) => read,
+        Ok(None) => return Ok(None),
+        Err(CappedError::TooLarge { cap }) => {
+            return Err(Error::at(
+                ErrorCode::MetadataTooLarge,
+                &path,
+                format!("larger than the {cap}-byte limit for a manifest"),
+            ));
+        }
         Err(e) => {
             return Err(Error::at(
                 ErrorCode::ManifestUnreadable,
@@ -209,10 +272,12 @@ pub fn read(dir: &Path) -> Result<Option<Manifest>> {
     };
     let text = String::from_utf8(bytes)
         .map_err(|_| Error::at(ErrorCode::ManifestParse, &path, "not valid UTF-8"))?;
-    Manifest::parse(&text).map(Some).map_err(|mut e| {
+    let mut manifest = Manifest::parse(&text).map_err(|mut e| {
         e.path = Some(path);
         e
-    })
+    })?;
+    manifest.origin = Some((stat.dev, stat.ino));
+    Ok(Some(manifest))
 }
 
 fn parse_stats(table: &Table) -> Result<RecordStats> {
@@ -265,16 +330,28 @@ fn sub_table<'a>(document: &'a Table, key: &str) -> Result<Option<&'a Table>> {
     }
 }
 
-fn table_entry<'a>(document: &'a mut Table, key: &str) -> &'a mut Table {
-    let slot = document
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Table(Table::new()));
-    if !slot.is_table() {
-        *slot = Value::Table(Table::new());
+fn table_entry<'a>(document: &'a mut DocumentMut, key: &str) -> &'a mut dyn toml_edit::TableLike {
+    if document.get(key).and_then(|i| i.as_table_like()).is_none() {
+        document.insert(key, toml_edit::Item::Table(toml_edit::Table::new()));
     }
-    match slot {
-        Value::Table(t) => t,
-        _ => unreachable!("the slot was made a table just above"),
+    match document.get_mut(key).and_then(|i| i.as_table_like_mut()) {
+        Some(table) => table,
+        None => unreachable!("the key was made a table just above"),
+    }
+}
+
+/// Sets `key` to `value`, keeping the comments and spacing around the value
+/// it replaces.
+fn set_kept(table: &mut dyn toml_edit::TableLike, key: &str, value: toml_edit::Value) {
+    match table.get_mut(key).and_then(|item| item.as_value_mut()) {
+        Some(old) => {
+            let decor = old.decor().clone();
+            *old = value;
+            *old.decor_mut() = decor;
+        }
+        None => {
+            table.insert(key, toml_edit::Item::Value(value));
+        }
     }
 }
 
@@ -442,14 +519,15 @@ token_total = 99
     #[test]
     fn read_reports_path_and_absence() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(read(dir.path()).unwrap().is_none());
+        assert!(read_at(dir.path()).unwrap().is_none());
         std::fs::write(dir.path().join(MANIFEST_FILE), b"\xff\xfe").unwrap();
-        let err = read(dir.path()).unwrap_err();
+        let err = read_at(dir.path()).unwrap_err();
         assert_eq!(err.code, ErrorCode::ManifestParse);
-        assert_eq!(err.path.unwrap(), dir.path().join(MANIFEST_FILE));
-        Manifest::branch().write(dir.path()).unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(err.path.unwrap(), root.join(MANIFEST_FILE));
+        Manifest::branch().write_at(dir.path()).unwrap();
         assert_eq!(
-            read(dir.path()).unwrap().unwrap().kind,
+            read_at(dir.path()).unwrap().unwrap().kind,
             ManifestKind::Branch
         );
     }

@@ -25,24 +25,25 @@ pub mod manifest;
 pub mod model;
 
 use std::collections::BTreeMap;
-use std::fs::{self, Metadata};
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cache::{FileId, HitCount, StampedLru, Stamps, stamps_hold, stamps_racy};
+use cache::{FileId, HitCount, StampedLru, Stamps};
 use classify::{DirNode, classify_dir};
-use counts::{CountCache, Loaded, NewFiles, RenameIndex};
+use counts::{CacheFile, CountCache, Loaded, NewFiles, RenameIndex};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
     Stats, StatsBuilder, StatsOrigin, Timestamp, Warning,
 };
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::records::{RecordFormat, RecordStats, count_file};
+use crate::records::{RecordFormat, RecordStats, count_open};
 use crate::sidecar;
 use crate::store::{RecordCounter, Stores};
+use crate::warehouse::{self, Dir, Stat, Viewer};
 
 /// The directory where pchronicle keeps its own state inside a warehouse.
 /// Hidden from every listing and never a source.
@@ -63,9 +64,23 @@ pub struct CatalogOptions {
     pub node_cache_entries: usize,
     /// Record-file counts kept (in memory and in the persisted cache).
     pub file_cache_entries: usize,
-    /// Where record-file counts persist across restarts; `None` keeps
-    /// them in memory only.
-    pub count_cache: Option<PathBuf>,
+    /// Where record-file counts persist across restarts.
+    pub count_cache: CountCachePlace,
+    /// Longest one directory walk (`open`, `stats`) may take; a walk past
+    /// it fails with `PCHRONICLE_REQUEST_FAILED`. `None`: no limit.
+    pub walk_budget: Option<std::time::Duration>,
+}
+
+/// Where a catalog persists its record-file counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CountCachePlace {
+    /// Nowhere: counts are kept in memory only.
+    Memory,
+    /// The warehouse's state directory when it is safe to write, else this
+    /// user's cache directory (see [`crate::warehouse::state_dir`]).
+    Default,
+    /// This file (named from outside).
+    File(PathBuf),
 }
 
 impl Default for CatalogOptions {
@@ -77,7 +92,8 @@ impl Default for CatalogOptions {
             dir_cache_entries: 4_096,
             node_cache_entries: 65_536,
             file_cache_entries: 262_144,
-            count_cache: None,
+            count_cache: CountCachePlace::Memory,
+            walk_budget: None,
         }
     }
 }
@@ -93,8 +109,12 @@ struct DirScan {
 
 /// A path inside the warehouse, resolved without following symlinks.
 struct Target {
-    abs: PathBuf,
-    meta: Metadata,
+    meta: Stat,
+    /// A directory target: the directory itself, open. A file: the open
+    /// directory holding it.
+    dir: Dir,
+    /// A file target's name in `dir`.
+    name: Option<OsString>,
 }
 
 /// One path as the catalog sees it: its kind and its own stat (never a
@@ -102,7 +122,7 @@ struct Target {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub kind: NodeKind,
-    pub meta: Metadata,
+    pub meta: Stat,
 }
 
 /// Hit counts of the three refresh caches.
@@ -123,11 +143,15 @@ pub struct CacheHits {
 /// One warehouse: its root, its stores and its refresh cache.
 pub struct Catalog {
     root: PathBuf,
+    /// The root, open: every path below it is resolved from here.
+    root_dir: Dir,
     options: CatalogOptions,
     stores: Stores,
     dirs: StampedLru<PathBuf, FileId, Arc<DirScan>>,
     nodes: StampedLru<PathBuf, Stamps, Arc<DirNode>>,
-    files: CountCache,
+    /// Shared by the views of one warehouse (see [`Catalog::viewed_by`]):
+    /// a count is a fact of a file's bytes, whoever asks.
+    files: Arc<CountCache>,
     /// How loading the persisted count cache went.
     count_cache_loaded: Loaded,
     files_read: AtomicU64,
@@ -142,23 +166,44 @@ impl Catalog {
     /// A catalog over `root` with the given stores. The root itself may be
     /// reached through a symlink; nothing below it is.
     pub fn with_stores(root: &Path, options: CatalogOptions, stores: Stores) -> Result<Catalog> {
-        let root = fs::canonicalize(root).map_err(|e| Error::io(root, &e))?;
-        if !root.is_dir() {
-            return Err(Error::at(
+        let root_dir = Dir::open_root(root).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOTDIR) => Error::at(
                 ErrorCode::PathInvalid,
-                &root,
+                root,
                 "a warehouse root must be a directory",
-            ));
-        }
-        let (files, count_cache_loaded) =
-            CountCache::open(options.file_cache_entries, options.count_cache.as_deref())?;
+            ),
+            _ => Error::io(root, &e),
+        })?;
+        let root = root_dir.path().to_path_buf();
+        let cache_file = match &options.count_cache {
+            CountCachePlace::Memory => None,
+            CountCachePlace::File(path) => Some(CacheFile::at(path)?),
+            CountCachePlace::Default => match CacheFile::default_for(&root_dir) {
+                Ok((file, elsewhere)) => {
+                    if let Some(why) = elsewhere {
+                        log::warn!(
+                            "warning[{}]: {why}; the count cache is kept in {}",
+                            ErrorCode::StateDirUnsafe,
+                            file.path().display()
+                        );
+                    }
+                    Some(file)
+                }
+                Err(e) => {
+                    log::warn!("{}; counts are kept in memory only", e.render());
+                    None
+                }
+            },
+        };
+        let (files, count_cache_loaded) = CountCache::open(options.file_cache_entries, cache_file)?;
         Ok(Catalog {
             dirs: StampedLru::new(options.dir_cache_entries),
             nodes: StampedLru::new(options.node_cache_entries),
-            files,
+            files: Arc::new(files),
             count_cache_loaded,
             files_read: AtomicU64::new(0),
             root,
+            root_dir,
             options,
             stores,
         })
@@ -171,7 +216,7 @@ impl Catalog {
     /// is refused like `resolve` refuses one, even though the leaf lies
     /// above the root.
     pub fn for_path(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
-        let canonical = fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
+        let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
         let stores = Stores::default();
         if let Some(leaf) = classify::enclosing_leaf(&canonical, &stores) {
             return Err(Error::at(
@@ -206,6 +251,30 @@ impl Catalog {
         &self.root
     }
 
+    /// This warehouse as `viewer` sees it: a catalog whose every read is
+    /// checked as that user (see [`crate::warehouse::Viewer`]), with
+    /// listings and classifications of its own and the record-file counts
+    /// of this one. Its answers equal those of `pchronicle` run by that
+    /// user on the warehouse.
+    pub fn viewed_by(&self, viewer: Viewer) -> Result<Catalog> {
+        let root_dir = self
+            .root_dir
+            .reopen()
+            .and_then(|dir| dir.viewed_by(Some(Arc::new(viewer))))
+            .map_err(|e| Error::io(&self.root, &e))?;
+        Ok(Catalog {
+            root: self.root.clone(),
+            root_dir,
+            options: self.options.clone(),
+            stores: self.stores.clone(),
+            dirs: StampedLru::new(self.options.dir_cache_entries),
+            nodes: StampedLru::new(self.options.node_cache_entries),
+            files: Arc::clone(&self.files),
+            count_cache_loaded: self.count_cache_loaded.clone(),
+            files_read: AtomicU64::new(0),
+        })
+    }
+
     pub fn options(&self) -> &CatalogOptions {
         &self.options
     }
@@ -219,6 +288,11 @@ impl Catalog {
             files_read: self.files_read.load(Ordering::Relaxed),
             renames: self.files.renames(),
         }
+    }
+
+    /// Where record-file counts persist, if they do.
+    pub fn count_cache_file(&self) -> Option<PathBuf> {
+        self.files.file()
     }
 
     /// How loading the persisted count cache went.
@@ -247,8 +321,8 @@ impl Catalog {
     /// listing of its parent says about it.
     pub fn node(&self, rel: &Path) -> Result<Node> {
         let target = self.resolve(rel)?;
-        let kind = if target.meta.is_dir() {
-            match self.dir_node(&target.abs, &target.meta).leaf {
+        let kind = if target.name.is_none() {
+            match self.dir_node(&target.dir).leaf {
                 Some(_) => NodeKind::Dataset,
                 None => NodeKind::Directory,
             }
@@ -270,18 +344,19 @@ impl Catalog {
     /// for callers that show attributes beside names (the mount's
     /// `readdirplus`). The stats are the ones the listing was classified
     /// from, so names, kinds and attributes always agree.
-    pub fn list_with_meta(&self, rel: &Path) -> Result<(Listing, Vec<Metadata>)> {
+    pub fn list_with_meta(&self, rel: &Path) -> Result<(Listing, Vec<Stat>)> {
         let target = self.resolve(rel)?;
-        if !target.meta.is_dir() {
+        if let Some(name) = &target.name {
             let listing = Listing {
                 kind: NodeKind::File,
-                entries: vec![file_entry(".", &target.abs, &target.meta)],
+                entries: vec![file_entry(".", name, &target.meta)],
                 truncated: false,
                 warnings: Vec::new(),
             };
             return Ok((listing, vec![target.meta]));
         }
-        let node = self.dir_node(&target.abs, &target.meta);
+        let dir = &target.dir;
+        let node = self.dir_node(dir);
         let mut warnings = node_warnings(&node, "");
         if let Some(preview) = &node.leaf {
             let listing = Listing {
@@ -295,19 +370,36 @@ impl Catalog {
             };
             return Ok((listing, vec![target.meta]));
         }
-        let scan = self.dir_scan(&target.abs, &target.meta)?;
+        let scan = self.dir_scan(dir)?;
         scan_warnings(&scan, "", self.options.max_entries, &mut warnings);
         let mut entries = Vec::with_capacity(scan.children.len());
         let mut metas = Vec::with_capacity(scan.children.len());
         for name in &scan.children {
-            let path = target.abs.join(name);
-            // A child that vanished or turned into a symlink since the scan
-            // is simply not listed.
-            let Ok(meta) = fs::symlink_metadata(&path) else {
+            // A child that vanished, turned into a symlink or lies on
+            // another filesystem since the scan is simply not listed.
+            let Ok(meta) = dir.stat_at(name) else {
                 continue;
             };
             if meta.is_dir() {
-                let child = self.dir_node(&path, &meta);
+                let child_dir = match dir.open_dir(name) {
+                    Ok(child_dir) => child_dir,
+                    // A directory that cannot be entered (no permission,
+                    // another filesystem) is listed, like `ls` does, but
+                    // not classified.
+                    Err(e) if unenterable(&e) => {
+                        warnings.push(Warning {
+                            code: ErrorCode::Io,
+                            path: name.clone(),
+                            message: e.to_string(),
+                        });
+                        entries.push(Entry::Directory { name: name.clone() });
+                        metas.push(meta);
+                        continue;
+                    }
+                    // Vanished or swapped for a symlink since the stat.
+                    Err(_) => continue,
+                };
+                let child = self.dir_node(&child_dir);
                 warnings.extend(node_warnings(&child, name));
                 entries.push(match &child.leaf {
                     Some(preview) => Entry::Dataset {
@@ -317,7 +409,7 @@ impl Catalog {
                     None => Entry::Directory { name: name.clone() },
                 });
             } else if meta.is_file() {
-                entries.push(file_entry(name, &path, &meta));
+                entries.push(file_entry(name, OsStr::new(name), &meta));
             } else {
                 continue;
             }
@@ -358,12 +450,8 @@ impl Catalog {
     /// Snapshot (which then holds only the others).
     fn gather(&self, rel: &Path, rollup: &mut Option<StatsBuilder>) -> Result<Snapshot> {
         let target = self.resolve(rel)?;
-        if !target.meta.is_dir() {
-            let name = target
-                .abs
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("");
+        if let Some(file_name) = &target.name {
+            let name = file_name.to_str().unwrap_or("");
             let mut snapshot = Snapshot {
                 kind: NodeKind::File,
                 sources: Vec::new(),
@@ -374,7 +462,8 @@ impl Catalog {
             if let Some(format) = RecordFormat::from_name(name) {
                 let source = self.file_source(
                     ".",
-                    &target.abs,
+                    &target.dir,
+                    name,
                     &target.meta,
                     format,
                     BTreeMap::new(),
@@ -384,13 +473,9 @@ impl Catalog {
                 snapshot.sources.push(source.0);
                 // The names beside the file come from the cached listing of
                 // its directory (valid while the directory is unchanged).
-                let siblings = target
-                    .abs
-                    .parent()
-                    .and_then(|dir| Some((dir, fs::symlink_metadata(dir).ok()?)))
-                    .and_then(|(dir, meta)| self.dir_scan(dir, &meta).ok());
+                let siblings = self.dir_scan(&target.dir).ok();
                 let names = siblings.as_ref().map(|scan| scan.children.as_slice());
-                match sidecar::status::of_cohort(&target.abs, names) {
+                match sidecar::status::of_cohort(&target.dir, name, names) {
                     Ok(found) => snapshot.indexes = index_infos(".", "", found),
                     Err(e) => snapshot.warnings.push(Warning {
                         code: e.code,
@@ -401,7 +486,7 @@ impl Catalog {
             }
             return Ok(snapshot);
         }
-        let node = self.dir_node(&target.abs, &target.meta);
+        let node = self.dir_node(&target.dir);
         if let Some(preview) = &node.leaf {
             return Ok(Snapshot {
                 kind: NodeKind::Dataset,
@@ -420,11 +505,16 @@ impl Catalog {
             renames: None,
             count: 0,
             rollup: rollup.take(),
+            deadline: self
+                .options
+                .walk_budget
+                .map(|budget| (std::time::Instant::now() + budget, budget)),
         };
-        let walked = self.walk(target.abs.clone(), &target.meta, &mut walk);
+        let walk_root = Arc::new(target.dir);
+        let walked = self.walk(&walk_root, &mut walk);
         *rollup = walk.rollup.take();
         walked?;
-        self.recount_ambiguous(&target.abs, &mut walk);
+        self.recount_ambiguous(&walk_root, &mut walk);
         debug_assert!(walk.sources.is_sorted_by(|a, b| a.file <= b.file));
         walk.indexes.sort_by(|a, b| a.index.cmp(&b.index));
         Ok(Snapshot {
@@ -442,14 +532,15 @@ impl Catalog {
     /// by `name/`, since every path below it starts so; a leaf or file by
     /// its name), descending into a directory where it falls in that order.
     /// An explicit stack keeps deep trees from overflowing a thread's stack.
-    fn walk(&self, root_abs: PathBuf, root_meta: &Metadata, walk: &mut Walk) -> Result<()> {
-        let root_items = self.walk_items(&root_abs, root_meta, "", &BTreeMap::new(), walk)?;
+    fn walk(&self, root: &Arc<Dir>, walk: &mut Walk) -> Result<()> {
+        let root_items = self.walk_items(root, "", &BTreeMap::new(), walk)?;
         let mut stack = vec![(String::new(), root_items.into_iter())];
         while let Some((dir_rel, items)) = stack.last_mut() {
             let Some(item) = items.next() else {
                 stack.pop();
                 continue;
             };
+            walk.check_deadline()?;
             if !matches!(item, WalkItem::Dir { .. }) && walk.count >= self.options.max_files {
                 walk.truncated = true;
                 let message = format!("stopped at max_files = {}", self.options.max_files);
@@ -459,14 +550,22 @@ impl Catalog {
             match item {
                 WalkItem::Leaf(source) => walk.add(source, false),
                 WalkItem::File {
-                    abs,
+                    dir,
+                    name,
                     rel,
                     meta,
                     format,
                     attrs,
                 } => {
-                    let (source, warnings, counted) =
-                        self.file_source(&rel, &abs, &meta, format, attrs, &mut walk.renames);
+                    let (source, warnings, counted) = self.file_source(
+                        &rel,
+                        &dir,
+                        &name,
+                        &meta,
+                        format,
+                        attrs,
+                        &mut walk.renames,
+                    );
                     let adopted = counted == Counted::Adopted;
                     if counted != Counted::Cached {
                         walk.new_files
@@ -476,13 +575,27 @@ impl Catalog {
                     walk.warnings.extend(warnings);
                 }
                 WalkItem::Dir {
-                    abs,
+                    parent,
+                    name,
                     rel,
                     meta,
                     attrs,
                 } => {
-                    // An unreadable subdirectory is reported, not fatal.
-                    match self.walk_items(&abs, &meta, &rel, &attrs, walk) {
+                    // An unreadable subdirectory is reported, not fatal. It
+                    // is opened again only now (one open directory per
+                    // level, however wide the tree) and must still be the
+                    // directory that was classified.
+                    let opened = parent.open_dir(&name).and_then(|dir| {
+                        if dir.stat().same_file(&meta) {
+                            Ok(dir)
+                        } else {
+                            Err(io::Error::other("replaced while the walk ran"))
+                        }
+                    });
+                    let children = opened
+                        .map_err(|e| Error::io(&parent.path().join(&name), &e))
+                        .and_then(|dir| self.walk_items(&Arc::new(dir), &rel, &attrs, walk));
+                    match children {
                         Ok(children) => stack.push((rel, children.into_iter())),
                         Err(e) => walk.warn(e.code, &rel, e.message),
                     }
@@ -495,25 +608,35 @@ impl Catalog {
     /// The children of one directory of a walk, classified and sorted.
     fn walk_items(
         &self,
-        abs: &Path,
-        meta: &Metadata,
+        dir: &Arc<Dir>,
         rel: &str,
         attrs: &BTreeMap<String, String>,
         walk: &mut Walk,
     ) -> Result<Vec<WalkItem>> {
-        let scan = self.dir_scan(abs, meta)?;
+        let scan = self.dir_scan(dir)?;
         scan_warnings(&scan, rel, self.options.max_entries, &mut walk.warnings);
         walk.truncated |= scan.truncated;
-        self.walk_indexes(abs, rel, &scan.children, walk);
+        self.walk_indexes(dir, rel, &scan.children, walk);
         let mut keyed = Vec::with_capacity(scan.children.len());
         for name in &scan.children {
-            let child_abs = abs.join(name);
+            walk.check_deadline()?;
             let child_rel = join_rel(rel, name);
-            let Ok(child_meta) = fs::symlink_metadata(&child_abs) else {
+            let Ok(child_meta) = dir.stat_at(name) else {
                 continue;
             };
             if child_meta.is_dir() {
-                let node = self.dir_node(&child_abs, &child_meta);
+                // Another filesystem mounted below the warehouse, or a
+                // directory swapped away since the stat, is not entered.
+                let child_dir = match dir.open_dir(name) {
+                    Ok(child_dir) => child_dir,
+                    Err(e) if unenterable(&e) => {
+                        walk.warn(ErrorCode::Io, &child_rel, e.to_string());
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                let child_meta = *child_dir.stat();
+                let node = self.dir_node(&child_dir);
                 walk.warnings.extend(node_warnings(&node, &child_rel));
                 if let Some(preview) = &node.leaf {
                     keyed.push((
@@ -524,7 +647,8 @@ impl Catalog {
                     let mut child_attrs = attrs.clone();
                     hive::merge_segment(&mut child_attrs, name);
                     let item = WalkItem::Dir {
-                        abs: child_abs,
+                        parent: Arc::clone(dir),
+                        name: name.clone(),
                         rel: child_rel,
                         meta: child_meta,
                         attrs: child_attrs,
@@ -535,7 +659,8 @@ impl Catalog {
                 RecordFormat::from_name(name).filter(|_| child_meta.is_file())
             {
                 let item = WalkItem::File {
-                    abs: child_abs,
+                    dir: Arc::clone(dir),
+                    name: name.clone(),
                     rel: child_rel,
                     meta: child_meta,
                     format,
@@ -551,14 +676,14 @@ impl Catalog {
     /// The sidecar indexes in one directory of a walk: every record file
     /// (present or not) that an index file or discovery manifest there
     /// names, with the state of each of its indexes.
-    fn walk_indexes(&self, abs: &Path, rel: &str, children: &[String], walk: &mut Walk) {
+    fn walk_indexes(&self, dir: &Dir, rel: &str, children: &[String], walk: &mut Walk) {
         let cohorts: std::collections::BTreeSet<&str> = children
             .iter()
             .filter_map(|name| sidecar::cohort_of(name))
             .collect();
         for cohort in cohorts {
             let cohort_rel = join_rel(rel, cohort);
-            match sidecar::status::of_cohort(&abs.join(cohort), Some(children)) {
+            match sidecar::status::of_cohort(dir, cohort, Some(children)) {
                 Ok(found) => walk.indexes.extend(index_infos(&cohort_rel, rel, found)),
                 Err(e) => walk.warn(e.code, &cohort_rel, e.message),
             }
@@ -566,37 +691,43 @@ impl Catalog {
     }
 
     /// A record file as a source, counted through the cache.
+    #[allow(clippy::too_many_arguments)]
     fn file_source(
         &self,
         rel: &str,
-        abs: &Path,
-        meta: &Metadata,
+        dir: &Dir,
+        name: &str,
+        meta: &Stat,
         format: RecordFormat,
         path_attrs: BTreeMap<String, String>,
         renames: &mut Option<RenameIndex>,
     ) -> (Source, Vec<Warning>, Counted) {
         let id = FileId::of(meta);
-        let (counts, trusted, origin, warnings, counted) =
-            match self.count_identified(abs, id, format, Some(renames)) {
-                Ok((stats, counted)) => (
-                    Counts::from(stats),
-                    true,
-                    StatsOrigin::Scan,
-                    Vec::new(),
-                    counted,
-                ),
-                Err(e) => (
-                    Counts::default(),
-                    false,
-                    StatsOrigin::Unavailable,
-                    vec![Warning {
-                        code: ErrorCode::RecordFileUnreadable,
-                        path: display_rel(rel),
-                        message: e.to_string(),
-                    }],
-                    Counted::Read,
-                ),
-            };
+        // A viewer who could not read the file natively gets no count,
+        // cached or not.
+        let counted = dir
+            .check_readable(meta)
+            .and_then(|()| self.count_identified(dir, name, id, format, Some(renames)));
+        let (counts, trusted, origin, warnings, counted) = match counted {
+            Ok((stats, counted)) => (
+                Counts::from(stats),
+                true,
+                StatsOrigin::Scan,
+                Vec::new(),
+                counted,
+            ),
+            Err(e) => (
+                Counts::default(),
+                false,
+                StatsOrigin::Unavailable,
+                vec![Warning {
+                    code: ErrorCode::RecordFileUnreadable,
+                    path: display_rel(rel),
+                    message: e.to_string(),
+                }],
+                Counted::Read,
+            ),
+        };
         let source = Source {
             file: rel.to_string(),
             kind: SourceKind::File,
@@ -614,19 +745,24 @@ impl Catalog {
     /// Re-reads the record files of a walk whose counts were taken over
     /// from a renamed file's entry when another new file of the walk has
     /// the same identity: such a match is ambiguous.
-    fn recount_ambiguous(&self, root_abs: &Path, walk: &mut Walk) {
+    fn recount_ambiguous(&self, walk_root: &Dir, walk: &mut Walk) {
         for index in walk.new_files.ambiguous() {
             let source = &mut walk.sources[index];
-            let abs = root_abs.join(&source.file);
             let Some(format) = RecordFormat::from_name(&source.file) else {
                 continue;
             };
-            let rel = self.cache_key(&abs);
-            if let Some(rel) = rel {
-                self.files.forget(rel);
-            }
-            let counted = fs::symlink_metadata(&abs)
-                .and_then(|meta| self.read_counts(&abs, rel, FileId::of(&meta), format));
+            let rel = Path::new(&source.file);
+            let (parent, name) = match (rel.parent(), rel.file_name().and_then(|n| n.to_str())) {
+                (Some(parent), Some(name)) => (parent, name),
+                _ => continue,
+            };
+            let counted = walk_root.resolve_dir(parent).and_then(|dir| {
+                if let Some(key) = self.cache_key(&dir, name) {
+                    self.files.forget(&key);
+                }
+                let meta = dir.stat_at(name)?;
+                self.read_counts(&dir, name, FileId::of(&meta), format)
+            });
             match counted {
                 Ok(stats) => source.counts = Counts::from(stats),
                 Err(e) => {
@@ -640,70 +776,82 @@ impl Catalog {
         }
     }
 
-    /// Counts a record file whose identity the caller just read: from the
-    /// cache by path, else (given a rename index slot, filled on first
-    /// need) taken over from a renamed file's entry, else by reading it.
+    /// Counts the record file `name` of `dir`, whose identity the caller
+    /// just read: from the cache by path, else (given a rename index slot,
+    /// filled on first need) taken over from a renamed file's entry, else
+    /// by reading it.
     fn count_identified(
         &self,
-        abs: &Path,
+        dir: &Dir,
+        name: &str,
         id: FileId,
         format: RecordFormat,
         renames: Option<&mut Option<RenameIndex>>,
     ) -> io::Result<(RecordStats, Counted)> {
-        let rel = self.cache_key(abs);
-        if let Some(rel) = rel {
-            if let Some(stats) = self.files.get(rel, id) {
+        if let Some(key) = self.cache_key(dir, name) {
+            if let Some(stats) = self.files.get(&key, id) {
                 return Ok((stats, Counted::Cached));
             }
-            if let Some(slot) = renames {
+            // A viewer never takes counts over across a rename: it could
+            // fake a renamed file to learn the counts of one it cannot read.
+            if let Some(slot) = renames.filter(|_| !self.root_dir.is_viewed()) {
                 let index = slot.get_or_insert_with(|| self.files.rename_index());
-                let live = |other: &str| FileId::probe(&self.root.join(other)).ok().flatten();
-                if let Some(stats) = self.files.adopt_rename(index, rel, id, live) {
+                let live = |other: &str| self.probe_rel(other);
+                if let Some(stats) = self.files.adopt_rename(index, &key, id, live) {
                     return Ok((stats, Counted::Adopted));
                 }
             }
         }
-        self.read_counts(abs, rel, id, format)
+        self.read_counts(dir, name, id, format)
             .map(|stats| (stats, Counted::Read))
     }
 
-    /// Reads a record file's counts and caches them.
+    /// The identity of the entry at `rel` below the root, if it exists.
+    fn probe_rel(&self, rel: &str) -> Option<FileId> {
+        let rel = Path::new(rel);
+        let name = rel.file_name()?.to_str()?;
+        let dir = self.root_dir.resolve_dir(rel.parent()?).ok()?;
+        FileId::probe(&dir, name).ok().flatten()
+    }
+
+    /// Reads the counts of the record file `name` of `dir` and caches them
+    /// when the file opened is still the one identified as `id`.
     fn read_counts(
         &self,
-        abs: &Path,
-        rel: Option<&str>,
+        dir: &Dir,
+        name: &str,
         id: FileId,
         format: RecordFormat,
     ) -> io::Result<RecordStats> {
-        let stats = count_file(abs, format)?;
+        let (file, stat) = dir.open_file(name)?;
+        let stats = count_open(file, format)?;
         self.files_read.fetch_add(1, Ordering::Relaxed);
-        if let Some(rel) = rel {
-            self.files.put(rel, id, stats);
+        if FileId::of(&stat) == id {
+            if let Some(key) = self.cache_key(dir, name) {
+                self.files.put(&key, id, stats);
+            }
         }
         Ok(stats)
     }
 
     /// A record file's key in the count cache: its path below the root.
-    fn cache_key<'a>(&self, abs: &'a Path) -> Option<&'a str> {
-        abs.strip_prefix(&self.root).ok()?.to_str()
+    fn cache_key(&self, dir: &Dir, name: &str) -> Option<String> {
+        let rel = dir.path().strip_prefix(&self.root).ok()?.to_str()?;
+        Some(join_rel(rel, name))
     }
 
     /// The classification of a directory, from the cache while the
     /// directory and its manifest and marker files keep their identity.
-    fn dir_node(&self, abs: &Path, meta: &Metadata) -> Arc<DirNode> {
-        let key = abs.to_path_buf();
-        let id = FileId::of(meta);
-        let cached = self.nodes.get(&key, |stamps| {
-            stamps.first().is_some_and(|(_, first)| *first == Some(id)) && stamps_hold(&stamps[1..])
-        });
-        if let Some(node) = cached {
+    fn dir_node(&self, dir: &Dir) -> Arc<DirNode> {
+        let key = dir.path().to_path_buf();
+        if let Some(node) = self.nodes.get(&key, |stamps| stamps.hold(dir)) {
             return node;
         }
         // Stamps are taken before classifying, so a change made while
         // classifying invalidates the entry rather than hiding behind it.
-        let stamps = self.node_stamps(abs, id);
-        let node = Arc::new(classify_dir(abs, &self.stores, self.options.repair, self));
-        if !stamps_racy(&stamps) {
+        let stamps = self.node_stamps(dir);
+        let node = Arc::new(classify_dir(dir, &self.stores, self.options.repair, self));
+        if !stamps.racy() {
             self.nodes.put(key, stamps, Arc::clone(&node));
         }
         node
@@ -713,15 +861,17 @@ impl Catalog {
     /// directory itself (its mtime moves when an entry appears, vanishes or
     /// is renamed into place) and each manifest or marker that exists
     /// (caught when rewritten in place).
-    fn node_stamps(&self, abs: &Path, id: FileId) -> Stamps {
-        let mut stamps = vec![(abs.to_path_buf(), Some(id))];
+    fn node_stamps(&self, dir: &Dir) -> Stamps {
+        let mut stamps = Stamps {
+            dir: FileId::of(dir.stat()),
+            entries: Vec::new(),
+        };
         let names = std::iter::once(manifest::MANIFEST_FILE)
             .chain(self.stores.iter().flat_map(|s| s.markers().iter().copied()));
         for name in names {
-            let path = abs.join(name);
-            if let Ok(Some(marker)) = FileId::probe(&path) {
-                if !stamps.iter().any(|(p, _)| *p == path) {
-                    stamps.push((path, Some(marker)));
+            if let Ok(Some(marker)) = FileId::probe(dir, name) {
+                if !stamps.entries.iter().any(|(n, _)| *n == name) {
+                    stamps.entries.push((name, Some(marker)));
                 }
             }
         }
@@ -729,9 +879,9 @@ impl Catalog {
     }
 
     /// The sorted, bounded names of a directory.
-    fn dir_scan(&self, abs: &Path, meta: &Metadata) -> Result<Arc<DirScan>> {
-        let key = abs.to_path_buf();
-        let id = FileId::of(meta);
+    fn dir_scan(&self, dir: &Dir) -> Result<Arc<DirScan>> {
+        let key = dir.path().to_path_buf();
+        let id = FileId::of(dir.stat());
         if let Some(scan) = self.dirs.get(&key, |cached| *cached == id) {
             return Ok(scan);
         }
@@ -740,20 +890,19 @@ impl Catalog {
             truncated: false,
             non_utf8: Vec::new(),
         };
-        for entry in fs::read_dir(abs).map_err(|e| Error::io(abs, &e))? {
-            let entry = entry.map_err(|e| Error::io(abs, &e))?;
-            // The type from readdir costs no stat. Symlinks, sockets, fifos
-            // and devices are never part of a warehouse.
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            if !kind.is_dir() && !kind.is_file() {
-                continue;
-            }
-            let name = match entry.file_name().into_string() {
+        // The type from getdents costs no stat; symlinks, sockets, fifos
+        // and devices are never part of a warehouse and are not returned.
+        // No more names are read than the bound can use.
+        let (entries, more) = dir
+            .entries_up_to(self.options.max_entries.saturating_add(1))
+            .map_err(|e| Error::io(dir.path(), &e))?;
+        scan.truncated = more;
+        for entry in entries {
+            let name = match String::from_utf8(entry.name) {
                 Ok(name) => name,
                 Err(raw) => {
-                    scan.non_utf8.push(raw.to_string_lossy().into_owned());
+                    scan.non_utf8
+                        .push(String::from_utf8_lossy(raw.as_bytes()).into_owned());
                     continue;
                 }
             };
@@ -774,62 +923,79 @@ impl Catalog {
         Ok(scan)
     }
 
-    /// Resolves `rel` below the root without following symlinks, refusing
-    /// `..`, absolute paths, `.pchronicle/` and the interior of a leaf.
+    /// Resolves `rel` below the root, one open directory at a time and
+    /// never through a symlink, refusing `..`, absolute paths,
+    /// `.pchronicle/`, other filesystems and the interior of a leaf.
     fn resolve(&self, rel: &Path) -> Result<Target> {
-        let mut abs = self.root.clone();
-        let mut meta = fs::symlink_metadata(&abs).map_err(|e| Error::io(&abs, &e))?;
-        for component in rel.components() {
-            let name = match component {
-                Component::CurDir => continue,
-                Component::Normal(name) => name,
-                _ => {
-                    return Err(Error::at(
-                        ErrorCode::PathInvalid,
-                        rel,
-                        "the path must stay inside the warehouse",
-                    ));
-                }
-            };
-            if !meta.is_dir() {
-                return Err(Error::at(
-                    ErrorCode::PathNotFound,
-                    rel,
-                    "a component of the path is not a directory",
-                ));
-            }
-            if self.dir_node(&abs, &meta).leaf.is_some() {
-                return Err(Error::at(
-                    ErrorCode::PathNotFound,
-                    rel,
+        let names = warehouse::components(rel).map_err(|_| {
+            Error::at(
+                ErrorCode::PathInvalid,
+                rel,
+                "the path must stay inside the warehouse",
+            )
+        })?;
+        let not_found = |message: &str| Error::at(ErrorCode::PathNotFound, rel, message);
+        // The root is opened afresh so that its stat is current.
+        let mut dir = self
+            .root_dir
+            .reopen()
+            .map_err(|e| Error::io(&self.root, &e))?;
+        for (i, name) in names.iter().enumerate() {
+            if self.dir_node(&dir).leaf.is_some() {
+                return Err(not_found(
                     "the path is inside a dataset leaf, whose interior is not listed",
                 ));
             }
-            if name == STATE_DIR {
-                return Err(Error::at(
-                    ErrorCode::PathNotFound,
-                    rel,
-                    "pchronicle's own state directory is hidden",
-                ));
+            if *name == STATE_DIR {
+                return Err(not_found("pchronicle's own state directory is hidden"));
             }
-            abs.push(name);
-            meta = fs::symlink_metadata(&abs).map_err(|e| Error::io(rel, &e))?;
-            if meta.file_type().is_symlink() {
-                return Err(Error::at(
-                    ErrorCode::PathNotFound,
-                    rel,
-                    "the path is a symlink, and symlinks are ignored",
-                ));
+            let meta = dir.stat_at(name).map_err(|e| Error::io(rel, &e))?;
+            if meta.is_symlink() {
+                return Err(not_found("the path is a symlink, and symlinks are ignored"));
+            }
+            let last = i + 1 == names.len();
+            if meta.is_dir() {
+                dir = dir.open_dir(name).map_err(|e| match e.raw_os_error() {
+                    Some(libc::EXDEV) => {
+                        not_found("the path is on another filesystem mounted inside the warehouse")
+                    }
+                    Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                        not_found("the path changed into a symlink or a file")
+                    }
+                    _ => Error::io(rel, &e),
+                })?;
+            } else if !last {
+                return Err(not_found("a component of the path is not a directory"));
+            } else if meta.is_file() {
+                return Ok(Target {
+                    meta,
+                    dir,
+                    name: Some(name.to_os_string()),
+                });
+            } else {
+                return Err(not_found("not a regular file or directory"));
             }
         }
-        if !meta.is_dir() && !meta.is_file() {
-            return Err(Error::at(
-                ErrorCode::PathNotFound,
-                rel,
-                "not a regular file or directory",
-            ));
-        }
-        Ok(Target { abs, meta })
+        Ok(Target {
+            meta: *dir.stat(),
+            dir,
+            name: None,
+        })
+    }
+
+    /// Opens the regular file `rel` for reading: resolved once, opened in
+    /// the directory the resolution ended in, and only if it is still the
+    /// file that was resolved (else `ESTALE`). What the mount serves when a
+    /// reader opens a file.
+    pub fn open_file(&self, rel: &Path) -> Result<(std::fs::File, Stat)> {
+        let target = self.resolve(rel)?;
+        let Some(name) = &target.name else {
+            return Err(Error::io(rel, &io::Error::from_raw_os_error(libc::EISDIR)));
+        };
+        target
+            .dir
+            .open_file_as(name, &target.meta)
+            .map_err(|e| Error::io(rel, &e))
     }
 }
 
@@ -850,9 +1016,10 @@ const _: () = {
 };
 
 impl RecordCounter for Catalog {
-    fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
-        let meta = fs::symlink_metadata(path)?;
-        self.count_identified(path, FileId::of(&meta), format, None)
+    fn count(&self, dir: &Dir, name: &str, format: RecordFormat) -> io::Result<RecordStats> {
+        let meta = dir.stat_at(name)?;
+        dir.check_readable(&meta)?;
+        self.count_identified(dir, name, FileId::of(&meta), format, None)
             .map(|(stats, _)| stats)
     }
 }
@@ -863,16 +1030,19 @@ impl RecordCounter for Catalog {
 enum WalkItem {
     Leaf(Source),
     File {
-        abs: PathBuf,
+        dir: Arc<Dir>,
+        name: String,
         rel: String,
-        meta: Metadata,
+        meta: Stat,
         format: RecordFormat,
         attrs: BTreeMap<String, String>,
     },
+    /// A directory, opened again from `parent` when the walk enters it.
     Dir {
-        abs: PathBuf,
+        parent: Arc<Dir>,
+        name: String,
         rel: String,
-        meta: Metadata,
+        meta: Stat,
         attrs: BTreeMap<String, String>,
     },
 }
@@ -891,6 +1061,8 @@ struct Walk {
     count: usize,
     /// Where sources go when only their totals are wanted.
     rollup: Option<StatsBuilder>,
+    /// When the walk must give up, and the budget that set it.
+    deadline: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 /// Where a record file's counts came from.
@@ -913,6 +1085,23 @@ impl Walk {
         match &mut self.rollup {
             Some(totals) if !adopted => totals.add(&source),
             _ => self.sources.push(source),
+        }
+    }
+
+    /// Fails once the walk is past its time budget. Checked before each
+    /// child is classified and each source is taken, so a walk stops at
+    /// the first boundary after the budget (one big file is still read to
+    /// its end).
+    fn check_deadline(&self) -> Result<()> {
+        match self.deadline {
+            Some((deadline, budget)) if std::time::Instant::now() > deadline => Err(Error::new(
+                ErrorCode::RequestFailed,
+                format!(
+                    "the walk took longer than its budget of {} s and was stopped",
+                    budget.as_secs_f64()
+                ),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -965,8 +1154,8 @@ fn index_infos(file: &str, dir: &str, found: Vec<sidecar::status::Indexed>) -> V
         .collect()
 }
 
-fn file_entry(name: &str, abs: &Path, meta: &Metadata) -> Entry {
-    let file_name = abs.file_name().and_then(|n| n.to_str()).unwrap_or(name);
+fn file_entry(name: &str, file_name: &OsStr, meta: &Stat) -> Entry {
+    let file_name = file_name.to_str().unwrap_or(name);
     Entry::File {
         name: name.to_string(),
         size: meta.len(),
@@ -1004,6 +1193,12 @@ fn scan_warnings(scan: &DirScan, rel: &str, max_entries: usize, warnings: &mut V
             message: format!("stopped at max_entries = {max_entries}"),
         });
     }
+}
+
+/// Whether opening a directory failed for a reason worth reporting (it
+/// cannot be entered), rather than a race with a writer.
+fn unenterable(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EACCES) | Some(libc::EXDEV))
 }
 
 fn join_rel(parent: &str, name: &str) -> String {

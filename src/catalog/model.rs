@@ -309,10 +309,12 @@ impl StatsBuilder {
             return;
         };
         let failed = source.counts.failed_count.unwrap_or(0);
-        totals.record_count += records;
-        totals.failed_count += failed;
-        stats.record_count += records;
-        stats.failed_count += failed;
+        // Counts come from manifests others write: a sum saturates rather
+        // than overflowing.
+        totals.record_count = totals.record_count.saturating_add(records);
+        totals.failed_count = totals.failed_count.saturating_add(failed);
+        stats.record_count = stats.record_count.saturating_add(records);
+        stats.failed_count = stats.failed_count.saturating_add(failed);
         stats.min_timestamp = min_opt(stats.min_timestamp, source.counts.min_timestamp);
         stats.max_timestamp = max_opt(stats.max_timestamp, source.counts.max_timestamp);
     }

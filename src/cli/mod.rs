@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::catalog::{Catalog, CatalogOptions, counts};
+use crate::catalog::{Catalog, CatalogOptions, CountCachePlace};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::{FsOptions, MountConfig, Mounted};
 use crate::shards::{self, ShardFormat};
@@ -76,6 +76,11 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
         /// listings elsewhere.
         #[arg(long, value_name = "N", default_value_t = 4)]
         threads: usize,
+        /// Longest a `.stats`/`.sources` render may walk, in seconds; a
+        /// longer one is answered with EIO (and logged) instead of holding
+        /// a serving thread.
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        render_timeout: u64,
         /// Append the background daemon's log (RUST_LOG levels) to FILE.
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
@@ -306,14 +311,13 @@ struct CacheArgs {
 impl CacheArgs {
     /// `options` with these caches, the persisted one placed in the
     /// warehouse unless told otherwise.
-    fn apply(&self, warehouse: &Path, options: CatalogOptions) -> CatalogOptions {
+    fn apply(&self, options: CatalogOptions) -> CatalogOptions {
         let count_cache = match (&self.cache_file, self.no_cache) {
-            (_, true) => None,
-            (Some(path), false) => Some(std::path::absolute(path).unwrap_or(path.clone())),
-            (None, false) => {
-                let root = std::fs::canonicalize(warehouse).unwrap_or(warehouse.to_path_buf());
-                Some(counts::default_file(&root))
+            (_, true) => CountCachePlace::Memory,
+            (Some(path), false) => {
+                CountCachePlace::File(std::path::absolute(path).unwrap_or(path.clone()))
             }
+            (None, false) => CountCachePlace::Default,
         };
         CatalogOptions {
             file_cache_entries: self.file_cache_entries,
@@ -354,13 +358,18 @@ fn execute(command: Command) -> Result<ExitCode> {
             attr_ttl,
             options,
             threads,
+            render_timeout,
             log,
             daemon_child,
             walk,
             cache,
         } => {
+            let catalog = CatalogOptions {
+                walk_budget: Some(Duration::from_secs(render_timeout.max(1))),
+                ..cache.apply(walk.options())
+            };
             let config = MountConfig {
-                catalog: cache.apply(&warehouse, walk.options()),
+                catalog,
                 warehouse,
                 mount_point: mountpoint,
                 fs: FsOptions {

@@ -21,8 +21,8 @@
 //! Every request that would write answers `EROFS`.
 
 use std::ffi::OsStr;
-use std::fs::{File, Metadata};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +43,7 @@ use crate::catalog::cache::FileId;
 use crate::catalog::{Catalog, Entry, Node, NodeKind};
 use crate::error::{Error, ErrorCode};
 use crate::records::RecordFormat;
+use crate::warehouse::{Stat, Viewer};
 
 /// The extended-attribute namespace pchronicle answers in.
 const XATTR_PREFIX: &str = "user.pchronicle.";
@@ -94,7 +95,8 @@ enum Handle {
 /// Synthetic files rendered recently, reused for at most the attribute TTL
 /// and bounded in count and bytes.
 struct RenderMemo {
-    entries: LruCache<u64, (Instant, Arc<[u8]>)>,
+    /// By inode and view id.
+    entries: LruCache<(u64, u64), (Instant, Arc<[u8]>)>,
     bytes: usize,
     max_entries: usize,
     max_bytes: usize,
@@ -110,14 +112,14 @@ impl RenderMemo {
         }
     }
 
-    fn get(&mut self, ino: u64, ttl: Duration) -> Option<Arc<[u8]>> {
+    fn get(&mut self, ino: (u64, u64), ttl: Duration) -> Option<Arc<[u8]>> {
         match self.entries.get(&ino) {
             Some((at, bytes)) if at.elapsed() < ttl => Some(Arc::clone(bytes)),
             _ => None,
         }
     }
 
-    fn put(&mut self, ino: u64, bytes: Arc<[u8]>, ttl: Duration) {
+    fn put(&mut self, ino: (u64, u64), bytes: Arc<[u8]>, ttl: Duration) {
         if bytes.len() > self.max_bytes || self.max_entries == 0 {
             return;
         }
@@ -154,14 +156,41 @@ fn give_back_freed_memory() {
     unsafe { libc::malloc_trim(0) };
 }
 
+/// Whose eyes a request is answered with: the daemon's own catalog, or a
+/// catalog of the requesting user's (see [`WarehouseFs::view`]).
+#[derive(Clone)]
+struct View {
+    /// 0 for the daemon's own view; otherwise unique for the life of the
+    /// mount, so renders of different viewers are never mixed up.
+    id: u64,
+    catalog: Arc<Catalog>,
+}
+
+/// Where readers of one synthetic file meet: the one holding `last`
+/// renders, the ones waiting for it take what it finished with.
+#[derive(Default)]
+struct RenderGate {
+    last: Mutex<Option<(Instant, Result<Arc<[u8]>, Errno>)>>,
+}
+
+/// Per-user catalogs kept at once.
+const VIEWERS_KEPT: usize = 64;
+
 /// The warehouse as a FUSE filesystem.
 pub struct WarehouseFs {
     catalog: Arc<Catalog>,
+    /// Catalogs of other users than the daemon's (`--allow-other`), by
+    /// credentials.
+    viewers: Mutex<LruCache<Viewer, View>>,
+    next_viewer: AtomicU64,
     inodes: InodeTable,
     options: FsOptions,
     handles: Mutex<std::collections::HashMap<u64, Arc<Handle>>>,
     next_handle: AtomicU64,
     rendered: Mutex<RenderMemo>,
+    /// One gate per synthetic file and view being rendered: readers of the
+    /// same `.stats` at once wait for one walk and share its result.
+    rendering: Mutex<std::collections::HashMap<(u64, u64), Arc<RenderGate>>>,
     /// Per directory inode: what its listing was last built from (its kind
     /// and its own stat identity), so an unchanged directory's entries can
     /// stay in the kernel's cache across `opendir`s.
@@ -173,17 +202,59 @@ impl WarehouseFs {
         let rendered = RenderMemo::new(options.render_cache_entries, options.render_cache_bytes);
         WarehouseFs {
             catalog,
+            viewers: Mutex::new(LruCache::unbounded()),
+            next_viewer: AtomicU64::new(1),
             inodes: InodeTable::new(),
             options,
             handles: Mutex::new(std::collections::HashMap::new()),
             next_handle: AtomicU64::new(1),
             rendered: Mutex::new(rendered),
+            rendering: Mutex::new(std::collections::HashMap::new()),
             listed: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    /// The view a request is answered with. The kernel checks each
+    /// request against the attributes the mount shows
+    /// (`default_permissions`), but `.stats`, `.sources` and the counts in
+    /// xattrs roll up a whole subtree: for a user other than the daemon's
+    /// (or root) they are rendered by a catalog that sees exactly what
+    /// that user could read natively.
+    fn view(&self, req: &Request) -> Result<View, Errno> {
+        let uid = req.uid();
+        let own = rustix::process::geteuid().as_raw();
+        if uid == 0 || uid == own {
+            return Ok(View {
+                id: 0,
+                catalog: Arc::clone(&self.catalog),
+            });
+        }
+        let viewer = Viewer {
+            uid,
+            gid: req.gid(),
+            groups: supplementary_groups(req.pid()),
+        };
+        if let Some(view) = self.viewers.lock().get(&viewer) {
+            return Ok(view.clone());
+        }
+        let catalog = self
+            .catalog
+            .viewed_by(viewer.clone())
+            .map_err(|e| errno(&e))?;
+        let view = View {
+            id: self.next_viewer.fetch_add(1, Ordering::Relaxed),
+            catalog: Arc::new(catalog),
+        };
+        let mut viewers = self.viewers.lock();
+        viewers.put(viewer, view.clone());
+        while viewers.len() > VIEWERS_KEPT {
+            viewers.pop_lru();
+        }
+        Ok(view)
     }
 
     fn target(&self, ino: INodeNo) -> Result<(Target, u64), Errno> {
@@ -206,20 +277,64 @@ impl WarehouseFs {
     /// A synthetic file's bytes: reused when rendered within the TTL. One
     /// walk renders both of a directory's synthetic files (an `ls -l`
     /// stats both, a poller reads one), and both are kept for the TTL.
-    fn synthetic_bytes(&self, ino: u64, which: Synthetic, rel: &Path) -> Result<Arc<[u8]>, Errno> {
+    fn synthetic_bytes(
+        &self,
+        view: &View,
+        ino: u64,
+        which: Synthetic,
+        rel: &Path,
+    ) -> Result<Arc<[u8]>, Errno> {
         let ttl = self.options.attr_ttl;
-        if let Some(bytes) = self.rendered.lock().get(ino, ttl) {
+        if let Some(bytes) = self.rendered.lock().get((ino, view.id), ttl) {
             return Ok(bytes);
         }
+        let key = (ino, view.id);
+        let asked = Instant::now();
+        let gate = Arc::clone(self.rendering.lock().entry(key).or_default());
+        let rendered = {
+            let mut last = gate.last.lock();
+            match &*last {
+                // Rendered by the reader this one waited for: share it.
+                Some((at, result)) if *at >= asked => result.clone(),
+                _ => {
+                    let result = self.render(view, ino, which, rel);
+                    *last = Some((Instant::now(), result.clone()));
+                    result
+                }
+            }
+        };
+        let mut gates = self.rendering.lock();
+        // The map's reference and this one: nobody else waits at the gate.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(&key);
+        }
+        rendered
+    }
+
+    /// Renders a synthetic file (and keeps its sibling, rendered by the
+    /// same walk, for the TTL).
+    fn render(
+        &self,
+        view: &View,
+        ino: u64,
+        which: Synthetic,
+        rel: &Path,
+    ) -> Result<Arc<[u8]>, Errno> {
+        let ttl = self.options.attr_ttl;
+        let catalog = &view.catalog;
+        let failed = |e: crate::error::Error| {
+            log::warn!("rendering {}: {}", rel.display(), e.render());
+            errno(&e)
+        };
         let started = std::time::Instant::now();
         let (mine, other) = if ttl.is_zero() {
             let text = match which {
-                Synthetic::Stats => self.catalog.stats(rel).map(|s| s.to_json()),
-                Synthetic::Sources => self.catalog.open(rel).map(|s| s.sources_jsonl()),
+                Synthetic::Stats => catalog.stats(rel).map(|s| s.to_json()),
+                Synthetic::Sources => catalog.open(rel).map(|s| s.sources_jsonl()),
             };
-            (text.map_err(|e| errno(&e))?, None)
+            (text.map_err(failed)?, None)
         } else {
-            let snapshot = self.catalog.open(rel).map_err(|e| errno(&e))?;
+            let snapshot = catalog.open(rel).map_err(failed)?;
             let (stats, sources) = (snapshot.stats().to_json(), snapshot.sources_jsonl());
             match which {
                 Synthetic::Stats => (stats, Some((Synthetic::Sources, sources))),
@@ -229,9 +344,9 @@ impl WarehouseFs {
         let bytes: Arc<[u8]> = Arc::from(mine.into_bytes());
         if let Some((other, text)) = other {
             let mut memo = self.rendered.lock();
-            memo.put(ino, Arc::clone(&bytes), ttl);
+            memo.put((ino, view.id), Arc::clone(&bytes), ttl);
             if let Some(sibling) = self.sibling(ino, other) {
-                memo.put(sibling, Arc::from(text.into_bytes()), ttl);
+                memo.put((sibling, view.id), Arc::from(text.into_bytes()), ttl);
             }
         }
         if started.elapsed() >= BIG_RENDER {
@@ -244,13 +359,18 @@ impl WarehouseFs {
     /// synthetic file belongs to.
     fn sibling(&self, ino: u64, other: Synthetic) -> Option<u64> {
         match self.inodes.get(ino)? {
-            (Target::Synthetic { of, .. }, _) => self.inodes.child(of, other.name()),
+            (Target::Synthetic { of, .. }, _) => self.inodes.existing_child(of, other.name()),
             _ => None,
         }
     }
 
     /// Attributes and TTL of any inode, from the warehouse as it is now.
-    fn attributes(&self, ino: u64, target: &Target) -> Result<(FileAttr, Duration), Errno> {
+    fn attributes(
+        &self,
+        req: &Request,
+        ino: u64,
+        target: &Target,
+    ) -> Result<(FileAttr, Duration), Errno> {
         match target {
             Target::Path(rel) => {
                 let node = self.node(rel)?;
@@ -258,7 +378,7 @@ impl WarehouseFs {
             }
             Target::Synthetic { rel, which, .. } => {
                 let owner = self.dir_node(rel)?;
-                let bytes = self.synthetic_bytes(ino, *which, rel)?;
+                let bytes = self.synthetic_bytes(&self.view(req)?, ino, *which, rel)?;
                 Ok((synthetic_attr(ino, bytes.len() as u64, &owner.meta), NO_TTL))
             }
         }
@@ -362,7 +482,7 @@ impl WarehouseFs {
     }
 
     /// The extended attributes of a node, by full name.
-    fn xattrs(&self, target: &Target) -> Result<Vec<(String, String)>, Errno> {
+    fn xattrs(&self, view: &View, target: &Target) -> Result<Vec<(String, String)>, Errno> {
         let rel = match target {
             Target::Synthetic { .. } => {
                 return Ok(vec![xattr("kind", "synthetic")]);
@@ -374,7 +494,7 @@ impl WarehouseFs {
         match node.kind {
             NodeKind::Directory => {}
             NodeKind::Dataset => {
-                let listing = self.catalog.list(rel).map_err(|e| errno(&e))?;
+                let listing = view.catalog.list(rel).map_err(|e| errno(&e))?;
                 if let Some(Entry::Dataset { preview, .. }) = listing.entries.first() {
                     out.push(xattr("format", &preview.format));
                     if let Some(n) = preview.counts.record_count {
@@ -385,7 +505,7 @@ impl WarehouseFs {
             NodeKind::File => {
                 let name = rel.file_name().and_then(OsStr::to_str).unwrap_or("");
                 if RecordFormat::from_name(name).is_some() {
-                    let snapshot = self.catalog.open(rel).map_err(|e| errno(&e))?;
+                    let snapshot = view.catalog.open(rel).map_err(|e| errno(&e))?;
                     if let Some(source) = snapshot.sources.first() {
                         out.push(xattr("format", &source.format));
                         if let Some(n) = source.counts.record_count {
@@ -436,38 +556,44 @@ fn system_time(secs: i64, nanos: i64) -> SystemTime {
 fn node_attr(ino: u64, node: &Node) -> FileAttr {
     let meta = &node.meta;
     let is_dir = meta.is_dir();
-    let mtime = system_time(meta.mtime(), meta.mtime_nsec());
+    let mtime = system_time(meta.mtime, meta.mtime_nsec);
     FileAttr {
         ino: INodeNo(ino),
-        size: meta.size(),
-        blocks: meta.blocks(),
-        atime: system_time(meta.atime(), meta.atime_nsec()),
+        size: meta.size,
+        blocks: meta.blocks,
+        atime: system_time(meta.atime, meta.atime_nsec),
         mtime,
-        ctime: system_time(meta.ctime(), meta.ctime_nsec()),
+        ctime: system_time(meta.ctime, meta.ctime_nsec),
         crtime: mtime,
         kind: if is_dir {
             FileType::Directory
         } else {
             FileType::RegularFile
         },
+        // A leaf is shown with its real permissions, masked read-only
+        // (its interior is not listed, so nothing could be written).
         perm: match node.kind {
-            NodeKind::Dataset => 0o555,
-            _ => (meta.mode() & 0o7777) as u16,
+            NodeKind::Dataset => (meta.permissions() & !0o222) as u16,
+            _ => meta.permissions() as u16,
         },
         // 1 for directories says "subdirectory count unknown", so `find`
         // never skips a directory on the strength of a link count.
-        nlink: if is_dir { 1 } else { meta.nlink() as u32 },
-        uid: meta.uid(),
-        gid: meta.gid(),
+        nlink: if is_dir {
+            1
+        } else {
+            u32::try_from(meta.nlink).unwrap_or(u32::MAX)
+        },
+        uid: meta.uid,
+        gid: meta.gid,
         rdev: 0,
-        blksize: meta.blksize() as u32,
+        blksize: u32::try_from(meta.blksize).unwrap_or(4096),
         flags: 0,
     }
 }
 
 /// A synthetic file's attributes: read-only, owned like the node it
 /// describes, modified "now" (it is computed on every open).
-fn synthetic_attr(ino: u64, len: u64, owner: &Metadata) -> FileAttr {
+fn synthetic_attr(ino: u64, len: u64, owner: &Stat) -> FileAttr {
     let now = SystemTime::now();
     FileAttr {
         ino: INodeNo(ino),
@@ -480,11 +606,50 @@ fn synthetic_attr(ino: u64, len: u64, owner: &Metadata) -> FileAttr {
         kind: FileType::RegularFile,
         perm: 0o444,
         nlink: 1,
-        uid: owner.uid(),
-        gid: owner.gid(),
+        uid: owner.uid,
+        gid: owner.gid,
         rdev: 0,
         blksize: 4096,
         flags: 0,
+    }
+}
+
+/// The supplementary groups of process `pid` (from `/proc`), sorted; none
+/// when they cannot be read (the process is gone): the viewer then has
+/// only its primary group, which can only hide more.
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    let mut groups: Vec<u32> = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Groups:"))
+        .map(|list| {
+            list.split_whitespace()
+                .filter_map(|g| g.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
+
+/// Runs one request's handler. A panic (a bug; no input should cause one)
+/// is caught and logged with its code instead of ending the serving
+/// thread; the reply the handler owned is dropped unsent, which answers
+/// the kernel `EIO`.
+fn guarded(op: &'static str, handler: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler)) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        log::error!(
+            "error[{}]: {op} panicked and was answered with EIO: {what}",
+            ErrorCode::RequestFailed
+        );
     }
 }
 
@@ -525,105 +690,123 @@ impl Filesystem for WarehouseFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let result = (|| {
-            let name = name.to_str().ok_or(Errno::ENOENT)?;
-            let (target, _) = self.target(parent)?;
-            let Target::Path(parent_rel) = target else {
-                return Err(Errno::ENOTDIR);
-            };
-            if let Some(which) = Synthetic::from_name(name) {
-                let owner = self.dir_node(&parent_rel)?;
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        guarded("lookup", || {
+            let result = (|| {
+                let name = name.to_str().ok_or(Errno::ENOENT)?;
+                let (target, _) = self.target(parent)?;
+                let Target::Path(parent_rel) = target else {
+                    return Err(Errno::ENOTDIR);
+                };
+                if let Some(which) = Synthetic::from_name(name) {
+                    let owner = self.dir_node(&parent_rel)?;
+                    let ino = self.child_ino(parent.0, name)?;
+                    let bytes = self.synthetic_bytes(&self.view(req)?, ino, which, &parent_rel)?;
+                    return Ok((
+                        synthetic_attr(ino, bytes.len() as u64, &owner.meta),
+                        NO_TTL,
+                        self.options.attr_ttl,
+                    ));
+                }
+                // The catalog refuses names inside a leaf, the hidden state
+                // directory, symlinks and special files.
+                let rel: PathBuf = if parent_rel.as_os_str().is_empty() {
+                    PathBuf::from(name)
+                } else {
+                    parent_rel.join(name)
+                };
+                let node = self.node(&rel)?;
                 let ino = self.child_ino(parent.0, name)?;
-                let bytes = self.synthetic_bytes(ino, which, &parent_rel)?;
-                return Ok((
-                    synthetic_attr(ino, bytes.len() as u64, &owner.meta),
-                    NO_TTL,
+                Ok((
+                    node_attr(ino, &node),
                     self.options.attr_ttl,
-                ));
+                    self.options.attr_ttl,
+                ))
+            })();
+            // The number is held from here until the kernel has it, so no
+            // forget or sweep drops it in between.
+            let claimed = name
+                .to_str()
+                .and_then(|name| self.inodes.claim(parent.0, name));
+            match (result, claimed) {
+                // A synthetic file exists as long as its directory does, so its
+                // name may be cached; its attributes (its length) never are.
+                (Ok((mut attr, attr_ttl, entry_ttl)), Some(ino)) => {
+                    attr.ino = INodeNo(ino);
+                    reply.entry_with_ttls(&attr_ttl, &entry_ttl, &attr, Generation(0));
+                    self.inodes.remember(ino);
+                }
+                (Ok(_), None) => reply.error(Errno::ENOENT),
+                (Err(e), claimed) => {
+                    if let Some(ino) = claimed {
+                        self.inodes.release(ino);
+                    }
+                    reply.error(e)
+                }
             }
-            // The catalog refuses names inside a leaf, the hidden state
-            // directory, symlinks and special files.
-            let rel: PathBuf = if parent_rel.as_os_str().is_empty() {
-                PathBuf::from(name)
-            } else {
-                parent_rel.join(name)
-            };
-            let node = self.node(&rel)?;
-            let ino = self.child_ino(parent.0, name)?;
-            Ok((
-                node_attr(ino, &node),
-                self.options.attr_ttl,
-                self.options.attr_ttl,
-            ))
-        })();
-        match result {
-            // A synthetic file exists as long as its directory does, so its
-            // name may be cached; its attributes (its length) never are.
-            Ok((attr, attr_ttl, entry_ttl)) => {
-                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &attr, Generation(0))
-            }
-            Err(e) => reply.error(e),
-        }
+        })
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        // An open synthetic file reports the length of what it holds.
-        if let Some(handle) = fh.and_then(|fh| self.handle(fh).ok()) {
-            if let Handle::Bytes(bytes) = &*handle {
-                if let Ok((Target::Synthetic { rel, .. }, _)) = self.target(ino) {
-                    if let Ok(owner) = self.dir_node(&rel) {
-                        return reply.attr(
-                            &NO_TTL,
-                            &synthetic_attr(ino.0, bytes.len() as u64, &owner.meta),
-                        );
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        guarded("getattr", || {
+            // An open synthetic file reports the length of what it holds.
+            if let Some(handle) = fh.and_then(|fh| self.handle(fh).ok()) {
+                if let Handle::Bytes(bytes) = &*handle {
+                    if let Ok((Target::Synthetic { rel, .. }, _)) = self.target(ino) {
+                        if let Ok(owner) = self.dir_node(&rel) {
+                            return reply.attr(
+                                &NO_TTL,
+                                &synthetic_attr(ino.0, bytes.len() as u64, &owner.meta),
+                            );
+                        }
                     }
                 }
             }
-        }
-        match self
-            .target(ino)
-            .and_then(|(target, _)| self.attributes(ino.0, &target))
-        {
-            Ok((attr, ttl)) => reply.attr(&ttl, &attr),
-            Err(e) => reply.error(e),
-        }
+            match self
+                .target(ino)
+                .and_then(|(target, _)| self.attributes(req, ino.0, &target))
+            {
+                Ok((attr, ttl)) => reply.attr(&ttl, &attr),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-            return reply.error(Errno::EROFS);
-        }
-        let result = (|| match self.target(ino)?.0 {
-            Target::Synthetic { rel, which, .. } => {
-                self.dir_node(&rel)?;
-                let bytes = self.synthetic_bytes(ino.0, which, &rel)?;
-                Ok((Handle::Bytes(bytes), FopenFlags::FOPEN_DIRECT_IO))
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        guarded("open", || {
+            if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                return reply.error(Errno::EROFS);
             }
-            Target::Path(rel) => {
-                let node = self.node(&rel)?;
-                if node.kind != NodeKind::File {
-                    return Err(Errno::EISDIR);
+            let result = (|| match self.target(ino)?.0 {
+                Target::Synthetic { rel, which, .. } => {
+                    self.dir_node(&rel)?;
+                    let bytes = self.synthetic_bytes(&self.view(req)?, ino.0, which, &rel)?;
+                    Ok((Handle::Bytes(bytes), FopenFlags::FOPEN_DIRECT_IO))
                 }
-                let abs = self.catalog.root().join(&rel);
-                let file = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&abs)
-                    .map_err(Errno::from)?;
-                let id = FileId::of(&file.metadata().map_err(Errno::from)?);
-                let flags = if self.inodes.reopened_unchanged(ino.0, id) {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                Ok((Handle::File(file), flags))
+                Target::Path(rel) => {
+                    // Resolved once below the open root, never through a
+                    // symlink; a file swapped after the resolution is ESTALE.
+                    // Opened as the requester: the kernel checked the mode it
+                    // was last shown, the view checks the file actually opened.
+                    let (file, stat) = self
+                        .view(req)?
+                        .catalog
+                        .open_file(&rel)
+                        .map_err(|e| errno(&e))?;
+                    let id = FileId::of(&stat);
+                    let flags = if self.inodes.reopened_unchanged(ino.0, id) {
+                        FopenFlags::FOPEN_KEEP_CACHE
+                    } else {
+                        FopenFlags::empty()
+                    };
+                    Ok((Handle::File(file), flags))
+                }
+            })();
+            match result {
+                Ok((handle, flags)) => reply.opened(self.add_handle(handle), flags),
+                Err(e) => reply.error(e),
             }
-        })();
-        match result {
-            Ok((handle, flags)) => reply.opened(self.add_handle(handle), flags),
-            Err(e) => reply.error(e),
-        }
+        })
     }
 
     fn read(
@@ -637,22 +820,24 @@ impl Filesystem for WarehouseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let handle = match self.handle(fh) {
-            Ok(handle) => handle,
-            Err(e) => return reply.error(e),
-        };
-        match &*handle {
-            Handle::Bytes(bytes) => {
-                let start = (offset as usize).min(bytes.len());
-                let end = start.saturating_add(size as usize).min(bytes.len());
-                reply.data(&bytes[start..end]);
+        guarded("read", || {
+            let handle = match self.handle(fh) {
+                Ok(handle) => handle,
+                Err(e) => return reply.error(e),
+            };
+            match &*handle {
+                Handle::Bytes(bytes) => {
+                    let start = (offset as usize).min(bytes.len());
+                    let end = start.saturating_add(size as usize).min(bytes.len());
+                    reply.data(&bytes[start..end]);
+                }
+                Handle::File(file) => match pread(file, offset, size) {
+                    Ok(data) => reply.data(&data),
+                    Err(e) => reply.error(Errno::from(e)),
+                },
+                Handle::Dir(_) => reply.error(Errno::EISDIR),
             }
-            Handle::File(file) => match pread(file, offset, size) {
-                Ok(data) => reply.data(&data),
-                Err(e) => reply.error(Errno::from(e)),
-            },
-            Handle::Dir(_) => reply.error(Errno::EISDIR),
-        }
+        })
     }
 
     fn release(
@@ -686,22 +871,24 @@ impl Filesystem for WarehouseFs {
     /// built from (names appear, vanish or are renamed only by changing the
     /// directory's mtime), and never within the racy window.
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let result = self.target(ino).and_then(|(target, _)| match target {
-            Target::Path(rel) => self.dir_node(&rel),
-            Target::Synthetic { .. } => Err(Errno::ENOTDIR),
-        });
-        match result {
-            Ok(node) => {
-                let seen = (node.kind, FileId::of(&node.meta));
-                let unchanged = self.listed.lock().insert(ino.0, seen) == Some(seen);
-                let mut flags = FopenFlags::FOPEN_CACHE_DIR;
-                if unchanged && !seen.1.is_racy() {
-                    flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        guarded("opendir", || {
+            let result = self.target(ino).and_then(|(target, _)| match target {
+                Target::Path(rel) => self.dir_node(&rel),
+                Target::Synthetic { .. } => Err(Errno::ENOTDIR),
+            });
+            match result {
+                Ok(node) => {
+                    let seen = (node.kind, FileId::of(&node.meta));
+                    let unchanged = self.listed.lock().insert(ino.0, seen) == Some(seen);
+                    let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+                    if unchanged && !seen.1.is_racy() {
+                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    reply.opened(self.add_handle(Handle::Dir(Mutex::new(None))), flags)
                 }
-                reply.opened(self.add_handle(Handle::Dir(Mutex::new(None))), flags)
+                Err(e) => reply.error(e),
             }
-            Err(e) => reply.error(e),
-        }
+        })
     }
 
     fn readdir(
@@ -712,16 +899,18 @@ impl Filesystem for WarehouseFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let items = match self.dir_snapshot(ino, fh, offset) {
-            Ok(items) => items,
-            Err(e) => return reply.error(e),
-        };
-        for (i, item) in items.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(item.ino), i as u64 + 1, item.attr.kind, &item.name) {
-                break;
+        guarded("readdir", || {
+            let items = match self.dir_snapshot(ino, fh, offset) {
+                Ok(items) => items,
+                Err(e) => return reply.error(e),
+            };
+            for (i, item) in items.iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(item.ino), i as u64 + 1, item.attr.kind, &item.name) {
+                    break;
+                }
             }
-        }
-        reply.ok();
+            reply.ok();
+        })
     }
 
     fn readdirplus(
@@ -732,23 +921,46 @@ impl Filesystem for WarehouseFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let items = match self.dir_snapshot(ino, fh, offset) {
-            Ok(items) => items,
-            Err(e) => return reply.error(e),
-        };
-        for (i, item) in items.iter().enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(item.ino),
-                i as u64 + 1,
-                &item.name,
-                &item.ttl,
-                &item.attr,
-                Generation(0),
-            ) {
-                break;
+        guarded("readdirplus", || {
+            let items = match self.dir_snapshot(ino, fh, offset) {
+                Ok(items) => items,
+                Err(e) => return reply.error(e),
+            };
+            for (i, item) in items.iter().enumerate().skip(offset as usize) {
+                // Each entry but `.` and `..` hands the kernel a reference,
+                // held from the claim until it is counted.
+                let held = item.name != "." && item.name != "..";
+                let claimed = if held {
+                    self.inodes.claim(ino.0, &item.name)
+                } else {
+                    Some(item.ino)
+                };
+                let Some(child) = claimed else {
+                    continue;
+                };
+                let attr = FileAttr {
+                    ino: INodeNo(child),
+                    ..item.attr
+                };
+                let full = reply.add(
+                    INodeNo(child),
+                    i as u64 + 1,
+                    &item.name,
+                    &item.ttl,
+                    &attr,
+                    Generation(0),
+                );
+                match (held, full) {
+                    (true, true) => self.inodes.release(child),
+                    (true, false) => self.inodes.remember(child),
+                    _ => {}
+                }
+                if full {
+                    break;
+                }
             }
-        }
-        reply.ok();
+            reply.ok();
+        })
     }
 
     fn releasedir(
@@ -763,8 +975,14 @@ impl Filesystem for WarehouseFs {
         reply.ok();
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if self.inodes.forget(ino.0, nlookup) {
+            self.listed.lock().remove(&ino.0);
+        }
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match statvfs(self.catalog.root()) {
+        guarded("statfs", || match statvfs(self.catalog.root()) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -776,53 +994,59 @@ impl Filesystem for WarehouseFs {
                 s.f_frsize as u32,
             ),
             Err(e) => reply.error(Errno::from(e)),
-        }
+        })
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let Some(name) = name.to_str().filter(|n| n.starts_with("user.")) else {
-            // Other namespaces (security., system., trusted.) are not kept
-            // here. Saying so, rather than "no such attribute", lets `ls -l`
-            // stop asking for ACLs and labels after the first file.
-            return reply.error(Errno::EOPNOTSUPP);
-        };
-        let result = self
-            .target(ino)
-            .and_then(|(target, _)| self.xattrs(&target));
-        match result {
-            Ok(attrs) => match attrs.iter().find(|(n, _)| n == name) {
-                Some((_, value)) => reply_sized(reply, size, value.as_bytes()),
-                None => reply.error(Errno::NO_XATTR),
-            },
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self
-            .target(ino)
-            .and_then(|(target, _)| self.xattrs(&target))
-        {
-            Ok(attrs) => {
-                let mut names = Vec::new();
-                for (name, _) in &attrs {
-                    names.extend_from_slice(name.as_bytes());
-                    names.push(0);
-                }
-                reply_sized(reply, size, &names);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        guarded("getxattr", || {
+            let Some(name) = name.to_str().filter(|n| n.starts_with("user.")) else {
+                // Other namespaces (security., system., trusted.) are not kept
+                // here. Saying so, rather than "no such attribute", lets `ls -l`
+                // stop asking for ACLs and labels after the first file.
+                return reply.error(Errno::EOPNOTSUPP);
+            };
+            let result = self
+                .target(ino)
+                .and_then(|(target, _)| self.xattrs(&self.view(req)?, &target));
+            match result {
+                Ok(attrs) => match attrs.iter().find(|(n, _)| n == name) {
+                    Some((_, value)) => reply_sized(reply, size, value.as_bytes()),
+                    None => reply.error(Errno::NO_XATTR),
+                },
+                Err(e) => reply.error(e),
             }
-            Err(e) => reply.error(e),
-        }
+        })
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        guarded("listxattr", || {
+            match self
+                .target(ino)
+                .and_then(|(target, _)| self.xattrs(&self.view(req)?, &target))
+            {
+                Ok(attrs) => {
+                    let mut names = Vec::new();
+                    for (name, _) in &attrs {
+                        names.extend_from_slice(name.as_bytes());
+                        names.push(0);
+                    }
+                    reply_sized(reply, size, &names);
+                }
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        if mask.contains(AccessFlags::W_OK) {
-            return reply.error(Errno::EROFS);
-        }
-        match self.target(ino) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        guarded("access", || {
+            if mask.contains(AccessFlags::W_OK) {
+                return reply.error(Errno::EROFS);
+            }
+            match self.target(ino) {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
     fn ioctl(

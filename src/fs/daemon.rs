@@ -21,7 +21,7 @@ use fuser::{Config, MountOption, Session, SessionACL};
 
 use super::adapter::{FsOptions, WarehouseFs};
 use super::mountpoint::{self, FS_NAME, MountState};
-use crate::catalog::{Catalog, CatalogOptions};
+use crate::catalog::{Catalog, CatalogOptions, CountCachePlace};
 use crate::error::{Error, ErrorCode, Result};
 
 /// The line a background child prints once its mount is up.
@@ -249,6 +249,7 @@ fn serve(
         ready(mounted);
     }
 
+    spawn_exit_watchdog(mount_point.to_path_buf(), Weak::clone(&catalog_at_exit));
     let mut unmounter = session.unmount_callable();
     let target = mount_point.to_path_buf();
     std::thread::Builder::new()
@@ -308,6 +309,45 @@ fn bound_heap() {
 
 /// How often the daemon writes the persisted count cache when it changed.
 pub const COUNT_SAVE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long the daemon may take to leave once its mount is gone.
+const EXIT_GRACE: Duration = Duration::from_secs(3);
+
+/// Ends the process once the mount is gone and the session has not
+/// returned within [`EXIT_GRACE`]: a request stuck in the filesystem (a
+/// hung device below the warehouse) must not keep a daemon of an unmounted
+/// filesystem alive. The counts are saved first.
+fn spawn_exit_watchdog(mount_point: PathBuf, catalog: Weak<Catalog>) {
+    let spawned = std::thread::Builder::new()
+        .name("exit-watchdog".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                // An unreadable mount table says nothing: keep waiting.
+                let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+                    continue;
+                };
+                let mounted = mountpoint::parse_mountinfo(&table)
+                    .iter()
+                    .any(|m| m.mount_point == mount_point && m.is_pchronicle());
+                if !mounted {
+                    break;
+                }
+            }
+            std::thread::sleep(EXIT_GRACE);
+            log::warn!(
+                "{} is unmounted but the daemon is still busy; leaving now",
+                mount_point.display()
+            );
+            if let Some(catalog) = catalog.upgrade() {
+                let _ = catalog.save_counts();
+            }
+            std::process::exit(0)
+        });
+    if let Err(e) = spawned {
+        log::warn!("no exit watchdog: {e}");
+    }
+}
 
 /// Writes the catalog's persisted count cache every
 /// [`COUNT_SAVE_INTERVAL`] while it changes; the last write happens when
@@ -394,13 +434,23 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
         .arg(config.catalog.max_entries.to_string())
         .arg("--max-files")
         .arg(config.catalog.max_files.to_string());
+    if let Some(budget) = config.catalog.walk_budget {
+        command
+            .arg("--render-timeout")
+            .arg(budget.as_secs().max(1).to_string());
+    }
     if !config.catalog.repair {
         command.arg("--no-repair");
     }
     match &config.catalog.count_cache {
-        Some(file) => command.arg("--cache-file").arg(file),
-        None => command.arg("--no-cache"),
-    };
+        CountCachePlace::File(file) => {
+            command.arg("--cache-file").arg(file);
+        }
+        CountCachePlace::Memory => {
+            command.arg("--no-cache");
+        }
+        CountCachePlace::Default => {}
+    }
     for (flag, n) in [
         ("--file-cache-entries", config.catalog.file_cache_entries),
         ("--dir-cache-entries", config.catalog.dir_cache_entries),

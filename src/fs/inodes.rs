@@ -1,12 +1,15 @@
 //! Inode numbers for the life of a mount.
 //!
 //! Every name the kernel is told about gets a number the first time it is
-//! seen, keyed by its parent's number and its name, and keeps it until the
-//! mount ends: numbers are never reused, so `find`, `du` and `tar` (which
-//! match files by inode) see a stable tree, and a dentry the kernel still
-//! holds after a `forget` can always be resolved again. A path that
-//! vanishes and comes back gets its old number. The table grows with the
-//! number of distinct paths looked at, about two hundred bytes each.
+//! seen, keyed by its parent's number and its name, and keeps it while the
+//! kernel holds it: each reply that hands the kernel an inode (a lookup, an
+//! entry of `readdirplus`) counts one reference, and `forget` gives them
+//! back; at zero the number is dropped. Numbers are never reused, so
+//! `find`, `du` and `tar` (which match files by inode) see a stable tree
+//! while they hold it, and the table tracks what the kernel holds rather
+//! than every path ever seen, so a long mount over rotating shards stays
+//! bounded. Numbers handed out by a plain `readdir` (no reference) are
+//! swept when the table has doubled since the last sweep.
 //!
 //! An inode records where it points (a path relative to the warehouse
 //! root, or one of a directory's two synthetic files), not what it is:
@@ -66,12 +69,23 @@ pub enum Target {
 struct Inode {
     target: Target,
     parent: u64,
+    /// References the kernel holds (lookups not yet forgotten).
+    lookups: u64,
+    /// Replies being built that will hand the number to the kernel: such
+    /// a number is neither forgotten nor swept meanwhile.
+    pending: u64,
 }
+
+/// Tables smaller than this are never swept.
+const SWEEP_MIN: usize = 65_536;
 
 #[derive(Debug)]
 struct Inner {
-    /// Index `i` holds inode number `i + 1`.
-    nodes: Vec<Inode>,
+    nodes: HashMap<u64, Inode>,
+    /// The next number to hand out.
+    next: u64,
+    /// Size of the table after the last sweep.
+    swept_at: usize,
     /// `(parent, hash of the name)` to the first inode with that pair;
     /// the name itself is read back from the inode's path, so it is not
     /// stored twice.
@@ -103,10 +117,14 @@ impl InodeTable {
         let root = Inode {
             target: Target::Path(Arc::from(Path::new(""))),
             parent: ROOT,
+            lookups: 1,
+            pending: 0,
         };
         InodeTable {
             inner: RwLock::new(Inner {
-                nodes: vec![root],
+                nodes: HashMap::from([(ROOT, root)]),
+                next: ROOT + 1,
+                swept_at: 0,
                 by_name: HashMap::new(),
                 collided: HashMap::new(),
                 last_open: HashMap::new(),
@@ -117,7 +135,7 @@ impl InodeTable {
     /// What `ino` stands for, and its parent's number.
     pub fn get(&self, ino: u64) -> Option<(Target, u64)> {
         let inner = self.inner.read();
-        let node = inner.nodes.get(index(ino)?)?;
+        let node = inner.nodes.get(&ino)?;
         Some((node.target.clone(), node.parent))
     }
 
@@ -132,7 +150,11 @@ impl InodeTable {
         if let Some(ino) = inner.find(key, name) {
             return Some(ino);
         }
-        let Target::Path(parent_rel) = &inner.nodes.get(index(parent)?)?.target else {
+        // Swept before the new number is made, so it is never swept itself.
+        if inner.nodes.len() >= SWEEP_MIN.max(inner.swept_at.saturating_mul(2)) {
+            inner.sweep();
+        }
+        let Target::Path(parent_rel) = &inner.nodes.get(&parent)?.target else {
             return None;
         };
         let target = match Synthetic::from_name(name) {
@@ -143,8 +165,17 @@ impl InodeTable {
             },
             None => Target::Path(Arc::from(join(parent_rel, name))),
         };
-        inner.nodes.push(Inode { target, parent });
-        let ino = inner.nodes.len() as u64;
+        let ino = inner.next;
+        inner.next += 1;
+        inner.nodes.insert(
+            ino,
+            Inode {
+                target,
+                parent,
+                lookups: 0,
+                pending: 0,
+            },
+        );
         match inner.by_name.entry(key) {
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(ino);
@@ -156,17 +187,70 @@ impl InodeTable {
         Some(ino)
     }
 
+    /// The number of `name` in `parent`, as [`child`](InodeTable::child),
+    /// held for a reply about to hand it to the kernel: call
+    /// [`remember`](InodeTable::remember) once it was sent, or
+    /// [`release`](InodeTable::release) if it was not.
+    pub fn claim(&self, parent: u64, name: &str) -> Option<u64> {
+        loop {
+            let ino = self.child(parent, name)?;
+            if let Some(node) = self.inner.write().nodes.get_mut(&ino) {
+                node.pending += 1;
+                return Some(ino);
+            }
+            // Forgotten between the two locks: number it again.
+        }
+    }
+
+    /// A claimed number was not handed to the kernel after all.
+    pub fn release(&self, ino: u64) {
+        if let Some(node) = self.inner.write().nodes.get_mut(&ino) {
+            node.pending = node.pending.saturating_sub(1);
+        }
+    }
+
+    /// The number of `name` in `parent` if it has one (none is assigned).
+    pub fn existing_child(&self, parent: u64, name: &str) -> Option<u64> {
+        self.inner.read().find((parent, name_hash(name)), name)
+    }
+
+    /// The kernel was handed the claimed `ino` once more.
+    pub fn remember(&self, ino: u64) {
+        if let Some(node) = self.inner.write().nodes.get_mut(&ino) {
+            node.pending = node.pending.saturating_sub(1);
+            node.lookups = node.lookups.saturating_add(1);
+        }
+    }
+
+    /// The kernel gave back `n` references to `ino`; true when the number
+    /// was dropped.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
+        if ino == ROOT {
+            return false;
+        }
+        let mut inner = self.inner.write();
+        let Some(node) = inner.nodes.get_mut(&ino) else {
+            return false;
+        };
+        node.lookups = node.lookups.saturating_sub(n);
+        if node.lookups > 0 || node.pending > 0 {
+            return false;
+        }
+        inner.remove(ino);
+        true
+    }
+
     /// Records that `ino` was opened as `id`; true when the previous open
     /// saw the same identity (its cached pages are still the file's).
     pub fn reopened_unchanged(&self, ino: u64, id: FileId) -> bool {
         let mut inner = self.inner.write();
-        if index(ino).is_none_or(|i| i >= inner.nodes.len()) {
+        if !inner.nodes.contains_key(&ino) {
             return false;
         }
         inner.last_open.insert(ino, id) == Some(id)
     }
 
-    /// How many numbers have been handed out.
+    /// How many numbers are held.
     pub fn len(&self) -> usize {
         self.inner.read().nodes.len()
     }
@@ -186,9 +270,40 @@ impl Inner {
         self.collided.get(&(key.0, Box::from(name))).copied()
     }
 
+    /// Drops `ino` and the ways to find it.
+    fn remove(&mut self, ino: u64) {
+        let Some(name) = self.name_of(ino).map(str::to_string) else {
+            return;
+        };
+        let Some(node) = self.nodes.get(&ino) else {
+            return;
+        };
+        let key = (node.parent, name_hash(&name));
+        if self.by_name.get(&key) == Some(&ino) {
+            self.by_name.remove(&key);
+        }
+        self.collided.remove(&(key.0, Box::from(name.as_str())));
+        self.last_open.remove(&ino);
+        self.nodes.remove(&ino);
+    }
+
+    /// Drops every number the kernel holds no reference to.
+    fn sweep(&mut self) {
+        let unheld: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(ino, node)| **ino != ROOT && node.lookups == 0 && node.pending == 0)
+            .map(|(ino, _)| *ino)
+            .collect();
+        for ino in unheld {
+            self.remove(ino);
+        }
+        self.swept_at = self.nodes.len();
+    }
+
     /// The last component an inode was numbered under.
     fn name_of(&self, ino: u64) -> Option<&str> {
-        match &self.nodes.get(index(ino)?)?.target {
+        match &self.nodes.get(&ino)?.target {
             Target::Path(rel) => rel.file_name()?.to_str(),
             Target::Synthetic { which, .. } => Some(which.name()),
         }
@@ -198,10 +313,6 @@ impl Inner {
 fn name_hash(name: &str) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
     BuildHasherDefault::<DefaultHasher>::default().hash_one(name)
-}
-
-fn index(ino: u64) -> Option<usize> {
-    usize::try_from(ino.checked_sub(1)?).ok()
 }
 
 fn join(parent: &Path, name: &str) -> PathBuf {
@@ -293,5 +404,53 @@ mod tests {
         assert!(table.reopened_unchanged(f, id));
         let grown = FileId { size: 4, ..id };
         assert!(!table.reopened_unchanged(f, grown));
+    }
+
+    #[test]
+    fn forgotten_numbers_are_dropped_and_never_reused() {
+        let table = InodeTable::new();
+        let a = table.claim(ROOT, "a").unwrap();
+        table.remember(a);
+        assert_eq!(table.claim(ROOT, "a"), Some(a));
+        table.remember(a);
+        let b = table.claim(a, "b").unwrap();
+        table.remember(b);
+        assert!(!table.forget(a, 1), "one reference is still held");
+        assert!(table.forget(b, 1));
+        assert!(table.get(b).is_none());
+        assert_eq!(table.existing_child(a, "b"), None);
+        let again = table.child(a, "b").unwrap();
+        assert!(again > b, "a number is never handed out twice");
+        assert!(table.forget(a, 1));
+        assert!(table.get(a).is_none());
+        assert!(!table.forget(ROOT, 1));
+        assert!(table.get(ROOT).is_some());
+    }
+
+    #[test]
+    fn unheld_numbers_are_swept_when_the_table_doubles() {
+        let table = InodeTable::new();
+        let held = table.claim(ROOT, "held").unwrap();
+        table.remember(held);
+        let claimed = table.claim(ROOT, "claimed").unwrap();
+        for i in 0..SWEEP_MIN + 1 {
+            let ino = table.child(ROOT, &format!("f{i}")).unwrap();
+            assert!(
+                table.get(ino).is_some(),
+                "a new number is never swept at once"
+            );
+        }
+        assert!(table.len() < SWEEP_MIN, "{}", table.len());
+        assert!(table.get(held).is_some());
+        assert!(
+            table.get(claimed).is_some(),
+            "a claimed number survives a sweep"
+        );
+        // A claim in flight also survives a forget of the kernel's reference.
+        table.remember(claimed);
+        let again = table.claim(ROOT, "claimed").unwrap();
+        assert!(!table.forget(claimed, 1));
+        table.remember(again);
+        assert!(table.forget(claimed, 1));
     }
 }

@@ -5,4 +5,4 @@ pub mod reader;
 pub mod scan;
 pub mod timestamp;
 
-pub use reader::{RecordFormat, RecordStats, count_file};
+pub use reader::{RecordFormat, RecordStats, count_file, count_open};

@@ -118,15 +118,19 @@ impl RecordStats {
 
     /// Adds another count into this one.
     pub fn merge(&mut self, other: &RecordStats) {
-        self.record_count += other.record_count;
-        self.failed_count += other.failed_count;
+        self.record_count = self.record_count.saturating_add(other.record_count);
+        self.failed_count = self.failed_count.saturating_add(other.failed_count);
         self.note_timestamps(other.min_timestamp, other.max_timestamp);
     }
 }
 
-/// Counts the records of the file at `path`.
+/// Counts the records of the file at `path` (a path named from outside).
 pub fn count_file(path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
-    let file = File::open(path)?;
+    count_open(File::open(path)?, format)
+}
+
+/// Counts the records of an open file.
+pub fn count_open(file: File, format: RecordFormat) -> io::Result<RecordStats> {
     advise_sequential(&file);
     if format == RecordFormat::Json {
         return count_json_document(file);

@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::atomic::write_atomic_hint;
 use crate::catalog::STATE_DIR;
 use crate::error::{Error, ErrorCode, Result};
 use crate::sidecar::status::InvalidatedSidecar;
+use crate::warehouse::{Dir, Replace};
 use rotation::{STATE_SCHEMA, Sealed, ShardState};
 
 /// Setting this to `1` makes writers pack by default.
@@ -275,6 +275,10 @@ pub struct Writer {
     session: SessionId,
     format: ShardFormat,
     state_path: PathBuf,
+    /// The directory holding the hint, opened once without following a
+    /// symlink anywhere below the warehouse.
+    state_dir: Dir,
+    state_name: String,
     /// Where this writer's last append ended (`None` before the first).
     memory: Option<ShardState>,
     /// The memory differs from the hint on disk.
@@ -300,12 +304,15 @@ impl Writer {
     pub fn open(store: &Path, session: &str, format: ShardFormat) -> Result<Writer> {
         let session = SessionId::parse(session)?;
         let store = open_store(store)?;
-        let state_path = state_path(&store, &session)?;
+        let (state_dir, state_name) = open_state_dir(&store, &session)?;
+        let state_path = state_dir.path().join(&state_name);
         Ok(Writer {
             store,
             session,
             format,
             state_path,
+            state_dir,
+            state_name,
             memory: None,
             dirty: false,
             flushed_at: Instant::now(),
@@ -314,15 +321,26 @@ impl Writer {
 
     /// The state hint as it is on disk now (`None` if unusable).
     pub fn load_state(&self) -> Option<ShardState> {
-        fs::read(&self.state_path)
-            .ok()
-            .and_then(|bytes| rotation::parse_state(&bytes))
+        let (bytes, _) = self
+            .state_dir
+            .read_capped(&self.state_name, HINT_CAP)
+            .ok()??;
+        rotation::parse_state(&bytes)
     }
 
     /// Replaces the state hint on disk (temp file + rename).
     pub fn save_state(&self, state: &ShardState) -> Result<()> {
         let bytes = serde_json::to_vec(state).expect("a state always serialises");
-        write_atomic_hint(&self.state_path, &bytes).map_err(|e| Error::io(&self.state_path, &e))
+        let how = Replace {
+            durable: false,
+            mode: 0o600,
+            keep_owner: false,
+            sweep_temps: false,
+            expect: None,
+        };
+        self.state_dir
+            .replace(&self.state_name, &bytes, how)
+            .map_err(|e| Error::io(&self.state_path, &e))
     }
 
     /// Appends one already validated record (see [`validate_record`]).
@@ -535,17 +553,36 @@ fn open_store(store: &Path) -> Result<PathBuf> {
     fs::canonicalize(store).map_err(|e| Error::io(store, &e))
 }
 
+/// A state hint is a few hundred bytes; more is not a hint.
+const HINT_CAP: u64 = 64 << 10;
+
 /// Where the writer state of `session` in `store` lives:
 /// `<warehouse>/.pchronicle/shards/<store relative to it>/<session>.json`.
 pub fn state_path(store: &Path, session: &SessionId) -> Result<PathBuf> {
+    open_state_dir(store, session).map(|(dir, name)| dir.path().join(name))
+}
+
+/// The directory of the writer state of `session` in `store`, created and
+/// opened one component at a time from the warehouse (never through a
+/// symlink), and the hint's name in it.
+fn open_state_dir(store: &Path, session: &SessionId) -> Result<(Dir, String)> {
     let warehouse = store
         .ancestors()
-        .find(|dir| dir.join(STATE_DIR).is_dir())
+        .find(|dir| fs::symlink_metadata(dir.join(STATE_DIR)).is_ok_and(|m| m.is_dir()))
         .unwrap_or(store);
     let rel = store.strip_prefix(warehouse).unwrap_or(Path::new(""));
-    let dir = warehouse.join(STATE_DIR).join("shards").join(rel);
-    fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, &e))?;
-    Ok(dir.join(format!("{}.json", session.as_str())))
+    let shown = warehouse.join(STATE_DIR).join("shards").join(rel);
+    let opened = (|| {
+        let mut dir = Dir::open_root(warehouse)?
+            .create_dir(STATE_DIR, 0o755)?
+            .create_dir("shards", 0o755)?;
+        for name in crate::warehouse::components(rel)? {
+            dir = dir.create_dir(name, 0o755)?;
+        }
+        Ok::<_, std::io::Error>(dir)
+    })()
+    .map_err(|e| Error::io(&shown, &e))?;
+    Ok((opened, format!("{}.json", session.as_str())))
 }
 
 /// Why the rule sealed a shard, for logs and tests.

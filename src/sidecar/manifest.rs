@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use super::build::{BuildReport, index_path};
 use super::format::{IndexReader, KeyType};
-use super::{command, manifest_path, rebuild_command};
-use crate::atomic::write_atomic;
+use super::{MANIFEST_SUFFIX, command, manifest_path, rebuild_command};
 use crate::error::{Error, ErrorCode, Result};
+use crate::warehouse::{self, CappedError, Dir, Replace};
 
 pub const SCHEMA: u32 = 1;
 
@@ -62,42 +62,86 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The directory holding the record file `cohort` (named from outside),
+/// and the record file's name in it.
+pub(crate) fn open_parent(cohort: &Path) -> Result<(Dir, String)> {
+    Dir::open_parent_of(cohort).map_err(|e| Error::io(cohort, &e))
+}
+
 /// The manifest of `cohort`, `None` when there is none.
 pub fn read(cohort: &Path) -> Result<Option<IndexManifest>> {
-    let path = manifest_path(cohort);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(&path, &e)),
+    let (dir, name) = open_parent(cohort)?;
+    read_in(&dir, &name)
+}
+
+/// The manifest of the record file `cohort` of `dir`, `None` when there is
+/// none. Every index file it names must be a plain name beside the record
+/// file: a manifest naming `../x` or `/x` is invalid, never followed.
+pub fn read_in(dir: &Dir, cohort: &str) -> Result<Option<IndexManifest>> {
+    let name = format!("{cohort}{MANIFEST_SUFFIX}");
+    let path = dir.path().join(&name);
+    let bytes = match dir.read_capped(&name, warehouse::INDEX_MANIFEST_CAP) {
+        Ok(Some((bytes, _))) => bytes,
+        Ok(None) => return Ok(None),
+        Err(CappedError::TooLarge { cap }) => {
+            return Err(Error::at(
+                ErrorCode::MetadataTooLarge,
+                &path,
+                format!("larger than the {cap}-byte limit for an index manifest"),
+            ));
+        }
+        Err(CappedError::NotRegular) => {
+            return Err(Error::at(
+                ErrorCode::NotRegularFile,
+                &path,
+                "the index manifest is not a regular file",
+            ));
+        }
+        Err(CappedError::Io(e)) => return Err(Error::io(&path, &e)),
     };
-    let manifest: IndexManifest = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::at(
-            ErrorCode::IndexManifestInvalid,
-            &path,
-            format!("not a valid index manifest: {e}"),
-        )
-    })?;
+    let invalid = |message: String| Error::at(ErrorCode::IndexManifestInvalid, &path, message);
+    let manifest: IndexManifest = serde_json::from_slice(&bytes)
+        .map_err(|e| invalid(format!("not a valid index manifest: {e}")))?;
     if manifest.schema != SCHEMA {
-        return Err(Error::at(
-            ErrorCode::IndexManifestInvalid,
-            &path,
-            format!("schema {} (this build reads {SCHEMA})", manifest.schema),
-        ));
+        return Err(invalid(format!(
+            "schema {} (this build reads {SCHEMA})",
+            manifest.schema
+        )));
+    }
+    if let Some(entry) = manifest
+        .indexes
+        .iter()
+        .find(|e| !warehouse::is_plain_name(e.file.as_bytes()))
+    {
+        return Err(invalid(format!(
+            "index file {:?} is not a name beside the record file",
+            entry.file
+        )));
     }
     Ok(Some(manifest))
 }
 
 fn write(cohort: &Path, manifest: &IndexManifest) -> Result<()> {
     let path = manifest_path(cohort);
+    let (dir, name) = open_parent(cohort)?;
+    let name = format!("{name}{MANIFEST_SUFFIX}");
     if manifest.indexes.is_empty() {
-        return match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&path, &e)),
-            _ => Ok(()),
-        };
+        return dir
+            .remove_file(&name)
+            .map(drop)
+            .map_err(|e| Error::io(&path, &e));
     }
     let mut bytes = serde_json::to_vec_pretty(manifest).expect("a manifest always serialises");
     bytes.push(b'\n');
-    write_atomic(&path, &bytes).map_err(|e| Error::io(&path, &e))
+    let how = Replace {
+        durable: true,
+        mode: 0o644,
+        keep_owner: true,
+        sweep_temps: true,
+        expect: None,
+    };
+    dir.replace(&name, &bytes, how)
+        .map_err(|e| Error::io(&path, &e))
 }
 
 /// Adds or replaces the entry with the same key. A malformed manifest is
@@ -130,10 +174,10 @@ pub fn remove(cohort: &Path, key: &[String]) -> Result<bool> {
 /// Every index of `cohort`: from the manifest with one read when it
 /// exists (each named file must exist), else from the directory listing.
 pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
-    if let Some(manifest) = read(cohort)? {
+    let (dir, name) = open_parent(cohort)?;
+    if let Some(manifest) = read_in(&dir, &name)? {
         for entry in &manifest.indexes {
-            let path = sibling(cohort, &entry.file);
-            if !path.is_file() {
+            if !dir.stat_at(&entry.file).is_ok_and(|s| s.is_file()) {
                 return Err(Error::at(
                     ErrorCode::IndexManifestStale,
                     manifest_path(cohort),
@@ -148,7 +192,7 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
         }
         return Ok(manifest.indexes);
     }
-    listed(cohort, None)?
+    listed(&dir, &name, None)?
         .into_iter()
         .map(|found| {
             found.map_err(|name| {
@@ -167,15 +211,16 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
 /// of each one that cannot be read as such. `siblings`, the directory's
 /// names sorted, spares listing it when the caller has them.
 pub fn listed(
-    cohort: &Path,
+    dir: &Dir,
+    cohort: &str,
     siblings: Option<&[String]>,
 ) -> Result<Vec<std::result::Result<ManifestEntry, String>>> {
-    let prefix = format!("{}.", file_name(cohort));
+    let prefix = format!("{cohort}.");
     let listing;
     let names = match siblings {
         Some(names) => names,
         None => {
-            listing = list_dir(cohort)?;
+            listing = list_dir(dir)?;
             &listing
         }
     };
@@ -191,9 +236,11 @@ pub fn listed(
         if hash.len() != 16 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
-        let path = sibling(cohort, name);
-        match read_entry(&path, name) {
-            Some(entry) if index_path(cohort, &entry.key) == path => out.push(Ok(entry)),
+        let cohort_path = dir.path().join(cohort);
+        match read_entry(dir, name) {
+            Some(entry) if index_path(&cohort_path, &entry.key) == dir.path().join(name) => {
+                out.push(Ok(entry))
+            }
             _ => out.push(Err(name.clone())),
         }
     }
@@ -208,10 +255,9 @@ pub fn listed(
 
 /// An index file's header as a manifest entry (counts the header does not
 /// hold are 0).
-fn read_entry(path: &Path, name: &str) -> Option<ManifestEntry> {
-    let file = std::fs::File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    let reader = IndexReader::open(&file, len).ok()?;
+fn read_entry(dir: &Dir, name: &str) -> Option<ManifestEntry> {
+    let (file, stat) = dir.open_file(name).ok()?;
+    let reader = IndexReader::open(&file, stat.size).ok()?;
     Some(ManifestEntry {
         file: name.to_string(),
         key: reader.header.key.iter().map(|(n, _)| n.clone()).collect(),
@@ -223,16 +269,12 @@ fn read_entry(path: &Path, name: &str) -> Option<ManifestEntry> {
     })
 }
 
-fn list_dir(cohort: &Path) -> Result<Vec<String>> {
-    let dir = cohort
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, &e))? {
-        let entry = entry.map_err(|e| Error::io(dir, &e))?;
-        names.push(entry.file_name().to_string_lossy().into_owned());
-    }
+fn list_dir(dir: &Dir) -> Result<Vec<String>> {
+    let entries = dir.entries().map_err(|e| Error::io(dir.path(), &e))?;
+    let mut names: Vec<String> = entries
+        .into_iter()
+        .map(|entry| String::from_utf8_lossy(&entry.name).into_owned())
+        .collect();
     names.sort();
     Ok(names)
 }

@@ -7,9 +7,7 @@
 //! already memoised answers, otherwise the state is `unverified` (the next
 //! lookup hashes once; `pchronicle index verify` decides at once).
 
-use std::fs::{File, Metadata};
 use std::io::ErrorKind;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -18,6 +16,7 @@ use super::format::{IndexReader, KeyType};
 use super::manifest::{self, ManifestEntry};
 use super::{lookup, rebuild_command};
 use crate::error::Result;
+use crate::warehouse::{Dir, Stat};
 
 /// What an index is worth against its record file as it is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,23 +73,28 @@ pub struct Indexed {
 /// exists, else the index files found beside the record file (among
 /// `siblings` when the caller already listed the directory). A malformed
 /// manifest is an error, as everywhere.
-pub fn of_cohort(cohort: &Path, siblings: Option<&[String]>) -> Result<Vec<Indexed>> {
-    let cohort_meta = std::fs::metadata(cohort).ok();
-    let cohort_meta = cohort_meta.as_ref().filter(|m| m.is_file());
-    let entries = match manifest::read(cohort)? {
+pub fn of_cohort(dir: &Dir, cohort: &str, siblings: Option<&[String]>) -> Result<Vec<Indexed>> {
+    let cohort_meta = dir.stat_at(cohort).ok().filter(|m| m.is_file());
+    let entries = match manifest::read_in(dir, cohort)? {
         Some(manifest) => manifest.indexes,
-        None => manifest::listed(cohort, siblings)?
+        None => manifest::listed(dir, cohort, siblings)?
             .into_iter()
             .map(|listed| listed.unwrap_or_else(corrupt_entry))
             .collect(),
     };
+    let cohort_path = dir.path().join(cohort);
     Ok(entries
         .into_iter()
         .map(|entry| {
-            let index = cohort.with_file_name(&entry.file);
-            let state = freshness(cohort, cohort_meta, &index, &entry.key);
+            let state = freshness(
+                dir,
+                &cohort_path,
+                cohort_meta.as_ref(),
+                &entry.file,
+                &entry.key,
+            );
             Indexed {
-                index,
+                index: dir.path().join(&entry.file),
                 key: entry.key,
                 types: entry.types,
                 rows: entry.rows,
@@ -114,20 +118,18 @@ fn corrupt_entry(file: String) -> ManifestEntry {
 }
 
 fn freshness(
+    dir: &Dir,
     cohort_path: &Path,
-    cohort: Option<&Metadata>,
-    index: &Path,
+    cohort: Option<&Stat>,
+    index: &str,
     key: &[String],
 ) -> Freshness {
-    let file = match File::open(index) {
-        Ok(file) => file,
+    let (file, stat) = match dir.open_file(index) {
+        Ok(opened) => opened,
         Err(e) if e.kind() == ErrorKind::NotFound => return Freshness::Missing,
         Err(_) => return Freshness::Corrupt,
     };
-    let Ok(len) = file.metadata().map(|m| m.len()) else {
-        return Freshness::Corrupt;
-    };
-    let Ok(reader) = IndexReader::open(&file, len) else {
+    let Ok(reader) = IndexReader::open(&file, stat.size) else {
         return Freshness::Corrupt;
     };
     let header = &reader.header;
@@ -140,7 +142,10 @@ fn freshness(
     if cohort.len() != header.cohort_size {
         return Freshness::Stale;
     }
-    let mtime_ns = cohort.mtime() * 1_000_000_000 + cohort.mtime_nsec();
+    let mtime_ns = cohort
+        .mtime
+        .saturating_mul(1_000_000_000)
+        .saturating_add(cohort.mtime_nsec);
     if mtime_ns == header.cohort_mtime_ns {
         return Freshness::Fresh;
     }
@@ -166,7 +171,8 @@ pub struct InvalidatedSidecar {
 /// The indexes of `changed` that its new content leaves stale or
 /// unverified. Nothing is rebuilt.
 pub fn invalidated(changed: &Path) -> Result<Vec<InvalidatedSidecar>> {
-    Ok(of_cohort(changed, None)?
+    let (dir, name) = manifest::open_parent(changed)?;
+    Ok(of_cohort(&dir, &name, None)?
         .into_iter()
         .filter(|i| matches!(i.state, Freshness::Stale | Freshness::Unverified))
         .map(|i| InvalidatedSidecar {

@@ -12,12 +12,12 @@ pub mod compact;
 pub mod storyline;
 
 use std::io;
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::catalog::manifest::{self, Manifest, ManifestKind};
 use crate::error::Result;
 use crate::records::{RecordFormat, RecordStats};
+use crate::warehouse::Dir;
 
 pub use compact::CompactJsonlStore;
 pub use storyline::StorylineStore;
@@ -30,18 +30,20 @@ pub struct LeafScan {
     pub stats: RecordStats,
 }
 
-/// Counts a record file. The catalog passes its cached counter, so stores
-/// that keep records in plain files (storyline) reuse the refresh cache.
+/// Counts the record file `name` of `dir`. The catalog passes its cached
+/// counter, so stores that keep records in plain files (storyline) reuse
+/// the refresh cache.
 pub trait RecordCounter {
-    fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats>;
+    fn count(&self, dir: &Dir, name: &str, format: RecordFormat) -> io::Result<RecordStats>;
 }
 
 /// Counting without a cache.
 pub struct DirectCounter;
 
 impl RecordCounter for DirectCounter {
-    fn count(&self, path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
-        crate::records::count_file(path, format)
+    fn count(&self, dir: &Dir, name: &str, format: RecordFormat) -> io::Result<RecordStats> {
+        let (file, _) = dir.open_file(name)?;
+        crate::records::count_open(file, format)
     }
 }
 
@@ -57,21 +59,21 @@ pub trait LeafStore: Send + Sync {
 
     /// Whether `dir` is physically a leaf of this format (no manifest is
     /// consulted). Must not recurse below `dir`.
-    fn detect(&self, dir: &Path) -> Result<bool>;
+    fn detect(&self, dir: &Dir) -> Result<bool>;
 
     /// The fingerprint of the current physical revision. Must be cheap: no
     /// scan of the records.
-    fn fingerprint(&self, dir: &Path) -> Result<String>;
+    fn fingerprint(&self, dir: &Dir) -> Result<String>;
 
     /// Stats computed from the physical data.
-    fn scan(&self, dir: &Path, counter: &dyn RecordCounter) -> Result<LeafScan>;
+    fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan>;
 
     /// Writes the leaf's manifest for `scan`, keeping every unknown key of
     /// `existing` when it is a leaf manifest. Only this leaf's manifest is
     /// written, never an ancestor's.
     fn write_manifest(
         &self,
-        dir: &Path,
+        dir: &Dir,
         existing: Option<Manifest>,
         scan: &LeafScan,
     ) -> Result<Manifest> {
@@ -86,11 +88,12 @@ pub trait LeafStore: Send + Sync {
         Ok(manifest)
     }
 
-    /// Makes the leaf's manifest current: when it is missing, unreadable or
-    /// its fingerprint does not match the physical revision, the data is
-    /// scanned and the manifest rewritten in place.
-    fn ensure_manifest(&self, dir: &Path, counter: &dyn RecordCounter) -> Result<Manifest> {
-        let existing = manifest::read(dir).ok().flatten();
+    /// Makes the leaf's manifest current: when it is missing or its
+    /// fingerprint does not match the physical revision, the data is
+    /// scanned and the manifest rewritten in place. A manifest that cannot
+    /// be read is an error, never overwritten.
+    fn ensure_manifest(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<Manifest> {
+        let existing = manifest::read(dir)?;
         let current = self.fingerprint(dir)?;
         if let Some(m) = &existing {
             if m.kind == ManifestKind::Leaf

@@ -7,47 +7,54 @@
 //! `storyline:generation:<name>` identifies the revision, and counting reads
 //! only the current generation's files (not subdirectories, not symlinks).
 
-use std::fs;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-
 use super::{LeafScan, LeafStore, RecordCounter};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::{RecordFormat, RecordStats};
+use crate::warehouse::{self, CappedError, Dir};
 
 pub const FORMAT: &str = "storyline/v1";
 pub const CURRENT_FILE: &str = "CURRENT";
 pub const GENERATIONS_DIR: &str = "generations";
 
-/// `CURRENT` is a one-line pointer; more than this is not a pointer.
-const CURRENT_MAX_BYTES: u64 = 4096;
-
 pub struct StorylineStore;
 
 impl StorylineStore {
-    /// The name of the current generation and its directory.
-    pub fn current_generation(dir: &Path) -> Result<(String, PathBuf)> {
-        let current = dir.join(CURRENT_FILE);
-        let mut text = String::new();
-        fs::File::open(&current)
-            .and_then(|f| f.take(CURRENT_MAX_BYTES).read_to_string(&mut text))
-            .map_err(|e| Error::at(ErrorCode::StorylineCurrentInvalid, &current, e.to_string()))?;
+    /// The name of the current generation and its open directory. The
+    /// generation is reached from `dir` without following a symlink, so a
+    /// planted `generations/<name>` link is refused, not counted.
+    pub fn current_generation(dir: &Dir) -> Result<(String, Dir)> {
+        let current = dir.path().join(CURRENT_FILE);
+        let invalid =
+            |message: String| Error::at(ErrorCode::StorylineCurrentInvalid, &current, message);
+        let text = match dir.read_capped(CURRENT_FILE, warehouse::POINTER_CAP) {
+            Ok(Some((bytes, _))) => String::from_utf8(bytes)
+                .map_err(|_| invalid("CURRENT is not valid UTF-8".into()))?,
+            Ok(None) => return Err(invalid("CURRENT is missing".into())),
+            Err(CappedError::TooLarge { cap }) => {
+                return Err(Error::at(
+                    ErrorCode::MetadataTooLarge,
+                    &current,
+                    format!("larger than the {cap}-byte limit for a pointer file"),
+                ));
+            }
+            Err(e) => return Err(invalid(e.to_string())),
+        };
         let name = text.lines().next().unwrap_or("").trim();
-        let valid = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0']);
-        if !valid {
-            return Err(Error::at(
-                ErrorCode::StorylineCurrentInvalid,
-                &current,
-                format!("{name:?} is not a generation name"),
-            ));
+        if !warehouse::is_plain_name(name.as_bytes()) {
+            return Err(invalid(format!("{name:?} is not a generation name")));
         }
-        let generation = dir.join(GENERATIONS_DIR).join(name);
-        match fs::symlink_metadata(&generation) {
-            Ok(meta) if meta.is_dir() => Ok((name.to_string(), generation)),
-            _ => Err(Error::at(
+        let generation = dir.path().join(GENERATIONS_DIR).join(name);
+        let opened = dir
+            .open_dir(GENERATIONS_DIR)
+            .and_then(|generations| generations.open_dir(name));
+        match opened {
+            Ok(opened) => Ok((name.to_string(), opened)),
+            Err(e) => Err(Error::at(
                 ErrorCode::StorylineGenerationMissing,
                 &generation,
-                format!("CURRENT names generation {name:?}, which is not a directory"),
+                format!(
+                    "CURRENT names generation {name:?}, which is not a directory of the leaf ({e})"
+                ),
             )),
         }
     }
@@ -66,37 +73,44 @@ impl LeafStore for StorylineStore {
         &[CURRENT_FILE]
     }
 
-    fn detect(&self, dir: &Path) -> Result<bool> {
-        Ok(fs::symlink_metadata(dir.join(CURRENT_FILE)).is_ok_and(|m| m.is_file()))
+    fn detect(&self, dir: &Dir) -> Result<bool> {
+        Ok(dir.stat_at(CURRENT_FILE).is_ok_and(|m| m.is_file()))
     }
 
-    fn fingerprint(&self, dir: &Path) -> Result<String> {
+    fn fingerprint(&self, dir: &Dir) -> Result<String> {
         Self::current_generation(dir).map(|(name, _)| fingerprint_of(&name))
     }
 
-    fn scan(&self, dir: &Path, counter: &dyn RecordCounter) -> Result<LeafScan> {
+    fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan> {
         let (name, generation) = Self::current_generation(dir)?;
         let mut files = Vec::new();
-        for entry in fs::read_dir(&generation).map_err(|e| Error::io(&generation, &e))? {
-            let entry = entry.map_err(|e| Error::io(&generation, &e))?;
-            let Ok(file_name) = entry.file_name().into_string() else {
+        let entries = generation
+            .entries()
+            .map_err(|e| Error::io(generation.path(), &e))?;
+        for entry in entries {
+            let Ok(file_name) = String::from_utf8(entry.name) else {
                 continue;
             };
             let format = match RecordFormat::from_name(&file_name) {
                 Some(f @ (RecordFormat::Jsonl | RecordFormat::Jsonseq)) => f,
                 _ => continue,
             };
-            if entry.file_type().is_ok_and(|t| t.is_file()) {
+            if entry.is_file {
                 files.push((file_name, format));
             }
         }
         files.sort();
         let mut stats = RecordStats::default();
         for (file_name, format) in files {
-            let path = generation.join(&file_name);
             let counted = counter
-                .count(&path, format)
-                .map_err(|e| Error::at(ErrorCode::RecordFileUnreadable, &path, e.to_string()))?;
+                .count(&generation, &file_name, format)
+                .map_err(|e| {
+                    Error::at(
+                        ErrorCode::RecordFileUnreadable,
+                        &generation.path().join(&file_name),
+                        e.to_string(),
+                    )
+                })?;
             stats.merge(&counted);
         }
         Ok(LeafScan {
@@ -110,6 +124,11 @@ impl LeafStore for StorylineStore {
 mod tests {
     use super::*;
     use crate::store::DirectCounter;
+    use std::fs;
+
+    fn open(dir: &tempfile::TempDir) -> Dir {
+        Dir::open_root(dir.path()).unwrap()
+    }
 
     fn leaf(current: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -127,7 +146,7 @@ mod tests {
     #[test]
     fn counts_only_the_current_generation() {
         let dir = leaf("g2\n");
-        let scan = StorylineStore.scan(dir.path(), &DirectCounter).unwrap();
+        let scan = StorylineStore.scan(&open(&dir), &DirectCounter).unwrap();
         assert_eq!(scan.fingerprint, "storyline:generation:g2");
         assert_eq!((scan.stats.record_count, scan.stats.failed_count), (4, 1));
     }
@@ -142,7 +161,7 @@ mod tests {
         ] {
             let dir = leaf(current);
             assert_eq!(
-                StorylineStore.fingerprint(dir.path()).unwrap_err().code,
+                StorylineStore.fingerprint(&open(&dir)).unwrap_err().code,
                 code,
                 "{current:?}"
             );
@@ -153,11 +172,34 @@ mod tests {
     fn ensure_manifest_writes_then_trusts() {
         let dir = leaf("g2");
         let m = StorylineStore
-            .ensure_manifest(dir.path(), &DirectCounter)
+            .ensure_manifest(&open(&dir), &DirectCounter)
             .unwrap();
         assert_eq!(m.fingerprint.as_deref(), Some("storyline:generation:g2"));
         assert_eq!(m.stats.unwrap().record_count, 4);
-        let again = crate::catalog::manifest::read(dir.path()).unwrap().unwrap();
+        let again = crate::catalog::manifest::read(&open(&dir))
+            .unwrap()
+            .unwrap();
         assert_eq!(again, m);
+    }
+
+    #[test]
+    fn a_planted_generation_symlink_is_not_counted() {
+        let dir = leaf("g3\n");
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret.jsonl"), "{}\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("generations/g3")).unwrap();
+        let err = StorylineStore
+            .scan(&open(&dir), &DirectCounter)
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::StorylineGenerationMissing);
+        // The same through a symlinked `generations/` directory.
+        let dir = leaf("g2\n");
+        fs::rename(dir.path().join("generations"), dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("generations"))
+            .unwrap();
+        let err = StorylineStore
+            .scan(&open(&dir), &DirectCounter)
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::StorylineGenerationMissing);
     }
 }

@@ -53,7 +53,7 @@ fn current_file_makes_a_storyline_leaf_and_is_repaired() {
         preview_of(&first).fingerprint.as_deref(),
         Some("storyline:generation:g2")
     );
-    let written = manifest::read(&w.abs("s")).unwrap().unwrap();
+    let written = manifest::read_at(&w.abs("s")).unwrap().unwrap();
     assert_eq!(
         written.fingerprint.as_deref(),
         Some("storyline:generation:g2")
@@ -222,10 +222,10 @@ fn stale_manifest_repair_keeps_unknown_keys() {
 }
 
 #[test]
-fn failed_repair_falls_back_to_the_scan() {
+fn an_unreadable_manifest_is_kept_and_the_leaf_counted_from_its_data() {
     let w = Warehouse::new();
-    // A directory where the manifest should be: unreadable, and a rename
-    // over it fails, even for root.
+    // A directory where the manifest should be: unreadable, and never
+    // replaced.
     w.storyline("s", 3).dir("s/chronicle.manifest/blocker");
     let listing = w.catalog().list(Path::new("s")).unwrap();
     let preview = preview_of(&listing);
@@ -234,8 +234,38 @@ fn failed_repair_falls_back_to_the_scan() {
     let codes: Vec<_> = listing.warnings.iter().map(|w| w.code).collect();
     assert_eq!(
         codes,
-        [ErrorCode::ManifestUnreadable, ErrorCode::ManifestWrite]
+        [ErrorCode::ManifestUnreadable, ErrorCode::ManifestKept]
     );
+    assert!(w.abs("s/chronicle.manifest/blocker").is_dir());
+}
+
+#[test]
+fn failed_repair_falls_back_to_the_scan() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: needs root to read as a user who cannot write");
+        return;
+    }
+    let w = Warehouse::new();
+    w.storyline("s", 3);
+    std::fs::set_permissions(
+        w.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // Another user may read the leaf but not write its manifest.
+    let viewer = pchronicle::warehouse::Viewer {
+        uid: 4242,
+        gid: 4242,
+        groups: Vec::new(),
+    };
+    let catalog = w.catalog().viewed_by(viewer).unwrap();
+    let listing = catalog.list(Path::new("s")).unwrap();
+    let preview = preview_of(&listing);
+    assert_eq!(preview.counts.record_count, Some(3));
+    assert_eq!(preview.stats_origin, StatsOrigin::Scan);
+    let codes: Vec<_> = listing.warnings.iter().map(|w| w.code).collect();
+    assert_eq!(codes, [ErrorCode::ManifestWrite]);
+    assert!(!w.abs("s/chronicle.manifest").exists());
 }
 
 #[test]

@@ -6,14 +6,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use pchronicle::catalog::counts::Loaded;
-use pchronicle::catalog::{Catalog, CatalogOptions, Stats};
+use pchronicle::catalog::{Catalog, CatalogOptions, CountCachePlace, Stats};
 use pchronicle::error::ErrorCode;
 
 use crate::support::{Warehouse, jsonl, settle};
 
 fn options(file: &Path) -> CatalogOptions {
     CatalogOptions {
-        count_cache: Some(file.to_path_buf()),
+        count_cache: CountCachePlace::File(file.to_path_buf()),
         ..CatalogOptions::default()
     }
 }
@@ -102,7 +102,7 @@ fn a_newer_schema_is_refused_and_left_untouched() {
 }
 
 #[test]
-fn damaged_or_unrelated_files_are_rebuilt() {
+fn damaged_caches_are_rebuilt() {
     let (wh, file) = warehouse();
     let expected = warm(&wh, &file);
     let good = fs::read(&file).unwrap();
@@ -112,10 +112,7 @@ fn damaged_or_unrelated_files_are_rebuilt() {
     for (what, bytes) in [
         ("damaged", damaged),
         ("truncated", good[..good.len() - 3].to_vec()),
-        (
-            "unrelated",
-            b"schema_version = 1\nkind = \"leaf\"\n".to_vec(),
-        ),
+        ("header only", good[..10].to_vec()),
         ("empty", Vec::new()),
     ] {
         fs::write(&file, &bytes).unwrap();
@@ -134,6 +131,25 @@ fn damaged_or_unrelated_files_are_rebuilt() {
             "{what}: rebuilt"
         );
     }
+}
+
+#[test]
+fn a_file_that_is_not_a_count_cache_is_never_overwritten() {
+    let (wh, file) = warehouse();
+    let unrelated = b"schema_version = 1\nkind = \"leaf\"\n".to_vec();
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, &unrelated).unwrap();
+    let err = Catalog::new(wh.path(), options(&file)).err().unwrap();
+    assert_eq!(err.code, ErrorCode::CountCacheForeign);
+    assert_eq!(fs::read(&file).unwrap(), unrelated);
+    // Nor is a symlink there followed, for reading or for writing.
+    let victim = wh.path().join("victim.txt");
+    fs::write(&victim, "keep").unwrap();
+    fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&victim, &file).unwrap();
+    let err = Catalog::new(wh.path(), options(&file)).err().unwrap();
+    assert_eq!(err.code, ErrorCode::CountCacheForeign);
+    assert_eq!(fs::read(&victim).unwrap(), b"keep");
 }
 
 #[test]

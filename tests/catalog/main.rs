@@ -5,6 +5,7 @@ mod classification;
 mod compact;
 mod count_cache;
 mod docs;
+mod hostile;
 mod lance_surface_guards;
 mod malformed;
 mod open;

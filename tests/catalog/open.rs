@@ -361,13 +361,13 @@ fn list_with_meta_pairs_each_entry_with_its_own_stat() {
     assert_eq!(listing.entries.len(), metas.len());
     for (entry, meta) in listing.entries.iter().zip(&metas) {
         let under = std::fs::symlink_metadata(wh.abs(entry.name())).unwrap();
-        assert_eq!(meta.ino(), under.ino(), "{}", entry.name());
+        assert_eq!(meta.ino, under.ino(), "{}", entry.name());
         assert_eq!(meta.is_dir(), entry.kind() != NodeKind::File);
     }
     let (leaf, leaf_metas) = catalog.list_with_meta(Path::new("leaf")).unwrap();
     assert_eq!(leaf.kind, NodeKind::Dataset);
     assert_eq!(
-        leaf_metas[0].ino(),
+        leaf_metas[0].ino,
         std::fs::metadata(wh.abs("leaf")).unwrap().ino()
     );
 }

@@ -129,7 +129,7 @@ fn rfc5_updating_a_leaf_manifest_never_touches_parent_branches() {
         ..RecordStats::default()
     };
     Manifest::leaf("compact-jsonl/v1", "lance:version:4", stats)
-        .write(&w.abs("team/codex_jsonl"))
+        .write_at(&w.abs("team/codex_jsonl"))
         .unwrap();
     let listing = catalog.list(Path::new("team")).unwrap();
     let Entry::Dataset { preview, .. } = &listing.entries[1] else {

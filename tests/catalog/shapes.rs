@@ -12,8 +12,7 @@ fn shaped_warehouse() -> Warehouse {
         "{\"ts\":\"2026-01-01T00:00:00Z\"}\n{\"torn\n",
     )
     .file("p=1/b.txt", "hello")
-    .storyline("s", 2)
-    .branch("s");
+    .storyline("s", 2);
     pchronicle::sidecar::build_index(&w.abs("p=1/a.jsonl"), &["ts".to_string()]).unwrap();
     // Make the leaf's manifest current before the CLI looks.
     w.catalog().open(std::path::Path::new(".")).unwrap();

@@ -13,6 +13,7 @@ use pchronicle::catalog::{Catalog, CatalogOptions};
 use pchronicle::error::{Error, ErrorCode, Result};
 use pchronicle::records::{RecordFormat, RecordStats};
 use pchronicle::store::{LeafScan, LeafStore, RecordCounter, Stores, StorylineStore};
+use pchronicle::warehouse::Dir;
 
 /// `n` JSON Lines records with epoch-second timestamps from `first_ts`.
 pub fn jsonl(n: usize, first_ts: i64) -> String {
@@ -99,7 +100,7 @@ impl Warehouse {
             &format!("lance:version:{version}"),
             stats,
         )
-        .write(&self.abs(rel))
+        .write_at(&self.abs(rel))
         .unwrap();
         self
     }
@@ -175,36 +176,40 @@ impl LeafStore for FakeCompactStore {
         &["_versions"]
     }
 
-    fn detect(&self, dir: &Path) -> Result<bool> {
+    fn detect(&self, dir: &Dir) -> Result<bool> {
         self.detects.fetch_add(1, Ordering::SeqCst);
-        Ok(
-            fs::read_to_string(dir.join("_versions/.format"))
-                .is_ok_and(|f| f == "compact-jsonl/v1"),
-        )
+        let format = dir
+            .open_dir("_versions")
+            .ok()
+            .and_then(|versions| versions.read_capped(".format", 64).ok().flatten());
+        Ok(format.is_some_and(|(bytes, _)| bytes == b"compact-jsonl/v1"))
     }
 
-    fn fingerprint(&self, dir: &Path) -> Result<String> {
-        let versions = dir.join("_versions");
-        let latest = fs::read_dir(&versions)
-            .map_err(|e| Error::io(&versions, &e))?
+    fn fingerprint(&self, dir: &Dir) -> Result<String> {
+        let path = dir.path().join("_versions");
+        let latest = dir
+            .open_dir("_versions")
+            .and_then(|versions| versions.entries())
+            .map_err(|e| Error::io(&path, &e))?
+            .into_iter()
             .filter_map(|e| {
-                e.ok()?
-                    .file_name()
-                    .to_str()?
+                std::str::from_utf8(&e.name)
+                    .ok()?
                     .strip_suffix(".manifest")?
                     .parse::<u64>()
                     .ok()
             })
             .max()
-            .ok_or_else(|| Error::at(ErrorCode::Io, &versions, "no versions"))?;
+            .ok_or_else(|| Error::at(ErrorCode::Io, &path, "no versions"))?;
         Ok(format!("lance:version:{latest}"))
     }
 
-    fn scan(&self, dir: &Path, counter: &dyn RecordCounter) -> Result<LeafScan> {
+    fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan> {
         self.scans.fetch_add(1, Ordering::SeqCst);
-        let rows = dir.join("data/rows.jsonl");
-        let stats = counter
-            .count(&rows, RecordFormat::Jsonl)
+        let rows = dir.path().join("data/rows.jsonl");
+        let stats = dir
+            .open_dir("data")
+            .and_then(|data| counter.count(&data, "rows.jsonl", RecordFormat::Jsonl))
             .map_err(|e| Error::io(&rows, &e))?;
         Ok(LeafScan {
             fingerprint: self.fingerprint(dir)?,

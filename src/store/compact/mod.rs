@@ -40,6 +40,7 @@ use super::{LeafScan, LeafStore, RecordCounter};
 use crate::catalog::manifest::{self, Manifest, ManifestKind};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
+use crate::warehouse::Dir;
 
 pub use import::{ImportMode, ImportReport};
 
@@ -54,6 +55,18 @@ pub const DEFAULT_OFFLOAD_THRESHOLD: usize = 1 << 20;
 /// that a Lance upgrade does not silently change what is written. 2.1 is
 /// readable by every Lance release since it became stable.
 pub const DATA_STORAGE_VERSION: LanceFileVersion = LanceFileVersion::V2_1;
+
+/// The entries of a Lance dataset Lance opens by path; each must be a real
+/// directory holding only regular files (see
+/// [`CompactJsonlStore::check_interiors`]).
+const LANCE_INTERIORS: [&str; 6] = [
+    versions::VERSIONS_DIR,
+    "data",
+    OFFLOAD_DIR,
+    "_transactions",
+    "_deletions",
+    "_indices",
+];
 
 /// Lance's fragment-metadata cache, shared by every dataset opened.
 const METADATA_CACHE_BYTES: usize = 32 << 20;
@@ -196,7 +209,9 @@ impl CompactJsonlStore {
                         .column_by_name("failed")
                         .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
                     {
-                        stats.failed_count += failed.true_count() as u64;
+                        stats.failed_count = stats
+                            .failed_count
+                            .saturating_add(failed.true_count() as u64);
                     }
                     if let Some(times) = batch
                         .column_by_name("timestamp")
@@ -221,11 +236,43 @@ impl CompactJsonlStore {
     /// unknown keys of an existing leaf manifest.
     pub fn publish_manifest(&self, dir: &Path) -> Result<Manifest> {
         let scan = self.dataset_stats(dir)?;
-        let existing = manifest::read(dir)
-            .ok()
-            .flatten()
-            .filter(|m| m.kind == ManifestKind::Leaf);
-        self.write_manifest(dir, existing, &scan)
+        let opened = Dir::open_root(dir).map_err(|e| Error::io(dir, &e))?;
+        // A manifest that cannot be read is reported, never overwritten.
+        let existing = manifest::read(&opened)?.filter(|m| m.kind == ManifestKind::Leaf);
+        self.write_manifest(&opened, existing, &scan)
+    }
+
+    /// Refuses a dataset whose Lance interiors are not plain: Lance opens
+    /// them by path, so a symlinked directory, or a symlink, FIFO or device
+    /// among their files, would make it read elsewhere or block. Each
+    /// interior directory is opened without following a symlink (and as
+    /// the viewer, when there is one) and its entries are typed from the
+    /// listing; `_indices` holds one directory per index.
+    fn check_interiors(dir: &Dir) -> Result<()> {
+        for name in LANCE_INTERIORS {
+            let path = dir.path().join(name);
+            let refuse = |why: &str| Error::at(ErrorCode::NotRegularFile, &path, why.to_string());
+            let interior = match dir.open_dir(name) {
+                Ok(interior) => interior,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+                    return Err(refuse(
+                        "a Lance dataset's interior must be a real directory, not a symlink or file",
+                    ));
+                }
+                Err(e) => return Err(Error::io(&path, &e)),
+            };
+            let odd = interior
+                .first_unplain(name == "_indices")
+                .map_err(|e| Error::io(&path, &e))?;
+            if let Some(entry) = odd {
+                return Err(refuse(&format!(
+                    "{} in a Lance dataset's interior is not a regular file",
+                    String::from_utf8_lossy(&entry)
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -257,20 +304,23 @@ impl LeafStore for CompactJsonlStore {
         &[versions::VERSIONS_DIR]
     }
 
-    fn detect(&self, dir: &Path) -> Result<bool> {
-        let has_versions =
-            std::fs::symlink_metadata(dir.join(versions::VERSIONS_DIR)).is_ok_and(|m| m.is_dir());
-        if !has_versions || versions::latest_version(dir).is_err() {
+    fn detect(&self, dir: &Dir) -> Result<bool> {
+        let has_versions = dir
+            .stat_at(versions::VERSIONS_DIR)
+            .is_ok_and(|m| m.is_dir());
+        if !has_versions || versions::latest_version_in(dir).is_err() {
             return Ok(false);
         }
-        Ok(Self::is_compact(&self.open(dir)?))
+        Self::check_interiors(dir)?;
+        Ok(Self::is_compact(&self.open(dir.path())?))
     }
 
-    fn fingerprint(&self, dir: &Path) -> Result<String> {
-        versions::latest_version(dir).map(fingerprint_of)
+    fn fingerprint(&self, dir: &Dir) -> Result<String> {
+        versions::latest_version_in(dir).map(fingerprint_of)
     }
 
-    fn scan(&self, dir: &Path, _counter: &dyn RecordCounter) -> Result<LeafScan> {
-        self.dataset_stats(dir)
+    fn scan(&self, dir: &Dir, _counter: &dyn RecordCounter) -> Result<LeafScan> {
+        Self::check_interiors(dir)?;
+        self.dataset_stats(dir.path())
     }
 }

@@ -9,10 +9,10 @@
 //! versions and are skipped. The `lance_surface_guards` tests pin this
 //! against the Lance version the crate is built with.
 
-use std::fs;
 use std::path::Path;
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::warehouse::Dir;
 
 /// Lance's directory of version manifests inside a dataset.
 pub const VERSIONS_DIR: &str = "_versions";
@@ -34,18 +34,27 @@ pub fn version_of(file_name: &str) -> Option<u64> {
     }
 }
 
-/// The newest committed version of the dataset at `dir`.
+/// The newest committed version of the dataset at `dir` (a path named
+/// from outside).
 pub fn latest_version(dir: &Path) -> Result<u64> {
-    let versions = dir.join(VERSIONS_DIR);
-    let entries = fs::read_dir(&versions).map_err(|e| Error::io(&versions, &e))?;
-    let mut latest = None;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&versions, &e))?;
-        if let Some(version) = entry.file_name().to_str().and_then(version_of) {
-            latest = latest.max(Some(version));
-        }
-    }
-    latest.ok_or_else(|| Error::at(ErrorCode::Lance, &versions, "no committed version manifest"))
+    let opened = Dir::open_root(dir).map_err(|e| Error::io(dir, &e))?;
+    latest_version_in(&opened)
+}
+
+/// The newest committed version of the dataset `dir`; `_versions` must be
+/// a real directory of it, never a symlink.
+pub fn latest_version_in(dir: &Dir) -> Result<u64> {
+    let path = dir.path().join(VERSIONS_DIR);
+    let entries = dir
+        .open_dir(VERSIONS_DIR)
+        .and_then(|versions| versions.entries())
+        .map_err(|e| Error::io(&path, &e))?;
+    let latest = entries
+        .iter()
+        .filter(|entry| entry.is_file)
+        .filter_map(|entry| std::str::from_utf8(&entry.name).ok().and_then(version_of))
+        .max();
+    latest.ok_or_else(|| Error::at(ErrorCode::Lance, &path, "no committed version manifest"))
 }
 
 #[cfg(test)]
