@@ -15,17 +15,6 @@ use std::time::{Duration, Instant};
 use crate::harness::{Mounted, bin, empty_mount_point};
 use crate::support::{Warehouse, jsonl};
 
-fn mkfifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o666),
-        0,
-    )
-    .unwrap();
-}
-
 /// Reads `path` on another thread; `None` when it takes longer than
 /// `limit` (the reader is left behind: that is the failure).
 fn read_within(path: PathBuf, limit: Duration) -> Option<std::io::Result<Vec<u8>>> {
@@ -42,12 +31,12 @@ fn fifos_and_devices_where_metadata_belongs_never_hang_the_mount() {
     for i in 0..4 {
         let leaf = format!("leaf{i}");
         wh.storyline(&leaf, 2);
-        mkfifo(&wh.abs(&format!("{leaf}/chronicle.manifest")));
+        wh.fifo(&format!("{leaf}/chronicle.manifest"));
     }
     wh.storyline("zero", 2);
     wh.symlink("/dev/zero", "zero/chronicle.manifest");
     wh.file("a.jsonl", jsonl(1, 0));
-    mkfifo(&wh.abs("a.jsonl.indexes.json"));
+    wh.fifo("a.jsonl.indexes.json");
     let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", "0"]) else {
         return;
     };
@@ -83,24 +72,7 @@ fn a_directory_swapped_for_a_symlink_never_serves_outside_bytes() {
         return;
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let swapper = {
-        let (dir, stop) = (wh.abs("d"), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let mut swaps = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                rustix::fs::renameat_with(
-                    rustix::fs::CWD,
-                    dir.join("a"),
-                    rustix::fs::CWD,
-                    dir.join("b"),
-                    rustix::fs::RenameFlags::EXCHANGE,
-                )
-                .unwrap();
-                swaps += 1;
-            }
-            swaps
-        })
-    };
+    let swapper = wh.swapper("d", &stop);
     let (mut served, mut rendered) = (0, 0);
     let until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < until {

@@ -10,7 +10,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Replaces `path` with `bytes` atomically and durably.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -53,20 +52,12 @@ fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     result
 }
 
-/// A name no other writer uses: pid plus a process-wide counter plus time,
-/// hidden with a leading dot.
+/// A name no other writer uses, beside the target (see
+/// [`crate::warehouse`], whose writes name their temp files the same way).
 fn temp_path(dir: &Path, target: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dir.join(format!(".{name}.tmp.{}.{n}.{nanos}", std::process::id()))
+    dir.join(crate::warehouse::temp_name(
+        target.file_name().unwrap_or_default(),
+    ))
 }
 
 #[cfg(test)]

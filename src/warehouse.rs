@@ -162,6 +162,27 @@ impl std::fmt::Display for CappedError {
     }
 }
 
+impl CappedError {
+    /// This failure as a coded error about the metadata file `path` (`what`
+    /// it is, for the message): past the cap it is
+    /// `PCHRONICLE_METADATA_TOO_LARGE`; anything else is for `other` to say.
+    pub fn into_error(
+        self,
+        path: &Path,
+        what: &str,
+        other: impl FnOnce(CappedError) -> crate::error::Error,
+    ) -> crate::error::Error {
+        match self {
+            CappedError::TooLarge { cap } => crate::error::Error::at(
+                crate::error::ErrorCode::MetadataTooLarge,
+                path,
+                format!("larger than the {cap}-byte limit for {what}"),
+            ),
+            other_error => other(other_error),
+        }
+    }
+}
+
 /// One entry of a directory listing, typed from `getdents` (no stat):
 /// always a directory or a regular file.
 #[derive(Debug)]
@@ -239,7 +260,9 @@ fn denied() -> io::Error {
 /// An open directory of a warehouse, with the path it is shown as.
 #[derive(Debug)]
 pub struct Dir {
-    fd: OwnedFd,
+    /// Shared by the handles of one open directory: a clone costs no
+    /// system call.
+    fd: std::sync::Arc<OwnedFd>,
     path: PathBuf,
     stat: Stat,
     /// When set, everything done through this directory (and the
@@ -296,7 +319,7 @@ impl Dir {
         )?;
         let stat = Stat::of(&fd)?;
         Ok(Dir {
-            fd,
+            fd: fd.into(),
             path,
             stat,
             viewer: None,
@@ -372,7 +395,7 @@ impl Dir {
         let fd = rustix::fs::openat(&self.fd, c".", dir_flags(), Mode::empty())?;
         let stat = Stat::of(&fd)?;
         Ok(Dir {
-            fd,
+            fd: fd.into(),
             path: self.path.clone(),
             stat,
             viewer: self.viewer.clone(),
@@ -382,9 +405,20 @@ impl Dir {
     /// Another handle on the same open directory.
     pub fn try_clone(&self) -> io::Result<Dir> {
         Ok(Dir {
-            fd: self.fd.try_clone()?,
+            fd: std::sync::Arc::clone(&self.fd),
             path: self.path.clone(),
             stat: self.stat,
+            viewer: self.viewer.clone(),
+        })
+    }
+
+    /// Another handle on the same open directory, with its stat as of now
+    /// (one `fstat`).
+    pub fn refreshed(&self) -> io::Result<Dir> {
+        Ok(Dir {
+            fd: std::sync::Arc::clone(&self.fd),
+            path: self.path.clone(),
+            stat: self.restat()?,
             viewer: self.viewer.clone(),
         })
     }
@@ -459,7 +493,7 @@ impl Dir {
         // viewer is held to the same, so its walk matches its own.
         self.check(&stat, Access::Read)?;
         Ok(Dir {
-            fd,
+            fd: fd.into(),
             path,
             stat,
             viewer: self.viewer.clone(),
@@ -473,10 +507,15 @@ impl Dir {
     pub fn open_file(&self, name: impl AsRef<OsStr>) -> io::Result<(File, Stat)> {
         let name = name.as_ref();
         let seen = self.stat_at(name)?;
-        if !seen.is_file() {
-            return Err(not_regular());
-        }
-        self.open_file_as(name, &seen)
+        self.open_regular(name, &seen, false)
+    }
+
+    /// Opens `name`, which the caller just saw (with `fstatat`) as the
+    /// regular file `seen`, whatever file it is by the time it is opened,
+    /// as long as that is a regular file too: for readers that take the
+    /// file's own stat (counting) rather than serve a file they showed.
+    pub fn open_seen(&self, name: impl AsRef<OsStr>, seen: &Stat) -> io::Result<(File, Stat)> {
+        self.open_regular(name.as_ref(), seen, false)
     }
 
     /// Opens `name`, which the caller just saw as the regular file
@@ -487,7 +526,12 @@ impl Dir {
         name: impl AsRef<OsStr>,
         expected: &Stat,
     ) -> io::Result<(File, Stat)> {
-        let name = name.as_ref();
+        self.open_regular(name.as_ref(), expected, true)
+    }
+
+    /// Opens `name`, seen as `expected` (which must be a regular file):
+    /// the file opened must be regular, and with `same` the very file seen.
+    fn open_regular(&self, name: &OsStr, expected: &Stat, same: bool) -> io::Result<(File, Stat)> {
         check_name(name)?;
         self.check_search()?;
         if !expected.is_file() {
@@ -505,7 +549,7 @@ impl Dir {
         if !stat.is_file() {
             return Err(not_regular());
         }
-        if !stat.same_file(expected) {
+        if same && !stat.same_file(expected) {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         self.check(&stat, Access::Read)?;
@@ -859,7 +903,7 @@ pub fn read_all_capped(file: File, size: u64, cap: u64) -> Result<Vec<u8>, Cappe
 /// A name no other writer uses: pid, a process-wide counter and the time,
 /// hidden with a leading dot and marked `.tmp.` so a later write can clean
 /// it up.
-fn temp_name(target: &OsStr) -> std::ffi::OsString {
+pub(crate) fn temp_name(target: &OsStr) -> std::ffi::OsString {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()

@@ -13,7 +13,7 @@ use toml_edit::DocumentMut;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
 use crate::records::timestamp::{self, Micros};
-use crate::warehouse::{self, CappedError, Dir, Replace};
+use crate::warehouse::{self, Dir, Replace};
 
 /// The sidecar's exact file name.
 pub const MANIFEST_FILE: &str = "chronicle.manifest";
@@ -255,19 +255,10 @@ pub fn read(dir: &Dir) -> Result<Option<Manifest>> {
     let (bytes, stat) = match dir.read_capped(MANIFEST_FILE, warehouse::MANIFEST_CAP) {
         Ok(Some(read)) => read,
         Ok(None) => return Ok(None),
-        Err(CappedError::TooLarge { cap }) => {
-            return Err(Error::at(
-                ErrorCode::MetadataTooLarge,
-                &path,
-                format!("larger than the {cap}-byte limit for a manifest"),
-            ));
-        }
         Err(e) => {
-            return Err(Error::at(
-                ErrorCode::ManifestUnreadable,
-                &path,
-                e.to_string(),
-            ));
+            return Err(e.into_error(&path, "a manifest", |e| {
+                Error::at(ErrorCode::ManifestUnreadable, &path, e.to_string())
+            }));
         }
     };
     let text = String::from_utf8(bytes)

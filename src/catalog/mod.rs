@@ -707,7 +707,7 @@ impl Catalog {
         // cached or not.
         let counted = dir
             .check_readable(meta)
-            .and_then(|()| self.count_identified(dir, name, id, format, Some(renames)));
+            .and_then(|()| self.count_identified(dir, name, meta, format, Some(renames)));
         let (counts, trusted, origin, warnings, counted) = match counted {
             Ok((stats, counted)) => (
                 Counts::from(stats),
@@ -761,7 +761,7 @@ impl Catalog {
                     self.files.forget(&key);
                 }
                 let meta = dir.stat_at(name)?;
-                self.read_counts(&dir, name, FileId::of(&meta), format)
+                self.read_counts(&dir, name, &meta, format)
             });
             match counted {
                 Ok(stats) => source.counts = Counts::from(stats),
@@ -784,10 +784,11 @@ impl Catalog {
         &self,
         dir: &Dir,
         name: &str,
-        id: FileId,
+        meta: &Stat,
         format: RecordFormat,
         renames: Option<&mut Option<RenameIndex>>,
     ) -> io::Result<(RecordStats, Counted)> {
+        let id = FileId::of(meta);
         if let Some(key) = self.cache_key(dir, name) {
             if let Some(stats) = self.files.get(&key, id) {
                 return Ok((stats, Counted::Cached));
@@ -802,7 +803,7 @@ impl Catalog {
                 }
             }
         }
-        self.read_counts(dir, name, id, format)
+        self.read_counts(dir, name, meta, format)
             .map(|stats| (stats, Counted::Read))
     }
 
@@ -814,18 +815,19 @@ impl Catalog {
         FileId::probe(&dir, name).ok().flatten()
     }
 
-    /// Reads the counts of the record file `name` of `dir` and caches them
-    /// when the file opened is still the one identified as `id`.
+    /// Reads the counts of the record file `name` of `dir`, just seen as
+    /// `meta`, and caches them when the file opened is still that one.
     fn read_counts(
         &self,
         dir: &Dir,
         name: &str,
-        id: FileId,
+        meta: &Stat,
         format: RecordFormat,
     ) -> io::Result<RecordStats> {
-        let (file, stat) = dir.open_file(name)?;
+        let (file, stat) = dir.open_seen(name, meta)?;
         let stats = count_open(file, format)?;
         self.files_read.fetch_add(1, Ordering::Relaxed);
+        let id = FileId::of(meta);
         if FileId::of(&stat) == id {
             if let Some(key) = self.cache_key(dir, name) {
                 self.files.put(&key, id, stats);
@@ -935,10 +937,10 @@ impl Catalog {
             )
         })?;
         let not_found = |message: &str| Error::at(ErrorCode::PathNotFound, rel, message);
-        // The root is opened afresh so that its stat is current.
+        // The root's stat is taken afresh so that the caches see it current.
         let mut dir = self
             .root_dir
-            .reopen()
+            .refreshed()
             .map_err(|e| Error::io(&self.root, &e))?;
         for (i, name) in names.iter().enumerate() {
             if self.dir_node(&dir).leaf.is_some() {
@@ -1019,7 +1021,7 @@ impl RecordCounter for Catalog {
     fn count(&self, dir: &Dir, name: &str, format: RecordFormat) -> io::Result<RecordStats> {
         let meta = dir.stat_at(name)?;
         dir.check_readable(&meta)?;
-        self.count_identified(dir, name, FileId::of(&meta), format, None)
+        self.count_identified(dir, name, &meta, format, None)
             .map(|(stats, _)| stats)
     }
 }

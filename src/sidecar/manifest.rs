@@ -83,21 +83,16 @@ pub fn read_in(dir: &Dir, cohort: &str) -> Result<Option<IndexManifest>> {
     let bytes = match dir.read_capped(&name, warehouse::INDEX_MANIFEST_CAP) {
         Ok(Some((bytes, _))) => bytes,
         Ok(None) => return Ok(None),
-        Err(CappedError::TooLarge { cap }) => {
-            return Err(Error::at(
-                ErrorCode::MetadataTooLarge,
-                &path,
-                format!("larger than the {cap}-byte limit for an index manifest"),
-            ));
+        Err(e) => {
+            return Err(e.into_error(&path, "an index manifest", |e| match e {
+                CappedError::Io(e) => Error::io(&path, &e),
+                _ => Error::at(
+                    ErrorCode::NotRegularFile,
+                    &path,
+                    "the index manifest is not a regular file",
+                ),
+            }));
         }
-        Err(CappedError::NotRegular) => {
-            return Err(Error::at(
-                ErrorCode::NotRegularFile,
-                &path,
-                "the index manifest is not a regular file",
-            ));
-        }
-        Err(CappedError::Io(e)) => return Err(Error::io(&path, &e)),
     };
     let invalid = |message: String| Error::at(ErrorCode::IndexManifestInvalid, &path, message);
     let manifest: IndexManifest = serde_json::from_slice(&bytes)

@@ -10,7 +10,7 @@
 use super::{LeafScan, LeafStore, RecordCounter};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::{RecordFormat, RecordStats};
-use crate::warehouse::{self, CappedError, Dir};
+use crate::warehouse::{self, Dir};
 
 pub const FORMAT: &str = "storyline/v1";
 pub const CURRENT_FILE: &str = "CURRENT";
@@ -30,14 +30,9 @@ impl StorylineStore {
             Ok(Some((bytes, _))) => String::from_utf8(bytes)
                 .map_err(|_| invalid("CURRENT is not valid UTF-8".into()))?,
             Ok(None) => return Err(invalid("CURRENT is missing".into())),
-            Err(CappedError::TooLarge { cap }) => {
-                return Err(Error::at(
-                    ErrorCode::MetadataTooLarge,
-                    &current,
-                    format!("larger than the {cap}-byte limit for a pointer file"),
-                ));
+            Err(e) => {
+                return Err(e.into_error(&current, "a pointer file", |e| invalid(e.to_string())));
             }
-            Err(e) => return Err(invalid(e.to_string())),
         };
         let name = text.lines().next().unwrap_or("").trim();
         if !warehouse::is_plain_name(name.as_bytes()) {

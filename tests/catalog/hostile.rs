@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -137,29 +137,18 @@ fn index_manifests_naming_paths_outside_are_refused() {
     }
 }
 
-fn mkfifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o666),
-        0,
-    )
-    .unwrap();
-}
-
 #[test]
 fn fifos_and_devices_in_metadata_places_neither_block_nor_flood() {
     let wh = Warehouse::new();
     wh.storyline("fifo_manifest", 2);
-    mkfifo(&wh.abs("fifo_manifest/chronicle.manifest"));
+    wh.fifo("fifo_manifest/chronicle.manifest");
     wh.storyline("zero_manifest", 2);
     wh.symlink("/dev/zero", "zero_manifest/chronicle.manifest");
     wh.dir("fifo_current/generations/g1");
-    mkfifo(&wh.abs("fifo_current/CURRENT"));
+    wh.fifo("fifo_current/CURRENT");
     wh.file("a.jsonl", jsonl(1, 0));
-    mkfifo(&wh.abs("a.jsonl.indexes.json"));
-    mkfifo(&wh.abs("b.jsonl"));
+    wh.fifo("a.jsonl.indexes.json");
+    wh.fifo("b.jsonl");
     let root = wh.path().to_path_buf();
     let stats = finishes_within(Duration::from_secs(20), move || {
         let catalog = Catalog::new(&root, CatalogOptions::default()).unwrap();
@@ -306,25 +295,6 @@ fn counts_saturate_instead_of_overflowing() {
     assert_eq!(stats.failed_count, u64::MAX);
 }
 
-/// Swaps `a` and `b` atomically, again and again, until told to stop.
-fn swapper(dir: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
-    std::thread::spawn(move || {
-        let mut swaps = 0;
-        while !stop.load(Ordering::Relaxed) {
-            rustix::fs::renameat_with(
-                rustix::fs::CWD,
-                dir.join("a"),
-                rustix::fs::CWD,
-                dir.join("b"),
-                rustix::fs::RenameFlags::EXCHANGE,
-            )
-            .unwrap();
-            swaps += 1;
-        }
-        swaps
-    })
-}
-
 #[test]
 fn a_directory_swapped_for_a_symlink_never_leads_outside() {
     let wh = Warehouse::new();
@@ -334,7 +304,7 @@ fn a_directory_swapped_for_a_symlink_never_leads_outside() {
     wh.symlink(outside.path().to_str().unwrap(), "d/b");
     let catalog = Arc::new(wh.catalog());
     let stop = Arc::new(AtomicBool::new(false));
-    let swaps = swapper(wh.abs("d"), Arc::clone(&stop));
+    let swaps = wh.swapper("d", &stop);
     let (mut opened, mut counted) = (0, 0);
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {

@@ -66,6 +66,45 @@ impl Warehouse {
         self
     }
 
+    /// A FIFO at `rel`: opening it for reading blocks until a writer comes.
+    pub fn fifo(&self, rel: &str) -> &Self {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &self.abs(rel),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            0,
+        )
+        .unwrap();
+        self
+    }
+
+    /// Exchanges the entries `a` and `b` of the directory `rel` atomically
+    /// (`renameat2(RENAME_EXCHANGE)`), again and again until `stop` is set;
+    /// the thread returns how many swaps it made.
+    pub fn swapper(
+        &self,
+        rel: &str,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<u64> {
+        let (dir, stop) = (self.abs(rel), Arc::clone(stop));
+        std::thread::spawn(move || {
+            let mut swaps = 0;
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    dir.join("a"),
+                    rustix::fs::CWD,
+                    dir.join("b"),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap();
+                swaps += 1;
+            }
+            swaps
+        })
+    }
+
     pub fn manifest(&self, rel: &str, text: &str) -> &Self {
         self.file(&format!("{rel}/chronicle.manifest"), text)
     }
