@@ -450,6 +450,50 @@ impl Dir {
         self.adopt_dir(fd, self.path.join(name))
     }
 
+    /// The subdirectory `name`, just seen (with `fstatat`) as `seen`:
+    /// `known`, a handle opened earlier, when it is that very directory —
+    /// an open handle pins its inode, so the same device and inode mean
+    /// the same directory — else opened afresh. Checked as
+    /// [`open_dir`](Dir::open_dir) checks.
+    pub fn open_dir_seen(
+        &self,
+        name: impl AsRef<OsStr>,
+        seen: &Stat,
+        known: Option<&Dir>,
+    ) -> io::Result<Dir> {
+        let name = name.as_ref();
+        match known {
+            Some(known) if known.stat.same_file(seen) && seen.is_dir() => {
+                check_name(name)?;
+                self.check_search()?;
+                self.check(seen, Access::Read)?;
+                Ok(Dir {
+                    fd: std::sync::Arc::clone(&known.fd),
+                    path: self.path.join(name),
+                    stat: *seen,
+                    viewer: self.viewer.clone(),
+                })
+            }
+            _ => self.open_dir(name),
+        }
+    }
+
+    /// The stat of the entry `rel` (several components) below this
+    /// directory, `None` when absent. Symlinks on the way ARE followed:
+    /// only for checking that a cached answer still holds (a followed link
+    /// shows another identity, and the caller then resolves properly),
+    /// never for anything that is read or shown.
+    pub fn probe_below(&self, rel: &str) -> io::Result<Option<Stat>> {
+        if self.viewer.is_some() || rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        match rustix::fs::statat(&*self.fd, rel, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(stat.into())),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Opens the directory `rel` below this one (`.` is this one again).
     /// `..`, absolute paths, symlinks and other filesystems are refused.
     pub fn resolve_dir(&self, rel: &Path) -> io::Result<Dir> {

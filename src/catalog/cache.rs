@@ -89,6 +89,21 @@ impl Stamps {
                 .all(|(name, id)| FileId::probe(dir, name).ok().as_ref() == Some(id))
     }
 
+    /// Whether the directory `name` of `parent`, just seen as `seen`, and
+    /// its stamped entries still have their identities, checked without
+    /// opening it (see [`Dir::probe_below`]).
+    pub fn hold_below(&self, parent: &Dir, name: &str, seen: &Stat) -> bool {
+        FileId::of(seen) == self.dir
+            && self.entries.iter().all(|(entry, id)| {
+                parent
+                    .probe_below(&format!("{name}/{entry}"))
+                    .ok()
+                    .map(|stat| stat.map(|s| FileId::of(&s)))
+                    .as_ref()
+                    == Some(id)
+            })
+    }
+
     /// Whether any identity is too recent to be trusted.
     pub fn racy(&self) -> bool {
         self.dir.is_racy()
@@ -164,6 +179,17 @@ impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
             None => None,
         };
         self.hits.note(found)
+    }
+
+    /// As [`get`](StampedLru::get), for a caller that falls back to `get`
+    /// when this misses: a miss is neither counted nor drops the entry.
+    pub fn peek_valid(&self, key: &K, valid: impl FnOnce(&S) -> bool) -> Option<V> {
+        let cached = self.inner.lock().get(key).cloned();
+        let found = cached.and_then(|(stamp, value)| valid(&stamp).then_some(value));
+        if found.is_some() {
+            self.hits.note(Some(()));
+        }
+        found
     }
 
     /// Lookups answered from memory and lookups that were not.

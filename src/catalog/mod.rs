@@ -45,6 +45,12 @@ use crate::sidecar;
 use crate::store::{RecordCounter, Stores};
 use crate::warehouse::{self, Dir, Stat, Viewer};
 
+/// Open directory handles a catalog keeps for resolving paths.
+const HANDLES_KEPT: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(64) {
+    Some(n) => n,
+    None => unreachable!(),
+};
+
 /// The directory where pchronicle keeps its own state inside a warehouse.
 /// Hidden from every listing and never a source.
 pub const STATE_DIR: &str = ".pchronicle";
@@ -149,6 +155,10 @@ pub struct Catalog {
     stores: Stores,
     dirs: StampedLru<PathBuf, FileId, Arc<DirScan>>,
     nodes: StampedLru<PathBuf, Stamps, Arc<DirNode>>,
+    /// Directories recently resolved through, kept open so that resolving
+    /// below them again costs an `fstatat`, not an open (see
+    /// [`Dir::open_dir_seen`]).
+    handles: parking_lot::Mutex<lru::LruCache<PathBuf, Dir>>,
     /// Shared by the views of one warehouse (see [`Catalog::viewed_by`]):
     /// a count is a fact of a file's bytes, whoever asks.
     files: Arc<CountCache>,
@@ -199,6 +209,7 @@ impl Catalog {
         Ok(Catalog {
             dirs: StampedLru::new(options.dir_cache_entries),
             nodes: StampedLru::new(options.node_cache_entries),
+            handles: parking_lot::Mutex::new(lru::LruCache::new(HANDLES_KEPT)),
             files: Arc::new(files),
             count_cache_loaded,
             files_read: AtomicU64::new(0),
@@ -269,6 +280,7 @@ impl Catalog {
             stores: self.stores.clone(),
             dirs: StampedLru::new(self.options.dir_cache_entries),
             nodes: StampedLru::new(self.options.node_cache_entries),
+            handles: parking_lot::Mutex::new(lru::LruCache::new(HANDLES_KEPT)),
             files: Arc::clone(&self.files),
             count_cache_loaded: self.count_cache_loaded.clone(),
             files_read: AtomicU64::new(0),
@@ -381,8 +393,8 @@ impl Catalog {
                 continue;
             };
             if meta.is_dir() {
-                let child_dir = match dir.open_dir(name) {
-                    Ok(child_dir) => child_dir,
+                let child = match self.child_node(dir, name, &meta) {
+                    Ok(child) => child,
                     // A directory that cannot be entered (no permission,
                     // another filesystem) is listed, like `ls` does, but
                     // not classified.
@@ -399,7 +411,6 @@ impl Catalog {
                     // Vanished or swapped for a symlink since the stat.
                     Err(_) => continue,
                 };
-                let child = self.dir_node(&child_dir);
                 warnings.extend(node_warnings(&child, name));
                 entries.push(match &child.leaf {
                     Some(preview) => Entry::Dataset {
@@ -627,16 +638,14 @@ impl Catalog {
             if child_meta.is_dir() {
                 // Another filesystem mounted below the warehouse, or a
                 // directory swapped away since the stat, is not entered.
-                let child_dir = match dir.open_dir(name) {
-                    Ok(child_dir) => child_dir,
+                let node = match self.child_node(dir, name, &child_meta) {
+                    Ok(node) => node,
                     Err(e) if unenterable(&e) => {
                         walk.warn(ErrorCode::Io, &child_rel, e.to_string());
                         continue;
                     }
                     Err(_) => continue,
                 };
-                let child_meta = *child_dir.stat();
-                let node = self.dir_node(&child_dir);
                 walk.warnings.extend(node_warnings(&node, &child_rel));
                 if let Some(preview) = &node.leaf {
                     keyed.push((
@@ -957,15 +966,17 @@ impl Catalog {
             }
             let last = i + 1 == names.len();
             if meta.is_dir() {
-                dir = dir.open_dir(name).map_err(|e| match e.raw_os_error() {
-                    Some(libc::EXDEV) => {
-                        not_found("the path is on another filesystem mounted inside the warehouse")
-                    }
-                    Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-                        not_found("the path changed into a symlink or a file")
-                    }
-                    _ => Error::io(rel, &e),
-                })?;
+                dir = self
+                    .enter(&dir, name, &meta)
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::EXDEV) => not_found(
+                            "the path is on another filesystem mounted inside the warehouse",
+                        ),
+                        Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                            not_found("the path changed into a symlink or a file")
+                        }
+                        _ => Error::io(rel, &e),
+                    })?;
             } else if !last {
                 return Err(not_found("a component of the path is not a directory"));
             } else if meta.is_file() {
@@ -983,6 +994,42 @@ impl Catalog {
             dir,
             name: None,
         })
+    }
+
+    /// The subdirectory `name` of `dir`, just seen as `meta`: from the
+    /// handles kept while it is the same directory, else opened (and kept).
+    fn enter(&self, dir: &Dir, name: &OsStr, meta: &Stat) -> io::Result<Dir> {
+        let key = dir.path().join(name);
+        let known = self
+            .handles
+            .lock()
+            .get(&key)
+            .and_then(|d| d.try_clone().ok());
+        let entered = dir.open_dir_seen(name, meta, known.as_ref())?;
+        let reused = known.is_some_and(|k| k.stat().same_file(entered.stat()));
+        if !reused {
+            if let Ok(kept) = entered.try_clone() {
+                self.handles.lock().put(key, kept);
+            }
+        }
+        Ok(entered)
+    }
+
+    /// The classification of the subdirectory `name` of `dir`, just seen
+    /// as `meta`: from the cache, checked without opening the directory,
+    /// or by opening and classifying it.
+    fn child_node(&self, dir: &Dir, name: &str, meta: &Stat) -> io::Result<Arc<DirNode>> {
+        if !dir.is_viewed() {
+            let key = dir.path().join(name);
+            if let Some(node) = self
+                .nodes
+                .peek_valid(&key, |stamps| stamps.hold_below(dir, name, meta))
+            {
+                return Ok(node);
+            }
+        }
+        let child = dir.open_dir(name)?;
+        Ok(self.dir_node(&child))
     }
 
     /// Opens the regular file `rel` for reading: resolved once, opened in
