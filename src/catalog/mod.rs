@@ -520,6 +520,7 @@ impl Catalog {
                 .options
                 .walk_budget
                 .map(|budget| (std::time::Instant::now() + budget, budget)),
+            checks: 0,
         };
         let walk_root = Arc::new(target.dir);
         let walked = self.walk(&walk_root, &mut walk);
@@ -1112,6 +1113,8 @@ struct Walk {
     rollup: Option<StatsBuilder>,
     /// When the walk must give up, and the budget that set it.
     deadline: Option<(std::time::Instant, std::time::Duration)>,
+    /// Deadline checks made so far.
+    checks: u32,
 }
 
 /// Where a record file's counts came from.
@@ -1141,7 +1144,13 @@ impl Walk {
     /// child is classified and each source is taken, so a walk stops at
     /// the first boundary after the budget (one big file is still read to
     /// its end).
-    fn check_deadline(&self) -> Result<()> {
+    fn check_deadline(&mut self) -> Result<()> {
+        // The clock is read every 64th check: on some virtual machines a
+        // clock read is a system call, and a walk makes two checks a file.
+        self.checks = self.checks.wrapping_add(1);
+        if self.checks % 64 != 0 {
+            return Ok(());
+        }
         match self.deadline {
             Some((deadline, budget)) if std::time::Instant::now() > deadline => Err(Error::new(
                 ErrorCode::RequestFailed,
