@@ -232,3 +232,21 @@ fn another_user_sees_through_the_mount_what_it_could_read_natively() {
     assert_eq!(fs::metadata(m.at("sealed")).unwrap().mode() & 0o777, 0o550);
     assert_eq!(fs::metadata(m.at("leaf")).unwrap().mode() & 0o777, 0o555);
 }
+
+#[test]
+fn a_file_replaced_after_the_kernel_saw_it_is_served_whole_and_new() {
+    let wh = Warehouse::new();
+    wh.file("r.jsonl", "{\"old\":1}\n");
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", "60000"]) else {
+        return;
+    };
+    // The kernel caches the old file's attributes (its size) for a minute.
+    assert_eq!(fs::metadata(m.at("r.jsonl")).unwrap().len(), 10);
+    let longer = "{\"new\":1}\n".repeat(50);
+    fs::write(wh.abs("r.new"), &longer).unwrap();
+    fs::rename(wh.abs("r.new"), wh.abs("r.jsonl")).unwrap();
+    // The open finds another file than the one shown: it answers ESTALE,
+    // the kernel looks the name up again, and the new file is read whole.
+    assert_eq!(fs::read_to_string(m.at("r.jsonl")).unwrap(), longer);
+    assert_eq!(fs::metadata(m.at("r.jsonl")).unwrap().len(), 500);
+}

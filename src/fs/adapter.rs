@@ -79,6 +79,8 @@ struct DirItem {
     name: String,
     attr: FileAttr,
     ttl: Duration,
+    /// The file underneath a regular-file entry (device, inode).
+    file: Option<(u64, u64)>,
 }
 
 /// What an open file handle holds.
@@ -191,6 +193,10 @@ pub struct WarehouseFs {
     /// One gate per synthetic file and view being rendered: readers of the
     /// same `.stats` at once wait for one walk and share its result.
     rendering: Mutex<std::collections::HashMap<(u64, u64), Arc<RenderGate>>>,
+    /// Per file inode the kernel holds: the file underneath it was last
+    /// shown as (device, inode). An open serves that file or `ESTALE` (the
+    /// kernel then looks the name up again and retries).
+    shown: Mutex<std::collections::HashMap<u64, (u64, u64)>>,
     /// Per directory inode: what its listing was last built from (its kind
     /// and its own stat identity), so an unchanged directory's entries can
     /// stay in the kernel's cache across `opendir`s.
@@ -210,6 +216,7 @@ impl WarehouseFs {
             next_handle: AtomicU64::new(1),
             rendered: Mutex::new(rendered),
             rendering: Mutex::new(std::collections::HashMap::new()),
+            shown: Mutex::new(std::collections::HashMap::new()),
             listed: Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -374,6 +381,7 @@ impl WarehouseFs {
         match target {
             Target::Path(rel) => {
                 let node = self.node(rel)?;
+                self.show(ino, shown_file(&node));
                 Ok((node_attr(ino, &node), self.options.attr_ttl))
             }
             Target::Synthetic { rel, which, .. } => {
@@ -406,6 +414,7 @@ impl WarehouseFs {
                 name: ".".into(),
                 attr: own_attr,
                 ttl,
+                file: None,
             },
             DirItem {
                 ino: parent,
@@ -415,6 +424,7 @@ impl WarehouseFs {
                     ..own_attr
                 },
                 ttl,
+                file: None,
             },
         ];
         for which in Synthetic::ALL {
@@ -427,6 +437,7 @@ impl WarehouseFs {
                 name: which.name().into(),
                 attr: synthetic_attr(child, 0, &own.meta),
                 ttl: NO_TTL,
+                file: None,
             });
         }
         if own.kind == NodeKind::Dataset {
@@ -450,9 +461,17 @@ impl WarehouseFs {
                 name: name.to_string(),
                 attr: node_attr(child, &node),
                 ttl,
+                file: shown_file(&node),
             });
         }
         Ok(items)
+    }
+
+    /// Notes which file underneath the kernel was last shown as `ino`.
+    fn show(&self, ino: u64, file: Option<(u64, u64)>) {
+        if let Some(file) = file {
+            self.shown.lock().insert(ino, file);
+        }
     }
 
     fn child_ino(&self, parent: u64, name: &str) -> Result<u64, Errno> {
@@ -549,6 +568,11 @@ fn system_time(secs: i64, nanos: i64) -> SystemTime {
     } else {
         UNIX_EPOCH - Duration::new(secs.unsigned_abs(), 0) + Duration::new(0, nanos)
     }
+}
+
+/// The file underneath a regular-file node, as (device, inode).
+fn shown_file(node: &Node) -> Option<(u64, u64)> {
+    (node.kind == NodeKind::File).then_some((node.meta.dev, node.meta.ino))
 }
 
 /// A warehouse path's attributes: its own stat, with a dataset leaf shown
@@ -717,6 +741,7 @@ impl Filesystem for WarehouseFs {
                 };
                 let node = self.node(&rel)?;
                 let ino = self.child_ino(parent.0, name)?;
+                self.show(ino, shown_file(&node));
                 Ok((
                     node_attr(ino, &node),
                     self.options.attr_ttl,
@@ -793,6 +818,10 @@ impl Filesystem for WarehouseFs {
                         .catalog
                         .open_file(&rel)
                         .map_err(|e| errno(&e))?;
+                    let shown = self.shown.lock().get(&ino.0).copied();
+                    if shown.is_some_and(|shown| shown != (stat.dev, stat.ino)) {
+                        return Err(Errno::ESTALE);
+                    }
                     let id = FileId::of(&stat);
                     let flags = if self.inodes.reopened_unchanged(ino.0, id) {
                         FopenFlags::FOPEN_KEEP_CACHE
@@ -952,7 +981,10 @@ impl Filesystem for WarehouseFs {
                 );
                 match (held, full) {
                     (true, true) => self.inodes.release(child),
-                    (true, false) => self.inodes.remember(child),
+                    (true, false) => {
+                        self.inodes.remember(child);
+                        self.show(child, item.file);
+                    }
                     _ => {}
                 }
                 if full {
@@ -978,6 +1010,7 @@ impl Filesystem for WarehouseFs {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if self.inodes.forget(ino.0, nlookup) {
             self.listed.lock().remove(&ino.0);
+            self.shown.lock().remove(&ino.0);
         }
     }
 
