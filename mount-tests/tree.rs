@@ -557,11 +557,28 @@ fn every_write_type_call_is_refused_with_erofs() {
             fs::File::open(&file).and_then(|f| f.set_modified(std::time::SystemTime::now())),
         ),
         ("setxattr", setxattr(&file)),
+        ("removexattr", removexattr(&file)),
+        ("mknod", mkfifo_at(&m.at("fifo"))),
     ];
     for (what, result) in attempts {
         assert_eq!(errno_of(result), libc::EROFS, "{what}");
     }
     assert_eq!(fs::read_to_string(wh.abs("README.txt")).unwrap(), "hello\n");
+}
+
+fn removexattr(path: &Path) -> std::io::Result<()> {
+    rustix::fs::removexattr(path, "user.note").map_err(std::io::Error::from)
+}
+
+fn mkfifo_at(path: &Path) -> std::io::Result<()> {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .map_err(std::io::Error::from)
 }
 
 fn setxattr(path: &Path) -> std::io::Result<()> {
