@@ -285,8 +285,10 @@ struct CacheArgs {
     /// written to the persisted count cache.
     #[arg(long, conflicts_with = "cache_file")]
     no_cache: bool,
-    /// Where record-file counts persist across restarts
-    /// [default: WAREHOUSE/.pchronicle/cache/counts].
+    /// Where record-file counts persist across restarts [default:
+    /// WAREHOUSE/.pchronicle/cache/counts when that directory belongs to
+    /// this user and no one else can write it, else this user's cache
+    /// directory].
     #[arg(long, value_name = "PATH")]
     cache_file: Option<PathBuf>,
     /// Record-file counts kept (in memory and persisted), least recently

@@ -183,6 +183,8 @@ pub struct WarehouseFs {
     /// Catalogs of other users than the daemon's (`--allow-other`), by
     /// credentials.
     viewers: Mutex<LruCache<Viewer, View>>,
+    /// The daemon's effective uid, whose requests use its own view.
+    own_uid: u32,
     next_viewer: AtomicU64,
     inodes: InodeTable,
     options: FsOptions,
@@ -208,6 +210,7 @@ impl WarehouseFs {
         WarehouseFs {
             catalog,
             viewers: Mutex::new(LruCache::unbounded()),
+            own_uid: rustix::process::geteuid().as_raw(),
             next_viewer: AtomicU64::new(1),
             inodes: InodeTable::new(),
             options,
@@ -232,8 +235,7 @@ impl WarehouseFs {
     /// that user could read natively.
     fn view(&self, req: &Request) -> Result<View, Errno> {
         let uid = req.uid();
-        let own = rustix::process::geteuid().as_raw();
-        if uid == 0 || uid == own {
+        if uid == 0 || uid == self.own_uid {
             return Ok(View {
                 id: 0,
                 catalog: Arc::clone(&self.catalog),

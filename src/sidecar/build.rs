@@ -19,9 +19,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::format::{IndexContent, KeyType, KeyValue, Locator, encode_index, encode_key};
-use crate::atomic::write_atomic;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
+use crate::warehouse::{Dir, Replace};
 
 /// What `index build` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -260,7 +260,18 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
         locators: collector.locators,
     };
     let index = index_path(cohort, key);
-    write_atomic(&index, &encode_index(&content)).map_err(|e| Error::io(&index, &e))?;
+    // Beside the record file, never through a symlink or over a special
+    // file planted under the index's name.
+    let (dir, name) = Dir::open_parent_of(&index).map_err(|e| Error::io(&index, &e))?;
+    let how = Replace {
+        durable: true,
+        mode: 0o644,
+        keep_owner: true,
+        sweep_temps: true,
+        expect: None,
+    };
+    dir.replace(&name, &encode_index(&content), how)
+        .map_err(|e| Error::io(&index, &e))?;
     Ok(BuildReport {
         index,
         key: key.to_vec(),

@@ -38,6 +38,14 @@ fn finishes_within<T: Send + 'static>(
         .unwrap_or_else(|_| panic!("did not finish within {limit:?}"))
 }
 
+/// Options persisting counts where the daemon would by default.
+fn default_cache() -> CatalogOptions {
+    CatalogOptions {
+        count_cache: CountCachePlace::Default,
+        ..CatalogOptions::default()
+    }
+}
+
 #[test]
 fn a_planted_state_symlink_never_receives_the_count_cache() {
     let wh = Warehouse::new();
@@ -46,11 +54,7 @@ fn a_planted_state_symlink_never_receives_the_count_cache() {
     wh.dir(".pchronicle");
     wh.symlink(victim.path().to_str().unwrap(), ".pchronicle/cache");
     settle();
-    let options = CatalogOptions {
-        count_cache: CountCachePlace::Default,
-        ..CatalogOptions::default()
-    };
-    let catalog = wh.catalog_with(options);
+    let catalog = wh.catalog_with(default_cache());
     assert_eq!(catalog.stats(Path::new("")).unwrap().record_count, 3);
     let file = catalog.count_cache_file().expect("a persisted cache");
     assert!(!file.starts_with(victim.path()), "{}", file.display());
@@ -74,11 +78,7 @@ fn a_state_directory_others_can_write_is_not_used() {
     )
     .unwrap();
     settle();
-    let options = CatalogOptions {
-        count_cache: CountCachePlace::Default,
-        ..CatalogOptions::default()
-    };
-    let catalog = wh.catalog_with(options);
+    let catalog = wh.catalog_with(default_cache());
     assert_eq!(catalog.stats(Path::new("")).unwrap().record_count, 2);
     let file = catalog.count_cache_file().unwrap();
     assert!(!file.starts_with(wh.path()), "{}", file.display());
@@ -88,10 +88,7 @@ fn a_state_directory_others_can_write_is_not_used() {
     let _ = fs::remove_dir_all(file.parent().unwrap().parent().unwrap());
     // A safe one is used.
     fs::set_permissions(wh.abs(".pchronicle"), fs::Permissions::from_mode(0o755)).unwrap();
-    let catalog = wh.catalog_with(CatalogOptions {
-        count_cache: CountCachePlace::Default,
-        ..CatalogOptions::default()
-    });
+    let catalog = wh.catalog_with(default_cache());
     let file = catalog.count_cache_file().unwrap();
     assert_eq!(
         file,
