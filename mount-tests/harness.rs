@@ -198,25 +198,6 @@ pub fn getxattr(path: &Path, name: &str) -> Result<String, i32> {
     Ok(String::from_utf8(buf).unwrap())
 }
 
-/// `listxattr(2)` of `path`.
-pub fn listxattr(path: &Path) -> Vec<String> {
-    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: a valid NUL-terminated path and a buffer of the given length.
-    let len = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(
-        len >= 0,
-        "listxattr {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
-    buf.truncate(len as usize);
-    buf.split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8(s.to_vec()).unwrap())
-        .collect()
-}
-
 /// The raw errno of an I/O result that must have failed.
 pub fn errno_of<T: std::fmt::Debug>(result: std::io::Result<T>) -> i32 {
     result

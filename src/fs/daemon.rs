@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use fuser::{Config, MountOption, Session, SessionACL};
 
-use super::adapter::{FsOptions, WarehouseFs};
+use super::filesystem::{FsOptions, WarehouseFs};
+use super::fuse::FuseAdapter;
 use super::mountpoint::{self, FS_NAME, MountState};
 use crate::catalog::{Catalog, CatalogOptions, CountCachePlace};
 use crate::error::{Error, ErrorCode, Result};
@@ -234,7 +235,7 @@ fn serve(
     let catalog = Arc::new(catalog);
     spawn_count_saver(Arc::downgrade(&catalog));
     let catalog_at_exit = Arc::downgrade(&catalog);
-    let filesystem = WarehouseFs::new(catalog, config.fs.clone());
+    let filesystem = FuseAdapter::new(WarehouseFs::new(catalog, config.fs.clone()));
     let mut session = Session::new(filesystem, mount_point, &fuse_config).map_err(|e| {
         Error::at(
             ErrorCode::MountFailed,

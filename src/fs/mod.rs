@@ -1,15 +1,35 @@
-//! The FUSE adapter: the warehouse as a read-only filesystem.
+//! The FUSE side: the warehouse as a read-only filesystem.
 //!
-//! [`adapter`] answers kernel requests by calling the catalog and nothing
-//! else; [`inodes`] numbers the paths it has shown; [`mountpoint`] reads
-//! the mount table and unmounts; [`daemon`] mounts, backgrounds and stops.
-//! What each operation returns is documented in `docs/filesystem.md`.
+//! Two layers. [`filesystem`] is the filesystem itself ([`WarehouseFs`]):
+//! every operation the mount answers, returning `Result<_, FsError>`,
+//! knowing nothing of the kernel protocol, and tested without a kernel.
+//! [`fuse`] is the protocol: a thin `fuser::Filesystem` that decodes each
+//! request, calls the filesystem once and replies. Beside them:
+//! [`inodes`] numbers the paths the kernel was shown; [`handles`] holds
+//! open files and directory snapshots; [`render`] reuses rendered
+//! synthetic files; [`views`] answers other users with what they could
+//! read natively; [`attributes`] and [`xattrs`] say what a node looks
+//! like; [`mountpoint`] reads the mount table and unmounts; [`daemon`]
+//! mounts, backgrounds and stops. What each operation returns is
+//! documented in `docs/filesystem.md`.
 
-pub mod adapter;
+pub mod attributes;
 pub mod daemon;
+mod error;
+pub mod filesystem;
+pub mod fuse;
+pub mod handles;
 pub mod inodes;
 pub mod mountpoint;
+pub mod render;
+pub mod views;
+pub mod xattrs;
 
-pub use adapter::{FsOptions, WarehouseFs};
 pub use daemon::{MountConfig, Mounted, mount};
+pub use error::FsError;
+pub use filesystem::{
+    DirEntry, DirectoryReplier, Entry, FsOptions, FsStats, Opened, ReadData, WarehouseFs, XattrData,
+};
+pub use inodes::ROOT;
 pub use mountpoint::unmount;
+pub use views::Caller;

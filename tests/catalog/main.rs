@@ -1,5 +1,6 @@
 //! Integration tests of the catalog core against real temporary
-//! warehouses, and of the CLI that exposes it. No FUSE here.
+//! warehouses, of the CLI that exposes it, and of the filesystem's
+//! operations driven without a kernel. No `/dev/fuse` here.
 
 mod classification;
 mod compact;
@@ -14,3 +15,8 @@ mod shapes;
 mod shards;
 mod sidecar;
 mod support;
+
+// The filesystem tier (operations without a kernel) lives in `tests/fs/`
+// and links into this binary: each test binary links the whole crate graph.
+#[path = "../fs/mod.rs"]
+mod fs;

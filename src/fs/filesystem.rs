@@ -1,0 +1,690 @@
+//! The warehouse as a filesystem, without the kernel protocol.
+//!
+//! [`WarehouseFs`] answers every operation the mount serves (lookup,
+//! getattr, open, read, opendir, readdir, readdirplus, release, forget,
+//! statfs, xattrs, access) with a `Result<_, FsError>`; the protocol layer
+//! ([`super::fuse`]) only decodes requests, makes one call here and
+//! replies. So everything below can be driven, and is tested, without
+//! `/dev/fuse`.
+//!
+//! Nothing here lists, classifies or counts. A directory node's entries are
+//! `Catalog::list_with_meta` plus the two synthetic files; a dataset leaf
+//! is a directory node holding only those two; a regular file is read
+//! straight from the warehouse with `pread`. `.stats` and `.sources` are
+//! `Catalog::stats(..).to_json()` and `Catalog::open(..).sources_jsonl()`,
+//! the same calls and the same bytes as `pchronicle stats --json` and
+//! `pchronicle ls --sources --json`.
+//!
+//! Caching, kernel side: names and attributes of warehouse paths are
+//! cached for the attribute TTL; synthetic files have a zero TTL and are
+//! served with direct I/O, so every `stat` and every `open` asks the
+//! daemon. Daemon side: a rendered synthetic file is reused for at most the
+//! attribute TTL ([`super::render`]), and the catalog's own refresh cache
+//! answers unchanged directories and files from memory after a stat. A
+//! regular file keeps its page cache across opens only while its identity
+//! (size, mtime, ctime, inode) is unchanged.
+//!
+//! Nothing that would change the warehouse is answered here: the mount is
+//! read-only, so the kernel refuses every write itself.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{FileAttr, INodeNo};
+use nix::errno::Errno;
+use parking_lot::Mutex;
+
+use super::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
+use super::handles::{DirItem, Handle, Handles, pread};
+use super::inodes::{InodeTable, Synthetic, Target};
+use super::render::{BIG_RENDER, Renders, give_back_freed_memory};
+use super::views::{Caller, View, Views};
+use super::{FsError, xattrs};
+use crate::catalog::cache::FileId;
+use crate::catalog::{Catalog, Node, NodeKind};
+
+/// How the mount presents the catalog.
+#[derive(Debug, Clone)]
+pub struct FsOptions {
+    /// How long the kernel may cache names and attributes of warehouse
+    /// paths, and how long a rendered synthetic file is reused.
+    pub attr_ttl: Duration,
+    /// Rendered synthetic files kept for reuse within the TTL: at most this
+    /// many, holding at most `render_cache_bytes` together (a larger one is
+    /// not kept).
+    pub render_cache_entries: usize,
+    pub render_cache_bytes: usize,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions {
+            attr_ttl: Duration::from_secs(1),
+            render_cache_entries: 256,
+            render_cache_bytes: 4 << 20,
+        }
+    }
+}
+
+/// What a lookup hands the kernel.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub attr: FileAttr,
+    /// How long the kernel may keep the attributes.
+    pub attr_ttl: Duration,
+    /// How long the kernel may keep the name.
+    pub entry_ttl: Duration,
+}
+
+/// An opened file or directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub fh: u64,
+    /// The kernel may keep the pages (or entries) it cached at the last
+    /// open: nothing changed underneath since.
+    pub keep_cache: bool,
+    /// Reads bypass the page cache (synthetic files: their length is known
+    /// only once rendered).
+    pub direct_io: bool,
+}
+
+/// The bytes a read returns: a range of a rendered synthetic file (not
+/// copied) or what `pread` read from a warehouse file.
+pub enum ReadData {
+    Shared(Arc<[u8]>, std::ops::Range<usize>),
+    Owned(Vec<u8>),
+}
+
+impl ReadData {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            ReadData::Shared(bytes, range) => &bytes[range.clone()],
+            ReadData::Owned(bytes) => bytes,
+        }
+    }
+}
+
+/// One entry a directory read offers: `offset` is the one the next read
+/// starts after.
+pub struct DirEntry<'a> {
+    pub ino: u64,
+    pub offset: u64,
+    pub name: &'a str,
+    pub attr: &'a FileAttr,
+    pub ttl: Duration,
+}
+
+/// Where a directory read puts its entries (a kernel reply buffer, or a
+/// test's vector).
+pub trait DirectoryReplier {
+    /// Adds one entry; true when the buffer is full and it was not added.
+    fn add(&mut self, entry: DirEntry<'_>) -> bool;
+}
+
+/// `statvfs` of the warehouse, which the mount reports as its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStats {
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_available: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub block_size: u32,
+    pub name_max: u32,
+    pub fragment_size: u32,
+}
+
+/// An xattr answer: the length when the caller asked for it (size 0), the
+/// bytes when they fit (a too small buffer is `ERANGE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XattrData {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+impl XattrData {
+    fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrData, FsError> {
+        if size == 0 {
+            Ok(XattrData::Size(bytes.len() as u32))
+        } else if bytes.len() <= size as usize {
+            Ok(XattrData::Data(bytes))
+        } else {
+            Err(Errno::ERANGE.into())
+        }
+    }
+}
+
+/// The warehouse as a filesystem.
+pub struct WarehouseFs {
+    views: Views,
+    inodes: InodeTable,
+    options: FsOptions,
+    handles: Handles,
+    renders: Renders,
+    /// Per file inode the kernel holds: the file underneath it was last
+    /// shown as (device, inode). An open serves that file or `ESTALE` (the
+    /// kernel then looks the name up again and retries).
+    shown: Mutex<HashMap<u64, (u64, u64)>>,
+    /// Per directory inode: what its listing was last built from (its kind
+    /// and its own stat identity), so an unchanged directory's entries can
+    /// stay in the kernel's cache across `opendir`s.
+    listed: Mutex<HashMap<u64, (NodeKind, FileId)>>,
+}
+
+impl WarehouseFs {
+    pub fn new(catalog: Arc<Catalog>, options: FsOptions) -> WarehouseFs {
+        WarehouseFs {
+            views: Views::new(catalog),
+            inodes: InodeTable::new(),
+            renders: Renders::new(
+                options.attr_ttl,
+                options.render_cache_entries,
+                options.render_cache_bytes,
+            ),
+            options,
+            handles: Handles::new(),
+            shown: Mutex::new(HashMap::new()),
+            listed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The daemon's own catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.views.own().catalog
+    }
+
+    /// How many handles are open (released ones are gone).
+    pub fn open_handles(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// How many inode numbers the kernel may hold.
+    pub fn known_inodes(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// `name` in the directory `parent`, counted as one more reference the
+    /// kernel holds once the entry is returned.
+    pub fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<Entry, FsError> {
+        let name = name.to_str().ok_or(Errno::ENOENT)?;
+        let found = self.entry_of(caller, parent, name);
+        // The number is held from here until it is counted, so no forget
+        // or sweep drops it in between.
+        let claimed = self.inodes.claim(parent, name);
+        match (found, claimed) {
+            (Ok(mut entry), Some(ino)) => {
+                entry.attr.ino = INodeNo(ino);
+                self.inodes.remember(ino);
+                Ok(entry)
+            }
+            (Ok(_), None) => Err(Errno::ENOENT.into()),
+            (Err(e), claimed) => {
+                if let Some(ino) = claimed {
+                    self.inodes.release(ino);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn entry_of(&self, caller: &Caller, parent: u64, name: &str) -> Result<Entry, FsError> {
+        let Target::Path(parent_rel) = self.target(parent)?.0 else {
+            return Err(Errno::ENOTDIR.into());
+        };
+        let ttl = self.options.attr_ttl;
+        if let Some(which) = Synthetic::from_name(name) {
+            let owner = self.dir_node(&parent_rel)?;
+            let ino = self.child_ino(parent, name)?;
+            let bytes = self.synthetic_bytes(&self.views.of(caller)?, ino, which, &parent_rel)?;
+            // A synthetic file exists as long as its directory does, so
+            // its name may be cached; its attributes (its length) never are.
+            return Ok(Entry {
+                attr: synthetic_attr(ino, bytes.len() as u64, &owner.meta),
+                attr_ttl: NO_TTL,
+                entry_ttl: ttl,
+            });
+        }
+        // The catalog refuses names inside a leaf, the hidden state
+        // directory, symlinks and special files.
+        let rel: PathBuf = if parent_rel.as_os_str().is_empty() {
+            PathBuf::from(name)
+        } else {
+            parent_rel.join(name)
+        };
+        let node = self.node(&rel)?;
+        let ino = self.child_ino(parent, name)?;
+        self.show(ino, shown_file(&node));
+        Ok(Entry {
+            attr: node_attr(ino, &node),
+            attr_ttl: ttl,
+            entry_ttl: ttl,
+        })
+    }
+
+    /// Attributes and TTL of `ino`, from the warehouse as it is now; an
+    /// open synthetic file (`fh`) reports the length of what it holds.
+    pub fn getattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: Option<u64>,
+    ) -> Result<(FileAttr, Duration), FsError> {
+        let (target, _) = self.target(ino)?;
+        if let Some(handle) = fh.and_then(|fh| self.handles.get(fh).ok()) {
+            if let (Handle::Bytes(bytes), Target::Synthetic { rel, .. }) = (&*handle, &target) {
+                if let Ok(owner) = self.dir_node(rel) {
+                    return Ok((synthetic_attr(ino, bytes.len() as u64, &owner.meta), NO_TTL));
+                }
+            }
+        }
+        match target {
+            Target::Path(rel) => {
+                let node = self.node(&rel)?;
+                self.show(ino, shown_file(&node));
+                Ok((node_attr(ino, &node), self.options.attr_ttl))
+            }
+            Target::Synthetic { rel, which, .. } => {
+                let owner = self.dir_node(&rel)?;
+                let bytes = self.synthetic_bytes(&self.views.of(caller)?, ino, which, &rel)?;
+                Ok((synthetic_attr(ino, bytes.len() as u64, &owner.meta), NO_TTL))
+            }
+        }
+    }
+
+    /// Opens `ino` for reading (`writes`: the open asked to write or
+    /// truncate, which is `EROFS`). A synthetic file is rendered now and
+    /// read from that render; a warehouse file is resolved once below the
+    /// root, never through a symlink, and opened as the requester.
+    pub fn open(&self, caller: &Caller, ino: u64, writes: bool) -> Result<Opened, FsError> {
+        if writes {
+            return Err(Errno::EROFS.into());
+        }
+        let (handle, keep_cache, direct_io) = match self.target(ino)?.0 {
+            Target::Synthetic { rel, which, .. } => {
+                self.dir_node(&rel)?;
+                let bytes = self.synthetic_bytes(&self.views.of(caller)?, ino, which, &rel)?;
+                (Handle::Bytes(bytes), false, true)
+            }
+            Target::Path(rel) => {
+                // The kernel checked the mode it was last shown; the view
+                // checks the file actually opened. A file swapped after
+                // the kernel saw it is ESTALE.
+                let (file, stat) = self.views.of(caller)?.catalog.open_file(&rel)?;
+                let shown = self.shown.lock().get(&ino).copied();
+                if shown.is_some_and(|shown| shown != (stat.dev, stat.ino)) {
+                    return Err(Errno::ESTALE.into());
+                }
+                let unchanged = self.inodes.reopened_unchanged(ino, FileId::of(&stat));
+                (Handle::File(file), unchanged, false)
+            }
+        };
+        Ok(Opened {
+            fh: self.handles.add(handle),
+            keep_cache,
+            direct_io,
+        })
+    }
+
+    /// Up to `size` bytes at `offset` of the open file `fh`.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadData, FsError> {
+        match &*self.handles.get(fh)? {
+            Handle::Bytes(bytes) => {
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                Ok(ReadData::Shared(Arc::clone(bytes), start..end))
+            }
+            Handle::File(file) => Ok(ReadData::Owned(pread(file, offset, size)?)),
+            Handle::Dir(_) => Err(Errno::EISDIR.into()),
+        }
+    }
+
+    /// Closes a file or directory handle.
+    pub fn release(&self, fh: u64) {
+        self.handles.remove(fh);
+    }
+
+    /// Opens the directory `ino`. The kernel may cache its entries; they
+    /// are kept from the last `opendir` (`keep_cache`) only while the
+    /// directory's kind and stat identity are those its cached listing was
+    /// built from (names appear, vanish or are renamed only by changing the
+    /// directory's mtime), and never within the racy window.
+    pub fn opendir(&self, ino: u64) -> Result<Opened, FsError> {
+        let node = match self.target(ino)?.0 {
+            Target::Path(rel) => self.dir_node(&rel)?,
+            Target::Synthetic { .. } => return Err(Errno::ENOTDIR.into()),
+        };
+        let seen = (node.kind, FileId::of(&node.meta));
+        let unchanged = self.listed.lock().insert(ino, seen) == Some(seen);
+        Ok(Opened {
+            fh: self.handles.add(Handle::Dir(Mutex::new(None))),
+            keep_cache: unchanged && !seen.1.is_racy(),
+            direct_io: false,
+        })
+    }
+
+    /// The entries of the open directory `fh` from `offset` on, until the
+    /// replier is full. No references are handed out (plain `readdir`).
+    pub fn readdir(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        replier: &mut dyn DirectoryReplier,
+    ) -> Result<(), FsError> {
+        let items = self.dir_snapshot(ino, fh, offset)?;
+        for (i, item) in items.iter().enumerate().skip(offset as usize) {
+            let entry = DirEntry {
+                ino: item.ino,
+                offset: i as u64 + 1,
+                name: &item.name,
+                attr: &item.attr,
+                ttl: item.ttl,
+            };
+            if replier.add(entry) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// As [`readdir`](WarehouseFs::readdir), with attributes: each entry
+    /// but `.` and `..` hands the kernel a reference, counted once the
+    /// replier took it.
+    pub fn readdirplus(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        replier: &mut dyn DirectoryReplier,
+    ) -> Result<(), FsError> {
+        let items = self.dir_snapshot(ino, fh, offset)?;
+        for (i, item) in items.iter().enumerate().skip(offset as usize) {
+            let held = item.name != "." && item.name != "..";
+            let claimed = if held {
+                self.inodes.claim(ino, &item.name)
+            } else {
+                Some(item.ino)
+            };
+            let Some(child) = claimed else {
+                continue;
+            };
+            let attr = FileAttr {
+                ino: INodeNo(child),
+                ..item.attr
+            };
+            let full = replier.add(DirEntry {
+                ino: child,
+                offset: i as u64 + 1,
+                name: &item.name,
+                attr: &attr,
+                ttl: item.ttl,
+            });
+            match (held, full) {
+                (true, true) => self.inodes.release(child),
+                (true, false) => {
+                    self.inodes.remember(child);
+                    self.show(child, item.file);
+                }
+                _ => {}
+            }
+            if full {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernel gave back `nlookup` references to `ino`.
+    pub fn forget(&self, ino: u64, nlookup: u64) {
+        if self.inodes.forget(ino, nlookup) {
+            self.listed.lock().remove(&ino);
+            self.shown.lock().remove(&ino);
+        }
+    }
+
+    /// `statvfs` of the warehouse root.
+    pub fn statfs(&self) -> Result<FsStats, FsError> {
+        let s = nix::sys::statvfs::statvfs(self.catalog().root())?;
+        Ok(FsStats {
+            blocks: s.blocks(),
+            blocks_free: s.blocks_free(),
+            blocks_available: s.blocks_available(),
+            files: s.files(),
+            files_free: s.files_free(),
+            block_size: s.block_size() as u32,
+            name_max: s.name_max() as u32,
+            fragment_size: s.fragment_size() as u32,
+        })
+    }
+
+    /// The extended attribute `name` of `ino` (only `user.pchronicle.*` are
+    /// kept; other namespaces are `EOPNOTSUPP`, so `ls -l` stops asking for
+    /// ACLs and labels after the first file).
+    pub fn getxattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &OsStr,
+        size: u32,
+    ) -> Result<XattrData, FsError> {
+        let name = name
+            .to_str()
+            .filter(|n| n.starts_with("user."))
+            .ok_or(Errno::EOPNOTSUPP)?;
+        let attrs = self.xattrs(caller, ino)?;
+        let (_, value) = attrs
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .ok_or(Errno::ENODATA)?;
+        XattrData::sized(value.into_bytes(), size)
+    }
+
+    /// The names of `ino`'s extended attributes, each NUL-terminated.
+    pub fn listxattr(&self, caller: &Caller, ino: u64, size: u32) -> Result<XattrData, FsError> {
+        let mut names = Vec::new();
+        for (name, _) in self.xattrs(caller, ino)? {
+            names.extend_from_slice(name.as_bytes());
+            names.push(0);
+        }
+        XattrData::sized(names, size)
+    }
+
+    /// Whether `ino` may be accessed (`writes`: write access was asked,
+    /// which is `EROFS`).
+    pub fn access(&self, ino: u64, writes: bool) -> Result<(), FsError> {
+        if writes {
+            return Err(Errno::EROFS.into());
+        }
+        self.target(ino)?;
+        Ok(())
+    }
+
+    fn xattrs(&self, caller: &Caller, ino: u64) -> Result<Vec<(String, String)>, FsError> {
+        let (target, _) = self.target(ino)?;
+        let Target::Path(rel) = target else {
+            return Ok(xattrs::of_synthetic());
+        };
+        let node = self.node(&rel)?;
+        xattrs::of_node(&self.views.of(caller)?.catalog, &rel, node.kind)
+    }
+
+    fn target(&self, ino: u64) -> Result<(Target, u64), FsError> {
+        Ok(self.inodes.get(ino).ok_or(Errno::ENOENT)?)
+    }
+
+    fn node(&self, rel: &Path) -> Result<Node, FsError> {
+        Ok(self.catalog().node(rel)?)
+    }
+
+    /// A directory-like node (directory or dataset) at `rel`, or ENOTDIR.
+    fn dir_node(&self, rel: &Path) -> Result<Node, FsError> {
+        let node = self.node(rel)?;
+        match node.kind {
+            NodeKind::File => Err(Errno::ENOTDIR.into()),
+            _ => Ok(node),
+        }
+    }
+
+    fn child_ino(&self, parent: u64, name: &str) -> Result<u64, FsError> {
+        Ok(self.inodes.child(parent, name).ok_or(Errno::ENOENT)?)
+    }
+
+    /// Notes which file underneath the kernel was last shown as `ino`.
+    fn show(&self, ino: u64, file: Option<(u64, u64)>) {
+        if let Some(file) = file {
+            self.shown.lock().insert(ino, file);
+        }
+    }
+
+    /// A synthetic file's bytes, reused when rendered within the TTL.
+    fn synthetic_bytes(
+        &self,
+        view: &View,
+        ino: u64,
+        which: Synthetic,
+        rel: &Path,
+    ) -> Result<Arc<[u8]>, FsError> {
+        self.renders
+            .get_or_render((ino, view.id), || self.render(view, ino, which, rel))
+    }
+
+    /// Renders a synthetic file. One walk renders both of a directory's
+    /// synthetic files (an `ls -l` stats both, a poller reads one), and
+    /// both are kept for the TTL.
+    fn render(
+        &self,
+        view: &View,
+        ino: u64,
+        which: Synthetic,
+        rel: &Path,
+    ) -> Result<Arc<[u8]>, FsError> {
+        let catalog = &view.catalog;
+        let started = Instant::now();
+        let bytes: Arc<[u8]> = if self.options.attr_ttl.is_zero() {
+            let text = match which {
+                Synthetic::Stats => catalog.stats(rel).map(|s| s.to_json()),
+                Synthetic::Sources => catalog.open(rel).map(|s| s.sources_jsonl()),
+            }?;
+            Arc::from(text.into_bytes())
+        } else {
+            let snapshot = catalog.open(rel)?;
+            let (stats, sources) = (snapshot.stats().to_json(), snapshot.sources_jsonl());
+            let (mine, other, text) = match which {
+                Synthetic::Stats => (stats, Synthetic::Sources, sources),
+                Synthetic::Sources => (sources, Synthetic::Stats, stats),
+            };
+            let bytes: Arc<[u8]> = Arc::from(mine.into_bytes());
+            self.renders.keep((ino, view.id), Arc::clone(&bytes));
+            if let Some(sibling) = self.sibling(ino, other) {
+                self.renders
+                    .keep((sibling, view.id), Arc::from(text.into_bytes()));
+            }
+            bytes
+        };
+        if started.elapsed() >= BIG_RENDER {
+            give_back_freed_memory();
+        }
+        Ok(bytes)
+    }
+
+    /// The inode of the other synthetic file of the directory `ino`'s
+    /// synthetic file belongs to.
+    fn sibling(&self, ino: u64, other: Synthetic) -> Option<u64> {
+        match self.inodes.get(ino)? {
+            (Target::Synthetic { of, .. }, _) => self.inodes.existing_child(of, other.name()),
+            _ => None,
+        }
+    }
+
+    /// The entries of a directory node: `.`, `..`, the synthetic files,
+    /// then `list` (nothing more for a dataset leaf).
+    fn dir_items(&self, ino: u64, parent: u64, rel: &Path) -> Result<Vec<DirItem>, FsError> {
+        let own = self.dir_node(rel)?;
+        let own_attr = node_attr(ino, &own);
+        let ttl = self.options.attr_ttl;
+        let mut items = vec![
+            DirItem {
+                ino,
+                name: ".".into(),
+                attr: own_attr,
+                ttl,
+                file: None,
+            },
+            DirItem {
+                ino: parent,
+                name: "..".into(),
+                attr: FileAttr {
+                    ino: INodeNo(parent),
+                    ..own_attr
+                },
+                ttl,
+                file: None,
+            },
+        ];
+        for which in Synthetic::ALL {
+            let child = self.child_ino(ino, which.name())?;
+            // The real length is computed on `stat` (the TTL is zero, so
+            // the kernel never keeps this one); a listing must not pay for
+            // rolling up the whole subtree.
+            items.push(DirItem {
+                ino: child,
+                name: which.name().into(),
+                attr: synthetic_attr(child, 0, &own.meta),
+                ttl: NO_TTL,
+                file: None,
+            });
+        }
+        if own.kind == NodeKind::Dataset {
+            return Ok(items);
+        }
+        let (listing, metas) = self.catalog().list_with_meta(rel)?;
+        items.reserve(listing.entries.len());
+        for (entry, meta) in listing.entries.iter().zip(&metas) {
+            let name = entry.name();
+            // A real file named like a synthetic one is shadowed by it.
+            if Synthetic::from_name(name).is_some() {
+                continue;
+            }
+            let child = self.child_ino(ino, name)?;
+            let node = Node {
+                kind: entry.kind(),
+                meta: meta.clone(),
+            };
+            items.push(DirItem {
+                ino: child,
+                name: name.to_string(),
+                attr: node_attr(child, &node),
+                ttl,
+                file: shown_file(&node),
+            });
+        }
+        Ok(items)
+    }
+
+    /// The directory snapshot a read at `offset` is served from: taken
+    /// afresh at offset 0, else the one the handle holds.
+    fn dir_snapshot(&self, ino: u64, fh: u64, offset: u64) -> Result<Arc<Vec<DirItem>>, FsError> {
+        let handle = self.handles.get(fh)?;
+        let Handle::Dir(slot) = &*handle else {
+            return Err(Errno::EBADF.into());
+        };
+        let mut slot = slot.lock();
+        match &*slot {
+            Some(items) if offset != 0 => Ok(Arc::clone(items)),
+            _ => {
+                let (target, parent) = self.target(ino)?;
+                let Target::Path(rel) = target else {
+                    return Err(Errno::ENOTDIR.into());
+                };
+                let items = Arc::new(self.dir_items(ino, parent, &rel)?);
+                *slot = Some(Arc::clone(&items));
+                Ok(items)
+            }
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The kernel protocol: a thin `fuser::Filesystem` over [`WarehouseFs`].
+//!
+//! Each operation decodes the request, makes one call into the
+//! filesystem and replies; [`answer!`] turns a failure into its errno and
+//! logs it with its stable code. A panic in a handler (a bug; no input
+//! should cause one) is caught, logged and answered `EIO` instead of
+//! ending the serving thread.
+//!
+//! Write-type operations are not implemented one by one: the mount is
+//! read-only (`MS_RDONLY`), so the kernel answers `EROFS` to every write,
+//! create, link, rename, setattr and xattr change itself and never asks
+//! the daemon (the `every_write_type_call_is_refused_with_erofs` mount
+//! test proves it).
+
+use std::ffi::OsStr;
+
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyXattr, Request,
+};
+
+use super::FsError;
+use super::filesystem::{DirEntry, DirectoryReplier, Opened, WarehouseFs, XattrData};
+use super::views::Caller;
+use crate::error::ErrorCode;
+
+/// Runs one request's handler: `$call` is the one call into the
+/// filesystem; its success is replied with `$ok`, its failure with its
+/// errno, logged with the operation, the inode and the error's code.
+macro_rules! answer {
+    ($op:literal, $ino:expr, $reply:ident, $call:expr, |$value:pat_param| $ok:expr) => {
+        guarded($op, || {
+            let result = $call;
+            match result {
+                Ok($value) => $ok,
+                Err(error) => {
+                    failed($op, $ino, &error);
+                    $reply.error(Errno::from_i32(error.errno() as i32))
+                }
+            }
+        })
+    };
+}
+
+/// The protocol adapter the FUSE session serves.
+pub struct FuseAdapter {
+    fs: WarehouseFs,
+}
+
+impl FuseAdapter {
+    pub fn new(fs: WarehouseFs) -> FuseAdapter {
+        FuseAdapter { fs }
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn open_flags(opened: Opened) -> FopenFlags {
+    let mut flags = FopenFlags::empty();
+    if opened.keep_cache {
+        flags |= FopenFlags::FOPEN_KEEP_CACHE;
+    }
+    if opened.direct_io {
+        flags |= FopenFlags::FOPEN_DIRECT_IO;
+    }
+    flags
+}
+
+/// Logs a failed request: expected answers (a name that is not there) at
+/// debug, everything else as a warning with its code.
+fn failed(op: &str, ino: u64, error: &FsError) {
+    if error.is_expected() {
+        log::debug!("{op} of inode {ino}: {error}");
+    } else {
+        log::warn!("{op} of inode {ino}: {error}");
+    }
+}
+
+/// Runs one request's handler, answering `EIO` if it panics: the reply the
+/// handler owned is dropped unsent, which the kernel receives as `EIO`.
+fn guarded(op: &'static str, handler: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler)) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        log::error!(
+            "error[{}]: {op} panicked and was answered with EIO: {what}",
+            ErrorCode::RequestFailed
+        );
+    }
+}
+
+struct Plain<'a>(&'a mut ReplyDirectory);
+
+impl DirectoryReplier for Plain<'_> {
+    fn add(&mut self, entry: DirEntry<'_>) -> bool {
+        self.0.add(
+            INodeNo(entry.ino),
+            entry.offset,
+            entry.attr.kind,
+            entry.name,
+        )
+    }
+}
+
+struct Plus<'a>(&'a mut ReplyDirectoryPlus);
+
+impl DirectoryReplier for Plus<'_> {
+    fn add(&mut self, entry: DirEntry<'_>) -> bool {
+        self.0.add(
+            INodeNo(entry.ino),
+            entry.offset,
+            entry.name,
+            &entry.ttl,
+            entry.attr,
+            Generation(0),
+        )
+    }
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Each is asked for alone: a kernel without one still mounts.
+        for wanted in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_DIO,
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+        ] {
+            if config.add_capabilities(wanted).is_err() {
+                log::debug!("the kernel does not offer {wanted:?}");
+            }
+        }
+        let _ = config
+            .set_max_readahead(1 << 20)
+            .or_else(|max| config.set_max_readahead(max));
+        log::info!("serving {}", self.fs.catalog().root().display());
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        answer!(
+            "lookup",
+            parent.0,
+            reply,
+            self.fs.lookup(&caller(req), parent.0, name),
+            |e| { reply.entry_with_ttls(&e.attr_ttl, &e.entry_ttl, &e.attr, Generation(0)) }
+        )
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let fh = fh.map(|fh| fh.0);
+        answer!(
+            "getattr",
+            ino.0,
+            reply,
+            self.fs.getattr(&caller(req), ino.0, fh),
+            |(attr, ttl)| { reply.attr(&ttl, &attr) }
+        )
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let writes = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        answer!(
+            "open",
+            ino.0,
+            reply,
+            self.fs.open(&caller(req), ino.0, writes),
+            |opened| { reply.opened(FileHandle(opened.fh), open_flags(opened)) }
+        )
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        answer!(
+            "read",
+            ino.0,
+            reply,
+            self.fs.read(fh.0, offset, size),
+            |data| { reply.data(data.as_slice()) }
+        )
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        answer!("opendir", ino.0, reply, self.fs.opendir(ino.0), |opened| {
+            let flags = open_flags(opened) | FopenFlags::FOPEN_CACHE_DIR;
+            reply.opened(FileHandle(opened.fh), flags)
+        })
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        answer!(
+            "readdir",
+            ino.0,
+            reply,
+            self.fs.readdir(ino.0, fh.0, offset, &mut Plain(&mut reply)),
+            |()| reply.ok()
+        )
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        answer!(
+            "readdirplus",
+            ino.0,
+            reply,
+            self.fs
+                .readdirplus(ino.0, fh.0, offset, &mut Plus(&mut reply)),
+            |()| reply.ok()
+        )
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        answer!("statfs", ino.0, reply, self.fs.statfs(), |s| reply.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_available,
+            s.files,
+            s.files_free,
+            s.block_size,
+            s.name_max,
+            s.fragment_size,
+        ))
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        answer!(
+            "getxattr",
+            ino.0,
+            reply,
+            self.fs.getxattr(&caller(req), ino.0, name, size),
+            |data| reply_xattr(reply, data)
+        )
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        answer!(
+            "listxattr",
+            ino.0,
+            reply,
+            self.fs.listxattr(&caller(req), ino.0, size),
+            |data| reply_xattr(reply, data)
+        )
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let writes = mask.contains(AccessFlags::W_OK);
+        answer!(
+            "access",
+            ino.0,
+            reply,
+            self.fs.access(ino.0, writes),
+            |()| reply.ok()
+        )
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No device controls here; `isatty` and friends ask, and are told so.
+        reply.error(Errno::ENOTTY);
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, data: XattrData) {
+    match data {
+        XattrData::Size(size) => reply.size(size),
+        XattrData::Data(bytes) => reply.data(&bytes),
+    }
+}

@@ -1,0 +1,144 @@
+//! The render cache of the synthetic files.
+//!
+//! A `.stats` or `.sources` is rendered by walking its subtree, which may
+//! be slow; the result is reused for at most the attribute TTL (so `ls -l`
+//! followed by `cat` walks once), bounded in count and bytes, and readers
+//! asking for the same file at once meet at one gate: the first renders,
+//! the others take what it finished with. Entries are keyed by inode and
+//! view, so renders of different users are never mixed up.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::FsError;
+
+/// A synthetic file as one viewer sees it: (inode, view id).
+pub type RenderKey = (u64, u64);
+
+/// Synthetic files rendered recently, reused for at most the TTL and
+/// bounded in count and bytes.
+struct RenderMemo {
+    entries: LruCache<RenderKey, (Instant, Arc<[u8]>)>,
+    bytes: usize,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+impl RenderMemo {
+    fn get(&mut self, key: RenderKey, ttl: Duration) -> Option<Arc<[u8]>> {
+        match self.entries.get(&key) {
+            Some((at, bytes)) if at.elapsed() < ttl => Some(Arc::clone(bytes)),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, key: RenderKey, bytes: Arc<[u8]>, ttl: Duration) {
+        if bytes.len() > self.max_bytes || self.max_entries == 0 {
+            return;
+        }
+        if let Some((_, old)) = self.entries.pop(&key) {
+            self.bytes -= old.len();
+        }
+        // Expired entries go first (least recently used first), then
+        // live ones while over budget.
+        while let Some((_, (at, old))) = self.entries.peek_lru() {
+            let (expired, len) = (at.elapsed() >= ttl, old.len());
+            let over =
+                self.bytes + bytes.len() > self.max_bytes || self.entries.len() >= self.max_entries;
+            if !over && !expired {
+                break;
+            }
+            self.bytes -= len;
+            self.entries.pop_lru();
+        }
+        self.bytes += bytes.len();
+        self.entries.put(key, (Instant::now(), bytes));
+    }
+}
+
+/// Where readers of one synthetic file meet: the one holding `last`
+/// renders, the ones waiting for it take what it finished with.
+#[derive(Default)]
+struct RenderGate {
+    last: Mutex<Option<(Instant, Result<Arc<[u8]>, FsError>)>>,
+}
+
+/// Recent renders and the gates of renders under way.
+pub struct Renders {
+    ttl: Duration,
+    memo: Mutex<RenderMemo>,
+    gates: Mutex<HashMap<RenderKey, Arc<RenderGate>>>,
+}
+
+impl Renders {
+    /// Renders reused for `ttl`: at most `max_entries` of them, holding at
+    /// most `max_bytes` together (a larger one is not kept).
+    pub fn new(ttl: Duration, max_entries: usize, max_bytes: usize) -> Renders {
+        Renders {
+            ttl,
+            memo: Mutex::new(RenderMemo {
+                entries: LruCache::unbounded(),
+                bytes: 0,
+                max_entries,
+                max_bytes,
+            }),
+            gates: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The bytes of `key`: reused when rendered within the TTL, else
+    /// rendered by `render`, once for every reader asking meanwhile.
+    pub fn get_or_render(
+        &self,
+        key: RenderKey,
+        render: impl FnOnce() -> Result<Arc<[u8]>, FsError>,
+    ) -> Result<Arc<[u8]>, FsError> {
+        if let Some(bytes) = self.memo.lock().get(key, self.ttl) {
+            return Ok(bytes);
+        }
+        let asked = Instant::now();
+        let gate = Arc::clone(self.gates.lock().entry(key).or_default());
+        let rendered = {
+            let mut last = gate.last.lock();
+            match &*last {
+                // Rendered by the reader this one waited for: share it.
+                Some((at, result)) if *at >= asked => result.clone(),
+                _ => {
+                    let result = render();
+                    *last = Some((Instant::now(), result.clone()));
+                    result
+                }
+            }
+        };
+        let mut gates = self.gates.lock();
+        // The map's reference and this one: nobody else waits at the gate.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(&key);
+        }
+        rendered
+    }
+
+    /// Keeps a render for reuse within the TTL (a zero TTL keeps nothing).
+    pub fn keep(&self, key: RenderKey, bytes: Arc<[u8]>) {
+        if !self.ttl.is_zero() {
+            self.memo.lock().put(key, bytes, self.ttl);
+        }
+    }
+}
+
+/// A render at least this slow walked a big tree: the memory it freed is
+/// handed back to the system (see [`give_back_freed_memory`]).
+pub const BIG_RENDER: Duration = Duration::from_millis(20);
+
+/// Returns the heap memory freed by a big walk to the system. The
+/// allocator keeps freed memory per thread arena for reuse, so without
+/// this a daemon's resident size stays at the peak of its largest render.
+pub fn give_back_freed_memory() {
+    // SAFETY: malloc_trim only releases free heap pages; it has no
+    // preconditions and is thread-safe. No safe wrapper exists.
+    unsafe { libc::malloc_trim(0) };
+}

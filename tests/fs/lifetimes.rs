@@ -1,0 +1,251 @@
+//! What holds across calls: handles, inode references, renders reused
+//! within the TTL, freshness, and the file an open serves.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use pchronicle::fs::Caller;
+use serde_json::Value;
+
+use super::driver::*;
+use crate::support::{Warehouse, jsonl, settle};
+
+fn record_count(bytes: &[u8]) -> u64 {
+    let v: Value = serde_json::from_slice(bytes).unwrap();
+    v["record_count"].as_u64().unwrap()
+}
+
+#[test]
+fn handles_live_from_open_to_release() {
+    let wh = Warehouse::new();
+    wh.file("d/r.jsonl", jsonl(3, 0));
+    let fs = fs_of(&wh);
+    let file = ino(&fs, "d/r.jsonl");
+    assert_eq!(fs.open_handles(), 0);
+    let a = fs.open(&ROOT_CALLER, file, false).unwrap();
+    let b = fs.open(&ROOT_CALLER, ino(&fs, "d/.stats"), false).unwrap();
+    let d = fs.opendir(ino(&fs, "d")).unwrap();
+    assert_eq!(fs.open_handles(), 3);
+    assert!(a.fh != b.fh && b.fh != d.fh);
+    // A handle keeps reading the file it opened after it is removed.
+    std::fs::remove_file(wh.abs("d/r.jsonl")).unwrap();
+    assert_eq!(
+        fs.read(a.fh, 0, 1 << 20).unwrap().as_slice(),
+        jsonl(3, 0).as_bytes()
+    );
+    for fh in [a.fh, b.fh, d.fh] {
+        fs.release(fh);
+    }
+    assert_eq!(fs.open_handles(), 0);
+    assert_eq!(errno(fs.read(a.fh, 0, 10)), Errno::EBADF);
+}
+
+#[test]
+fn an_open_synthetic_file_keeps_the_bytes_it_was_opened_with() {
+    let wh = Warehouse::new();
+    wh.file("d/a.jsonl", jsonl(3, 0));
+    let fs = fs_with_ttl(&wh, Duration::ZERO);
+    let stats = ino(&fs, "d/.stats");
+    let opened = fs.open(&ROOT_CALLER, stats, false).unwrap();
+    wh.file("d/b.jsonl", jsonl(4, 0));
+    let held = fs.read(opened.fh, 0, 1 << 20).unwrap().as_slice().to_vec();
+    assert_eq!(record_count(&held), 3);
+    // A new open (TTL zero) renders afresh.
+    assert_eq!(record_count(&cat(&fs, "d/.stats")), 7);
+    fs.release(opened.fh);
+}
+
+#[test]
+fn lookups_and_readdirplus_hold_references_until_forgotten() {
+    let wh = Warehouse::new();
+    for i in 0..10 {
+        wh.file(&format!("d/f{i}.txt"), "x");
+    }
+    let fs = fs_of(&wh);
+    let dir = ino(&fs, "d");
+    let before = fs.known_inodes();
+    let listed = list(&fs, dir, 3, true);
+    assert_eq!(listed.len(), 14);
+    // Every entry but `.` and `..` was handed over once.
+    let numbered = fs.known_inodes();
+    assert_eq!(numbered, before + 12);
+    let f0 = listed.iter().find(|l| l.name == "f0.txt").unwrap().ino;
+    // A lookup of the same name gives the same number, one more reference.
+    assert_eq!(ino(&fs, "d/f0.txt"), f0);
+    fs.forget(f0, 1);
+    assert_eq!(fs.getattr(&ROOT_CALLER, f0, None).unwrap().0.ino.0, f0);
+    fs.forget(f0, 1);
+    assert_eq!(errno(fs.getattr(&ROOT_CALLER, f0, None)), Errno::ENOENT);
+    assert_eq!(fs.known_inodes(), numbered - 1);
+}
+
+#[test]
+fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
+    let wh = Warehouse::new();
+    wh.file("d/a.txt", "x");
+    wh.file("d/b.txt", "x");
+    let fs = fs_with_ttl(&wh, Duration::ZERO);
+    let dir = ino(&fs, "d");
+    let handle = fs.opendir(dir).unwrap();
+    let mut first = Buffer::with_room(5);
+    fs.readdir(dir, handle.fh, 0, &mut first).unwrap();
+    wh.file("d/c.txt", "x");
+    let mut rest = Buffer::with_room(10);
+    let offset = first.got.last().unwrap().offset;
+    fs.readdir(dir, handle.fh, offset, &mut rest).unwrap();
+    let seen: Vec<_> = first
+        .got
+        .iter()
+        .chain(&rest.got)
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(seen, [".", "..", ".stats", ".sources", "a.txt", "b.txt"]);
+    let mut again = Buffer::with_room(10);
+    fs.readdir(dir, handle.fh, 0, &mut again).unwrap();
+    assert!(
+        again.got.iter().any(|l| l.name == "c.txt"),
+        "offset 0 takes a new snapshot"
+    );
+    fs.release(handle.fh);
+}
+
+#[test]
+fn renders_are_reused_within_the_ttl_and_redone_after_it() {
+    let wh = Warehouse::new();
+    wh.file("d/a.jsonl", jsonl(3, 0));
+    let fs = fs_with_ttl(&wh, Duration::from_millis(400));
+    let stats = ino(&fs, "d/.stats");
+    let sources = ino(&fs, "d/.sources");
+    let first = fs.open(&ROOT_CALLER, stats, false).unwrap();
+    // One walk rendered both files: the sibling and a second open reuse it.
+    wh.file("d/b.jsonl", jsonl(4, 0));
+    let text = cat(&fs, "d/.sources");
+    assert!(
+        !String::from_utf8_lossy(&text).contains("b.jsonl"),
+        "reused within the TTL"
+    );
+    let (a, b) = (
+        fs.read(first.fh, 0, 1 << 20).unwrap(),
+        fs.open(&ROOT_CALLER, stats, false).unwrap(),
+    );
+    let b_data = fs.read(b.fh, 0, 1 << 20).unwrap();
+    assert_eq!(a.as_slice(), b_data.as_slice());
+    assert_eq!(record_count(a.as_slice()), 3);
+    fs.release(first.fh);
+    fs.release(b.fh);
+    std::thread::sleep(Duration::from_millis(450));
+    assert_eq!(
+        record_count(&read_all_as(&fs, &ROOT_CALLER, stats, 1 << 20)),
+        7
+    );
+    assert!(
+        String::from_utf8_lossy(&read_all_as(&fs, &ROOT_CALLER, sources, 1 << 20))
+            .contains("b.jsonl")
+    );
+}
+
+#[test]
+fn nodes_are_fresh_within_the_ttl_the_daemon_is_asked_again() {
+    let wh = Warehouse::new();
+    wh.file("d/a.jsonl", jsonl(3, 0));
+    let fs = fs_of(&wh);
+    let d = ino(&fs, "d");
+    // The daemon answers from the warehouse as it is now: the kernel's
+    // TTL is what delays a change, never the filesystem.
+    wh.file("d/new/x.jsonl", jsonl(1, 0));
+    assert!(names(&list(&fs, d, 100, false)).contains(&"new".to_string()));
+    std::fs::remove_dir_all(wh.abs("d/new")).unwrap();
+    assert_eq!(errno(walk(&fs, "d/new")), Errno::ENOENT);
+    // A directory that becomes a leaf is shown as one.
+    wh.storyline("d/leafy", 2);
+    let leafy = ino(&fs, "d/leafy");
+    assert_eq!(
+        names(&list(&fs, leafy, 100, false)),
+        [".", "..", ".stats", ".sources"]
+    );
+}
+
+#[test]
+fn an_open_serves_the_file_last_shown_or_answers_estale() {
+    let wh = Warehouse::new();
+    wh.file("d/r.jsonl", "old\n");
+    let fs = fs_of(&wh);
+    let file = ino(&fs, "d/r.jsonl");
+    // Replaced by another file (a new inode) after the lookup.
+    wh.file("d/r.jsonl.tmp", "new and longer\n");
+    std::fs::rename(wh.abs("d/r.jsonl.tmp"), wh.abs("d/r.jsonl")).unwrap();
+    assert_eq!(errno(fs.open(&ROOT_CALLER, file, false)), Errno::ESTALE);
+    // The kernel looks the name up again and the open succeeds.
+    assert_eq!(ino(&fs, "d/r.jsonl"), file);
+    assert_eq!(cat(&fs, "d/r.jsonl"), b"new and longer\n");
+}
+
+#[test]
+fn an_unchanged_file_keeps_its_page_cache_and_a_changed_one_drops_it() {
+    let wh = Warehouse::new();
+    wh.file("d/r.jsonl", jsonl(3, 0));
+    settle();
+    let fs = fs_of(&wh);
+    let file = ino(&fs, "d/r.jsonl");
+    let open = |fs: &pchronicle::fs::WarehouseFs| {
+        let opened = fs.open(&ROOT_CALLER, file, false).unwrap();
+        fs.release(opened.fh);
+        opened.keep_cache
+    };
+    assert!(!open(&fs), "the first open has nothing cached");
+    assert!(open(&fs));
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(wh.abs("d/r.jsonl"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"{}\n"))
+        .unwrap();
+    assert!(!open(&fs), "a changed file drops its pages");
+    // The directory's cached entries are kept only while it is unchanged
+    // and settled.
+    let d = ino(&fs, "d");
+    let opendir = |fs: &pchronicle::fs::WarehouseFs| {
+        let opened = fs.opendir(d).unwrap();
+        fs.release(opened.fh);
+        opened.keep_cache
+    };
+    settle();
+    assert!(!opendir(&fs));
+    assert!(opendir(&fs));
+    wh.file("d/s.jsonl", jsonl(1, 0));
+    assert!(!opendir(&fs), "a new name drops the cached entries");
+}
+
+#[test]
+fn another_user_is_answered_with_what_it_could_read_natively() {
+    let wh = Warehouse::new();
+    wh.file("open/a.jsonl", jsonl(3, 0));
+    wh.file("closed/b.jsonl", jsonl(5, 0));
+    std::fs::set_permissions(wh.abs("closed"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let fs = fs_of(&wh);
+    let nobody = Caller {
+        uid: 65_534,
+        gid: 65_534,
+        pid: std::process::id(),
+    };
+    let stats = ino(&fs, ".stats");
+    let own = read_all_as(&fs, &ROOT_CALLER, stats, 1 << 20);
+    let theirs = read_all_as(&fs, &nobody, stats, 1 << 20);
+    assert_eq!(record_count(&own), 8);
+    assert_eq!(
+        record_count(&theirs),
+        3,
+        "a directory it cannot enter is not counted"
+    );
+    // Their render is kept apart from the daemon's.
+    assert_eq!(
+        record_count(&read_all_as(&fs, &ROOT_CALLER, stats, 1 << 20)),
+        8
+    );
+    // And a file it may not read is not opened for it.
+    let closed = ino(&fs, "closed/b.jsonl");
+    assert_eq!(errno(fs.open(&nobody, closed, false)), Errno::EACCES);
+    let count = OsStr::new("user.pchronicle.record_count");
+    assert!(fs.getxattr(&ROOT_CALLER, closed, count, 64).is_ok());
+}
