@@ -314,3 +314,85 @@ fn the_count_cache_persists_across_mounts_and_can_be_disabled() {
     assert!(other.is_file());
     assert_eq!(fs::read(&cache).unwrap(), newer);
 }
+
+/// The background daemon runs with the arguments the mount command was
+/// given, as they were (relative paths and every flag), not a rebuilt
+/// list; it leaves the starting directory once it serves.
+#[test]
+fn the_background_daemon_gets_the_arguments_as_given() {
+    if !fuse_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    let (dir, mnt) = empty_mount_point();
+    // Both temporary directories are siblings: name the warehouse
+    // relative to the mount point's parent.
+    assert_eq!(wh.path().parent(), dir.path().parent());
+    let relative = format!("../{}", wh.path().file_name().unwrap().to_str().unwrap());
+    let args = [
+        "mount",
+        &relative,
+        "mnt",
+        "--attr-ttl",
+        "0",
+        "--max-files",
+        "77",
+        "--log",
+        "daemon.log",
+        "-o",
+        "noexec",
+    ];
+    let out = std::process::Command::new(crate::harness::bin())
+        .args(args)
+        .current_dir(mnt.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let pid: u32 = said
+        .split("daemon pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("names the daemon's pid: {said}"));
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let given: Vec<&[u8]> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .skip(1)
+        .collect();
+    assert_eq!(given, args.map(str::as_bytes).to_vec());
+    let cwd = fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+    assert_eq!(cwd, Path::new("/"));
+    assert!(
+        mnt.parent().unwrap().join("daemon.log").is_file(),
+        "the log is where it was named"
+    );
+    let stats = fs::read_to_string(mnt.join(".stats")).unwrap();
+    assert!(stats.contains("\"record_count\": 8"), "{stats}");
+    assert!(run(&os(&[&"umount", &mnt])).status.success());
+}
+
+/// The readiness variable is the daemon's alone: a stray one is refused
+/// with a code and nothing is mounted.
+#[test]
+fn a_stray_readiness_variable_is_refused() {
+    let wh = small_warehouse();
+    let (_dir, mnt) = empty_mount_point();
+    for value in ["1", "banana", "987"] {
+        let out = std::process::Command::new(crate::harness::bin())
+            .args([OsStr::new("mount"), wh.path().as_os_str(), mnt.as_os_str()])
+            .env(pchronicle::fs::daemon::READY_FD_VAR, value)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("PCHRONICLE_MOUNT_FAILED"), "{value}: {err}");
+        assert!(err.contains("PCHRONICLE_READY_FD"), "{value}: {err}");
+        assert_eq!(mountpoint::state(&mnt), MountState::NotMounted);
+    }
+}

@@ -84,9 +84,6 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
         /// Append the background daemon's log (RUST_LOG levels) to FILE.
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
-        /// Internal: set on the re-executed background daemon.
-        #[arg(long, hide = true)]
-        daemon_child: bool,
         #[command(flatten)]
         walk: WalkArgs,
         #[command(flatten)]
@@ -362,7 +359,6 @@ fn execute(command: Command) -> Result<ExitCode> {
             threads,
             render_timeout,
             log,
-            daemon_child,
             walk,
             cache,
         } => {
@@ -384,7 +380,6 @@ fn execute(command: Command) -> Result<ExitCode> {
                 options,
                 threads,
                 log,
-                daemon_child,
             };
             let announce = |m: &Mounted| {
                 eprintln!(

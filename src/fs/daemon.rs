@@ -2,15 +2,19 @@
 //! background only once the mount answers, and a clean unmount on
 //! SIGINT, SIGTERM or SIGHUP.
 //!
-//! Backgrounding re-executes the binary (`--foreground` plus a hidden
-//! flag) in a new session rather than forking, since a process that has
-//! started threads cannot fork safely. The child reports on its standard
-//! output pipe: `ready` once the kernel has accepted the mount, or an
-//! error on standard error. The parent then checks from outside that the
-//! mount point is a FUSE filesystem that answers, and only then exits 0;
-//! any failure leaves nothing mounted.
+//! Backgrounding re-executes the program with its own arguments as they
+//! were given (`args_os`), in a new session, rather than forking, since a
+//! process that has started threads cannot fork safely. What makes the
+//! child the daemon is one variable in its environment,
+//! [`READY_FD_VAR`], naming the write end of a pipe: the child serves in
+//! the foreground and writes `ready` there once the kernel has accepted
+//! the mount, or fails with an error on standard error. The parent then
+//! checks from outside that the mount point is a FUSE filesystem that
+//! answers, and only then exits 0; any failure leaves nothing mounted.
+//! So a mount flag reaches the daemon without being listed twice.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -22,11 +26,16 @@ use fuser::{Config, MountOption, Session, SessionACL};
 use super::filesystem::{FsOptions, WarehouseFs};
 use super::fuse::FuseAdapter;
 use super::mountpoint::{self, FS_NAME, MountState};
-use crate::catalog::{Catalog, CatalogOptions, CountCachePlace};
+use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
 
-/// The line a background child prints once its mount is up.
+/// The line a background daemon writes once its mount is up.
 const READY: &str = "ready";
+
+/// Set by a mounting process in the environment of the daemon it starts:
+/// the number of the descriptor the daemon reports readiness on. Its
+/// presence is what makes a `pchronicle mount` the background daemon.
+pub const READY_FD_VAR: &str = "PCHRONICLE_READY_FD";
 
 /// Everything `pchronicle mount` was asked for.
 #[derive(Debug, Clone)]
@@ -45,9 +54,6 @@ pub struct MountConfig {
     pub threads: usize,
     /// Where a background daemon's log goes (discarded when `None`).
     pub log: Option<PathBuf>,
-    /// Set in the re-executed background child: report readiness on
-    /// standard output, then detach from it.
-    pub daemon_child: bool,
 }
 
 /// What a successful background mount reports.
@@ -63,7 +69,12 @@ pub struct Mounted {
 /// kernel has accepted the mount, then serves until the mount is unmounted
 /// or a signal arrives; in the background it returns once the daemon's
 /// mount answers (and `ready` is not called).
+///
+/// Going to the background re-executes this program with the arguments
+/// it was started with, so only the `pchronicle mount` command may ask
+/// for it.
 pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> {
+    let daemon_of = ReadyPipe::from_env()?;
     bound_heap();
     let (options, acl) = fuse_options(config)?;
     let catalog = Catalog::new(&config.warehouse, config.catalog.clone())?;
@@ -74,10 +85,12 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
         mount_point: mount_point.clone(),
         pid: std::process::id(),
     };
-    if !config.foreground {
-        return spawn_daemon(config, mounted);
-    }
-    serve(config, catalog, &mounted, options, acl, ready)?;
+    let announce = match daemon_of {
+        None if !config.foreground => return spawn_daemon(config, mounted),
+        None => Announce::Call(ready),
+        Some(pipe) => Announce::Pipe(pipe),
+    };
+    serve(config, catalog, &mounted, options, acl, announce)?;
     Ok(mounted)
 }
 
@@ -209,6 +222,14 @@ fn check_mount_point(path: &Path, warehouse: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
+/// Whom a mount that is up is announced to.
+enum Announce<'a> {
+    /// The foreground caller of [`mount`].
+    Call(&'a dyn Fn(&Mounted)),
+    /// The process that started this one as its background daemon.
+    Pipe(ReadyPipe),
+}
+
 /// Mounts and serves in this process until the mount goes away.
 fn serve(
     config: &MountConfig,
@@ -216,7 +237,7 @@ fn serve(
     mounted: &Mounted,
     options: Vec<MountOption>,
     acl: SessionACL,
-    ready: &dyn Fn(&Mounted),
+    announce: Announce<'_>,
 ) -> Result<()> {
     let mount_point = mounted.mount_point.as_path();
     // Block the stop signals before any thread starts, so every thread
@@ -244,10 +265,10 @@ fn serve(
         )
     })?;
     log::info!("mounted at {}", mount_point.display());
-    if config.daemon_child {
-        report_ready(config.log.as_deref())?;
-    } else {
-        ready(mounted);
+    match announce {
+        Announce::Call(ready) => ready(mounted),
+        // A failure here drops the session, which unmounts.
+        Announce::Pipe(pipe) => pipe.report(config.log.as_deref())?,
     }
 
     spawn_exit_watchdog(mount_point.to_path_buf(), Weak::clone(&catalog_at_exit));
@@ -384,113 +405,124 @@ fn stop_signals() -> libc::sigset_t {
     }
 }
 
-/// In the background child: tells the parent the mount is up, then points
-/// standard input and output at /dev/null and standard error at the log.
-fn report_ready(log_file: Option<&Path>) -> Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{READY}")
-        .and_then(|_| stdout.flush())
-        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("reporting readiness: {e}")))?;
-    drop(stdout);
-    let null = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| Error::io("/dev/null", &e))?;
-    let log = match log_file {
-        Some(path) => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| Error::io(path, &e))?,
-        None => null.try_clone().map_err(|e| Error::io("/dev/null", &e))?,
-    };
-    use std::os::fd::AsRawFd;
-    // SAFETY: both descriptors are open for the duration of the calls;
-    // dup2 replaces the standard descriptors atomically.
-    unsafe {
-        libc::dup2(null.as_raw_fd(), 0);
-        libc::dup2(null.as_raw_fd(), 1);
-        libc::dup2(log.as_raw_fd(), 2);
+/// The pipe a background daemon reports readiness on (see
+/// [`READY_FD_VAR`]).
+struct ReadyPipe(OwnedFd);
+
+impl ReadyPipe {
+    /// The pipe this process was started with as a background daemon, if
+    /// it was.
+    fn from_env() -> Result<Option<ReadyPipe>> {
+        let Some(value) = std::env::var_os(READY_FD_VAR) else {
+            return Ok(None);
+        };
+        let refused = || {
+            Error::new(
+                ErrorCode::MountFailed,
+                format!(
+                    "{READY_FD_VAR}={} names no pipe; pchronicle sets it only for the daemon it starts, so unset it",
+                    value.to_string_lossy()
+                ),
+            )
+        };
+        let fd: RawFd = value
+            .to_str()
+            .and_then(|v| v.parse().ok())
+            .filter(|fd| *fd > 2)
+            .ok_or_else(refused)?;
+        // SAFETY: F_GETFD only asks whether `fd` is open; it is defined
+        // for any number.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(refused());
+        }
+        // SAFETY: `fd` is open (checked just above); borrowed only for the
+        // stat below.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let mode = nix::sys::stat::fstat(borrowed)
+            .map_err(|_| refused())?
+            .st_mode;
+        if mode & libc::S_IFMT != libc::S_IFIFO {
+            return Err(refused());
+        }
+        // SAFETY: the starting process handed this descriptor to this
+        // process alone, to be written once and closed; nothing else here
+        // owns it.
+        Ok(Some(ReadyPipe(unsafe { OwnedFd::from_raw_fd(fd) })))
     }
-    Ok(())
+
+    /// Tells the starting process the mount is up, then points standard
+    /// input and output at /dev/null and standard error at the log, and
+    /// leaves the starting directory (so the daemon pins no directory).
+    /// A log that cannot be opened fails the mount before it is reported.
+    fn report(self, log_file: Option<&Path>) -> Result<()> {
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| Error::io("/dev/null", &e))?;
+        let log = match log_file {
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| Error::io(path, &e))?,
+            None => null.try_clone().map_err(|e| Error::io("/dev/null", &e))?,
+        };
+        let mut pipe = std::fs::File::from(self.0);
+        writeln!(pipe, "{READY}")
+            .map_err(|e| Error::new(ErrorCode::MountFailed, format!("reporting readiness: {e}")))?;
+        drop(pipe);
+        let redirected = nix::unistd::dup2_stdin(null.as_fd())
+            .and_then(|()| nix::unistd::dup2_stdout(null.as_fd()))
+            .and_then(|()| nix::unistd::dup2_stderr(log.as_fd()))
+            .and_then(|()| nix::unistd::chdir("/"));
+        redirected.map_err(|e| {
+            Error::new(
+                ErrorCode::MountFailed,
+                format!("detaching from the terminal: {e}"),
+            )
+        })
+    }
 }
 
 /// Starts the background daemon and waits until its mount answers.
 fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::new(ErrorCode::MountFailed, format!("finding this program: {e}")))?;
+    let (ready, ready_writer) = std::io::pipe()
+        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("creating a pipe: {e}")))?;
+    let ready_fd = ready_writer.as_raw_fd();
     let mut command = Command::new(exe);
     command
-        .arg("mount")
-        .arg(&mounted.warehouse)
-        .arg(&mounted.mount_point)
-        .arg("--foreground")
-        .arg("--daemon-child")
-        .arg("--attr-ttl")
-        .arg(config.fs.attr_ttl.as_millis().to_string())
-        .arg("--threads")
-        .arg(config.threads.to_string())
-        .arg("--max-entries")
-        .arg(config.catalog.max_entries.to_string())
-        .arg("--max-files")
-        .arg(config.catalog.max_files.to_string());
-    if let Some(budget) = config.catalog.walk_budget {
-        command
-            .arg("--render-timeout")
-            .arg(budget.as_secs().max(1).to_string());
-    }
-    if !config.catalog.repair {
-        command.arg("--no-repair");
-    }
-    match &config.catalog.count_cache {
-        CountCachePlace::File(file) => {
-            command.arg("--cache-file").arg(file);
-        }
-        CountCachePlace::Memory => {
-            command.arg("--no-cache");
-        }
-        CountCachePlace::Default => {}
-    }
-    for (flag, n) in [
-        ("--file-cache-entries", config.catalog.file_cache_entries),
-        ("--dir-cache-entries", config.catalog.dir_cache_entries),
-        ("--node-cache-entries", config.catalog.node_cache_entries),
-        ("--render-cache-entries", config.fs.render_cache_entries),
-        ("--render-cache-mib", config.fs.render_cache_bytes >> 20),
-    ] {
-        command.arg(flag).arg(n.to_string());
-    }
-    if config.allow_other {
-        command.arg("--allow-other");
-    }
-    for option in &config.options {
-        command.arg("-o").arg(option);
-    }
-    if let Some(log) = &config.log {
-        command
-            .arg("--log")
-            .arg(std::path::absolute(log).unwrap_or_else(|_| log.clone()));
-    }
-    command
+        .args(std::env::args_os().skip(1))
+        .env(READY_FD_VAR, ready_fd.to_string())
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .current_dir("/");
-    // SAFETY: setsid is async-signal-safe; the child leaves the terminal's
-    // session so a closed terminal or Ctrl-C there does not reach it.
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls run between fork and exec.
     unsafe {
-        command.pre_exec(|| {
-            libc::setsid();
+        command.pre_exec(move || {
+            // Leave the terminal's session, so a closed terminal or
+            // Ctrl-C there does not reach the daemon.
+            nix::unistd::setsid()?;
+            // The pipe's write end is held open by the parent until the
+            // spawn returns; it alone crosses the exec.
+            let writer = BorrowedFd::borrow_raw(ready_fd);
+            nix::fcntl::fcntl(
+                writer,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )?;
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
+    let spawned = command.spawn();
+    // The daemon holds the only write end now: the read below ends with
+    // its report or its exit.
+    drop(ready_writer);
+    let mut child = spawned
         .map_err(|e| Error::new(ErrorCode::MountFailed, format!("starting the daemon: {e}")))?;
-    let stdout = child.stdout.take().expect("stdout was piped");
     let mut line = String::new();
-    let _ = BufReader::new(stdout).read_line(&mut line);
+    let _ = BufReader::new(ready).read_line(&mut line);
     if line.trim() != READY {
         let mut stderr = String::new();
         if let Some(mut pipe) = child.stderr.take() {

@@ -8,20 +8,19 @@
 //! `ENOTCONN`; it is *dead*, and is detached lazily, which the kernel
 //! allows even while shells still sit in it.
 
-use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use nix::errno::Errno;
+use nix::mount::MntFlags;
+use nix::sys::statfs::{FUSE_SUPER_MAGIC, FsType};
 
 use crate::error::{Error, ErrorCode, Result};
 
 /// The source name every pchronicle mount carries.
 pub const FS_NAME: &str = "pchronicle";
-
-/// `statfs` magic of a FUSE filesystem.
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 /// One line of the mount table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,16 +150,8 @@ pub fn answers(abs: &Path) -> bool {
 /// kernel may answer from cached attributes, `statfs` on a FUSE mount is
 /// always a round trip to the daemon, so it fails (`ENOTCONN`) on a dead
 /// mount at once.
-fn statfs_magic(abs: &Path) -> io::Result<i64> {
-    let c = CString::new(abs.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut out = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `c` is NUL-terminated and `out` has room for one `statfs`.
-    if unsafe { libc::statfs(c.as_ptr(), out.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the call succeeded and filled the buffer.
-    Ok(unsafe { out.assume_init() }.f_type)
+fn statfs_magic(abs: &Path) -> io::Result<FsType> {
+    Ok(nix::sys::statfs::statfs(abs)?.filesystem_type())
 }
 
 /// Unmounts the pchronicle mount at `path`. A dead mount, or any mount
@@ -191,17 +182,16 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<()> {
 /// `umount2(2)` on `abs`, falling back to the setuid `fusermount3 -u`
 /// helper when this user may not unmount directly.
 pub fn detach(abs: &Path, lazy: bool) -> io::Result<()> {
-    let c = CString::new(abs.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    // SAFETY: `c` is a NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EPERM) {
-        return Err(err);
-    }
+    let flags = if lazy {
+        MntFlags::MNT_DETACH
+    } else {
+        MntFlags::empty()
+    };
+    let err = match nix::mount::umount2(abs, flags) {
+        Ok(()) => return Ok(()),
+        Err(Errno::EPERM) => io::Error::from(Errno::EPERM),
+        Err(other) => return Err(other.into()),
+    };
     let mut last = err;
     for helper in ["fusermount3", "fusermount"] {
         let mut command = Command::new(helper);
