@@ -393,6 +393,10 @@ fn spawn_count_saver(catalog: Weak<Catalog>) {
     }
 }
 
+/// The signals that stop the daemon. Signal masks and `sigwait` stay raw
+/// `libc`: `nix` has them only behind its `signal` feature, which nothing
+/// else in the dependency graph enables, and turning it on would rebuild
+/// `nix`'s dependents (all of Lance among them).
 fn stop_signals() -> libc::sigset_t {
     let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: sigemptyset initialises the set; sigaddset only adds to it.
