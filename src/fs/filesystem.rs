@@ -376,20 +376,7 @@ impl WarehouseFs {
         offset: u64,
         replier: &mut dyn DirectoryReplier,
     ) -> Result<(), FsError> {
-        let items = self.dir_snapshot(ino, fh, offset)?;
-        for (i, item) in items.iter().enumerate().skip(offset as usize) {
-            let entry = DirEntry {
-                ino: item.ino,
-                offset: i as u64 + 1,
-                name: &item.name,
-                attr: &item.attr,
-                ttl: item.ttl,
-            };
-            if replier.add(entry) {
-                break;
-            }
-        }
-        Ok(())
+        self.fill(ino, fh, offset, replier, false)
     }
 
     /// As [`readdir`](WarehouseFs::readdir), with attributes: each entry
@@ -402,9 +389,22 @@ impl WarehouseFs {
         offset: u64,
         replier: &mut dyn DirectoryReplier,
     ) -> Result<(), FsError> {
+        self.fill(ino, fh, offset, replier, true)
+    }
+
+    fn fill(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        replier: &mut dyn DirectoryReplier,
+        hands_over: bool,
+    ) -> Result<(), FsError> {
         let items = self.dir_snapshot(ino, fh, offset)?;
         for (i, item) in items.iter().enumerate().skip(offset as usize) {
-            let held = item.name != "." && item.name != "..";
+            let held = hands_over && item.name != "." && item.name != "..";
+            // Held from the claim until it is counted, so no forget or
+            // sweep drops the number in between.
             let claimed = if held {
                 self.inodes.claim(ino, &item.name)
             } else {

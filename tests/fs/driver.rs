@@ -155,6 +155,15 @@ pub fn list(fs: &WarehouseFs, ino: u64, room: usize, plus: bool) -> Vec<Listed> 
     out
 }
 
+/// `name` inside the directory `rel` ("" for the root).
+pub fn join(rel: &str, name: &str) -> String {
+    if rel.is_empty() {
+        name.to_string()
+    } else {
+        format!("{rel}/{name}")
+    }
+}
+
 /// The names of `list`.
 pub fn names(listed: &[Listed]) -> Vec<String> {
     listed.iter().map(|l| l.name.clone()).collect()

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use pchronicle::catalog::Entry as Listed;
-use pchronicle::fs::{FsOptions, ROOT, XattrData};
+use pchronicle::fs::{FsOptions, ROOT, WarehouseFs, XattrData};
 use serde_json::Value;
 
 use super::driver::*;
@@ -150,31 +150,8 @@ fn synthetic_files_hold_the_cli_bytes_and_stat_their_length() {
     let wh = mixed();
     let fs = fs_of(&wh);
     for rel in ["", "runs", "runs/date=2026-11-01", "team/planner"] {
-        let at = |name: &str| {
-            if rel.is_empty() {
-                name.to_string()
-            } else {
-                format!("{rel}/{name}")
-            }
-        };
-        let path = wh.abs(rel);
-        let stats = cat(&fs, &at(".stats"));
-        let cli = pchronicle(&["stats", "--json", path.to_str().unwrap()]);
-        assert_eq!(
-            String::from_utf8_lossy(&stats),
-            stdout(&cli),
-            ".stats of {rel:?}"
-        );
-        let sources = cat(&fs, &at(".sources"));
-        let cli = pchronicle(&["ls", "--sources", "--json", path.to_str().unwrap()]);
-        assert_eq!(
-            String::from_utf8_lossy(&sources),
-            stdout(&cli),
-            ".sources of {rel:?}"
-        );
-        // The length a stat reports is the length a read returns.
-        let looked_up = walk(&fs, &at(".stats")).unwrap();
-        assert_eq!(looked_up.attr.size, stats.len() as u64);
+        synthetics_match_the_cli(&fs, &wh, rel);
+        let looked_up = walk(&fs, &join(rel, ".stats")).unwrap();
         assert!(
             looked_up.attr_ttl.is_zero(),
             "a synthetic length is never cached"
@@ -367,44 +344,18 @@ fn rfc7_sources_equal_ls_sources_and_open_and_stats_equal_stats() {
     let mut nodes = vec![String::new()];
     let mut checked = 0;
     while let Some(rel) = nodes.pop() {
-        let at = |name: &str| {
-            if rel.is_empty() {
-                name.to_string()
-            } else {
-                format!("{rel}/{name}")
-            }
-        };
-        let node = if rel.is_empty() { ROOT } else { ino(&fs, &rel) };
+        let node = ino(&fs, &rel);
         for entry in list(&fs, node, 1000, true) {
             if entry.is_dir && entry.name != "." && entry.name != ".." {
-                nodes.push(at(&entry.name));
+                nodes.push(join(&rel, &entry.name));
             }
         }
-        let path = wh.abs(&rel);
-        let sources = cat(&fs, &at(".sources"));
-        let cli = pchronicle(&["ls", "--sources", "--json", path.to_str().unwrap()]);
-        assert_eq!(
-            String::from_utf8_lossy(&sources),
-            stdout(&cli),
-            ".sources of {rel:?}"
-        );
+        let sources = synthetics_match_the_cli(&fs, &wh, &rel);
         let opened = catalog.open(Path::new(&rel)).unwrap();
         assert_eq!(
             sources,
             opened.sources_jsonl().into_bytes(),
             "open({rel:?})"
-        );
-        let stats = cat(&fs, &at(".stats"));
-        let cli = pchronicle(&["stats", "--json", path.to_str().unwrap()]);
-        assert_eq!(
-            String::from_utf8_lossy(&stats),
-            stdout(&cli),
-            ".stats of {rel:?}"
-        );
-        // The length a stat reports is the length a read returns.
-        assert_eq!(
-            walk(&fs, &at(".stats")).unwrap().attr.size,
-            stats.len() as u64
         );
         checked += 1;
     }
@@ -415,4 +366,32 @@ fn rfc7_sources_equal_ls_sources_and_open_and_stats_equal_stats() {
         root_sources.contains("\"_file_\":\"team/codex_jsonl\""),
         "{root_sources}"
     );
+}
+
+/// Asserts that the `.stats` and `.sources` of `rel` hold the bytes of
+/// `stats --json` and `ls --sources --json`, and that a lookup states the
+/// length a read returns; returns the `.sources` bytes.
+fn synthetics_match_the_cli(fs: &WarehouseFs, wh: &Warehouse, rel: &str) -> Vec<u8> {
+    let path = wh.abs(rel);
+    let path = path.to_str().unwrap();
+    let stats = cat(fs, &join(rel, ".stats"));
+    let cli = pchronicle(&["stats", "--json", path]);
+    assert_eq!(
+        String::from_utf8_lossy(&stats),
+        stdout(&cli),
+        ".stats of {rel:?}"
+    );
+    let sources = cat(fs, &join(rel, ".sources"));
+    let cli = pchronicle(&["ls", "--sources", "--json", path]);
+    assert_eq!(
+        String::from_utf8_lossy(&sources),
+        stdout(&cli),
+        ".sources of {rel:?}"
+    );
+    // The length a stat reports is the length a read returns.
+    assert_eq!(
+        walk(fs, &join(rel, ".stats")).unwrap().attr.size,
+        stats.len() as u64
+    );
+    sources
 }
