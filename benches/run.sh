@@ -49,7 +49,8 @@ mount_at() {
   echo "$mnt"
 }
 umount_at() { "$bin" umount "$1" >/dev/null; }
-daemon_pid() { pgrep -n -f -- "$1 --foreground --daemon-child"; }
+# The daemon runs with the mount command's own arguments.
+daemon_pid() { pgrep -n -f -- "pchronicle mount .*$1"; }
 now_ns() { date +%s%N; }
 ms_since() { echo $(( ($(now_ns) - $1) / 1000000 )); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "inf"; else printf "%.2f", a / b }'; }
