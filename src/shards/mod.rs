@@ -29,10 +29,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::catalog::STATE_DIR;
 use crate::error::{Error, ErrorCode, Result};
 use crate::sidecar::status::InvalidatedSidecar;
-use crate::warehouse::{Dir, Replace};
+use crate::warehouse::{Dir, Replace, STATE_DIR};
 use rotation::{STATE_SCHEMA, Sealed, ShardState};
 
 /// Setting this to `1` makes writers pack by default.

@@ -261,7 +261,7 @@ fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
             } else {
                 format!("{rel}/{name}")
             };
-            if kind.is_dir() && name != crate::catalog::STATE_DIR {
+            if kind.is_dir() && name != crate::warehouse::STATE_DIR {
                 stack.push((entry.path(), child_rel));
             } else if let Some(format) = RecordFormat::from_name(&name).filter(|_| kind.is_file()) {
                 files.push(SourceFile {
