@@ -6,10 +6,10 @@ use std::fmt;
 use std::fs;
 use std::path::Path;
 
-use crate::catalog::manifest::Manifest;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
 use crate::store::compact::ImportMode;
+use crate::store::manifest::Manifest;
 use crate::store::{CompactJsonlStore, DirectCounter, LeafStore, StorylineStore};
 
 /// What was built.

@@ -21,7 +21,6 @@ pub mod cache;
 pub mod classify;
 pub mod counts;
 pub mod hive;
-pub mod manifest;
 pub mod model;
 
 use std::collections::BTreeMap;
@@ -42,6 +41,7 @@ pub use model::{
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::{RecordFormat, RecordStats, count_open};
 use crate::sidecar;
+use crate::store::manifest;
 use crate::store::{RecordCounter, Stores};
 use crate::warehouse::{self, Dir, Stat, Viewer};
 
