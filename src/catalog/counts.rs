@@ -31,7 +31,9 @@
 //! Layout (little-endian): magic `PCHRCNTS`, u32 schema, u64 entry count;
 //! per entry u32 path length, the UTF-8 path, u64 size, i64 mtime_ns, u64
 //! records, u64 failed, u8 flags (bit 0: min timestamp present, bit 1: max),
-//! i64 min, i64 max (microseconds); then u64 FNV-1a 64 of all bytes before.
+//! i64 min, i64 max (microseconds); then the u32 CRC-32 (IEEE) of all
+//! bytes before. Schema 1 ended in a u64 FNV-1a 64 instead; like any older
+//! schema it is ignored and rebuilt, never refused.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
@@ -50,8 +52,9 @@ use crate::warehouse::{self, CappedError, Dir, Replace};
 
 const MAGIC: &[u8; 8] = b"PCHRCNTS";
 
-/// The schema this build writes and reads.
-pub const SCHEMA: u32 = 1;
+/// The schema this build writes and reads. Schema 2 replaced schema 1's
+/// FNV-1a checksum with CRC-32.
+pub const SCHEMA: u32 = 2;
 
 /// The state subdirectory that holds the persisted cache by default.
 pub const DEFAULT_DIR: &str = "cache";
@@ -441,7 +444,7 @@ fn encode(entries: &LruCache<Arc<str>, Entry>) -> Vec<u8> {
         out.extend_from_slice(&e.stats.min_timestamp.unwrap_or(0).to_le_bytes());
         out.extend_from_slice(&e.stats.max_timestamp.unwrap_or(0).to_le_bytes());
     }
-    let sum = crate::sidecar::format::fnv1a64(&out);
+    let sum = crc32fast::hash(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     out
 }
@@ -530,8 +533,8 @@ fn load(file: &CacheFile, inner: &mut Inner) -> Result<Loaded> {
 /// or `None` when the bytes are damaged (after some entries may have been
 /// handed over).
 fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, Entry)) -> Option<usize> {
-    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
-    if crate::sidecar::format::fnv1a64(body) != u64::from_le_bytes(sum.try_into().ok()?) {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+    if crc32fast::hash(body) != u32::from_le_bytes(sum.try_into().ok()?) {
         return None;
     }
     let mut at: usize = 12;
@@ -641,6 +644,26 @@ mod tests {
         }
         assert_eq!(cache.len(), 2);
         assert!(!cache.save().unwrap(), "no file, nothing written");
+    }
+
+    #[test]
+    fn a_schema_1_cache_is_rebuilt_not_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("counts");
+        // A schema-1 file of no entries; its checksum is never read, as
+        // the schema is checked first.
+        let mut old = MAGIC.to_vec();
+        old.extend_from_slice(&1u32.to_le_bytes());
+        old.extend_from_slice(&0u64.to_le_bytes());
+        old.extend_from_slice(&[0xa5; 8]);
+        std::fs::write(&file, &old).unwrap();
+        let place = || Some(CacheFile::at(&file).unwrap());
+        let (cache, loaded) = CountCache::open(8, place()).unwrap();
+        assert_eq!(loaded, Loaded::Older(1));
+        cache.put("x.jsonl", id(10, 1_000), stats(3));
+        assert!(cache.save().unwrap(), "an older schema is overwritten");
+        let (_, loaded) = CountCache::open(8, place()).unwrap();
+        assert_eq!(loaded, Loaded::Entries(1));
     }
 
     #[test]
