@@ -1,0 +1,388 @@
+//! Record-file counts: the in-process cache, and its persisted copy
+//! (`persisted.rs`) that lets a restarted daemon answer without re-reading
+//! every record file.
+//!
+//! Entries are keyed by the record file's path relative to the warehouse
+//! root. An entry counted in this process is reused while the file's full
+//! stat identity ([`FileId`]: device, inode, size, mtime, ctime) holds; one
+//! loaded from disk carries only `(size, mtime_ns)` and is reused when both
+//! match, after which the full identity is recorded. Identities younger
+//! than the racy window are never stored (see [`super::cache`]).
+//!
+//! A file whose path is new, whose identity matches exactly one entry
+//! whose path has vanished, is a rename: it takes over that entry without
+//! being read. When several new paths (within one walk) or several vanished
+//! entries share an identity the match is ambiguous and the file is read.
+
+mod persisted;
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::cache::{FileId, HitCount, HitCounter};
+use crate::error::Result;
+use crate::records::RecordStats;
+
+pub use persisted::{CacheFile, DEFAULT_DIR, DEFAULT_NAME, SCHEMA};
+
+/// `(size, mtime_ns)`: what identifies a file across restarts and renames.
+type Identity = (u64, i64);
+
+#[derive(Debug, Clone)]
+struct Entry {
+    size: u64,
+    mtime_ns: i64,
+    /// The rest of the full identity once this process has checked the
+    /// file.
+    exact: Option<Exact>,
+    stats: RecordStats,
+}
+
+/// What a [`FileId`] holds beyond size and mtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Exact {
+    dev: u64,
+    ino: u64,
+    ctime_ns: i64,
+    mode: u32,
+}
+
+impl Exact {
+    fn of(id: FileId) -> Exact {
+        Exact {
+            dev: id.dev,
+            ino: id.ino,
+            ctime_ns: id.ctime_ns,
+            mode: id.mode,
+        }
+    }
+}
+
+impl Entry {
+    fn identity(&self) -> Identity {
+        (self.size, self.mtime_ns)
+    }
+
+    /// Whether the entry describes a file with identity `id`; an entry
+    /// from disk is upgraded to the full identity on its first match.
+    fn holds(&mut self, id: FileId) -> bool {
+        if self.identity() != (id.size, id.mtime_ns) {
+            return false;
+        }
+        match self.exact {
+            Some(exact) => exact == Exact::of(id),
+            None => {
+                self.exact = Some(Exact::of(id));
+                true
+            }
+        }
+    }
+}
+
+/// How loading the persisted cache went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loaded {
+    /// No persisted cache (or none asked for).
+    Absent,
+    /// This many entries were loaded.
+    Entries(usize),
+    /// An older schema: ignored, rebuilt on the next save.
+    Older(u32),
+    /// Not a count cache, or damaged: ignored with a warning, rebuilt.
+    Unusable(String),
+}
+
+/// The record-file count cache of one catalog.
+pub struct CountCache {
+    inner: Mutex<Inner>,
+    file: Option<CacheFile>,
+    hits: HitCounter,
+    renames: AtomicU64,
+}
+
+struct Inner {
+    /// Unbounded as a map (so no table for the full capacity is allocated
+    /// up front); `capacity` is enforced on insert.
+    entries: LruCache<Arc<str>, Entry>,
+    capacity: usize,
+    /// Entries changed since the last save.
+    dirty: bool,
+}
+
+impl Inner {
+    fn new(capacity: NonZeroUsize) -> Inner {
+        Inner {
+            entries: LruCache::unbounded(),
+            capacity: capacity.get(),
+            dirty: false,
+        }
+    }
+
+    /// Adds or replaces the entry of `path` (evicting the least recently
+    /// used one when full).
+    fn insert(&mut self, path: &str, entry: Entry) {
+        self.entries.push(Arc::from(path), entry);
+        while self.entries.len() > self.capacity {
+            self.entries.pop_lru();
+        }
+        self.dirty = true;
+    }
+
+    fn remove(&mut self, path: &str) -> Option<Entry> {
+        let entry = self.entries.pop(path)?;
+        self.dirty = true;
+        Some(entry)
+    }
+}
+
+/// The cache's entries by `(size, mtime_ns)`, taken when a walk first
+/// meets a file the cache does not know, so renames can be matched without
+/// the cache keeping a second map of every entry.
+#[derive(Default)]
+pub struct RenameIndex {
+    by_identity: HashMap<Identity, Vec<Arc<str>>>,
+}
+
+impl CountCache {
+    /// A cache of at most `capacity` entries, persisted at `file` when
+    /// given. A newer schema there is refused; anything else unusable is
+    /// reported in [`Loaded`] and replaced on the next save.
+    pub fn open(capacity: usize, file: Option<CacheFile>) -> Result<(CountCache, Loaded)> {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        let mut inner = Inner::new(capacity);
+        let loaded = match &file {
+            None => Loaded::Absent,
+            Some(file) => persisted::load(file, &mut inner)?,
+        };
+        inner.dirty = false;
+        if let (Loaded::Unusable(why), Some(file)) = (&loaded, &file) {
+            log::warn!(
+                "ignoring the count cache {}: {why}; it will be rebuilt",
+                file.path().display()
+            );
+        }
+        let cache = CountCache {
+            inner: Mutex::new(inner),
+            file,
+            hits: HitCounter::default(),
+            renames: AtomicU64::new(0),
+        };
+        Ok((cache, loaded))
+    }
+
+    /// The counts of `rel` if an entry describes the file with identity
+    /// `id`; a stale entry is dropped.
+    pub fn get(&self, rel: &str, id: FileId) -> Option<RecordStats> {
+        let mut inner = self.inner.lock();
+        let found = match inner.entries.get_mut(rel).map(|e| (e.holds(id), e.stats)) {
+            Some((true, stats)) => Some(stats),
+            Some((false, _)) => {
+                inner.remove(rel);
+                None
+            }
+            None => None,
+        };
+        self.hits.note(found)
+    }
+
+    /// Records the counts of `rel` at identity `id` (never a racy one).
+    pub fn put(&self, rel: &str, id: FileId, stats: RecordStats) {
+        if id.is_racy() {
+            return;
+        }
+        self.inner.lock().insert(
+            rel,
+            Entry {
+                size: id.size,
+                mtime_ns: id.mtime_ns,
+                exact: Some(Exact::of(id)),
+                stats,
+            },
+        );
+    }
+
+    /// The entries by identity, for [`CountCache::adopt_rename`].
+    pub fn rename_index(&self) -> RenameIndex {
+        let inner = self.inner.lock();
+        let mut index = RenameIndex::default();
+        for (path, entry) in inner.entries.iter() {
+            index
+                .by_identity
+                .entry(entry.identity())
+                .or_default()
+                .push(Arc::clone(path));
+        }
+        index
+    }
+
+    /// The counts of a file new under `rel` (no entry for its path) taken
+    /// over from the one entry of the same `(size, mtime_ns)` whose path no
+    /// longer holds a file of that identity (`live` answers that). `None`
+    /// when there is no such entry or more than one.
+    pub fn adopt_rename(
+        &self,
+        index: &mut RenameIndex,
+        rel: &str,
+        id: FileId,
+        live: impl Fn(&str) -> Option<FileId>,
+    ) -> Option<RecordStats> {
+        if id.is_racy() {
+            return None;
+        }
+        let identity = (id.size, id.mtime_ns);
+        let candidates = index.by_identity.get_mut(&identity)?;
+        let vanished: Vec<Arc<str>> = candidates
+            .iter()
+            .filter(|path| &***path != rel)
+            .filter(|path| live(path).is_none_or(|now| (now.size, now.mtime_ns) != identity))
+            .cloned()
+            .collect();
+        let [from] = vanished.as_slice() else {
+            return None;
+        };
+        candidates.retain(|p| p != from);
+        let mut inner = self.inner.lock();
+        let mut entry = inner.remove(from).filter(|e| e.identity() == identity)?;
+        entry.exact = Some(Exact::of(id));
+        let stats = entry.stats;
+        inner.insert(rel, entry);
+        self.renames.fetch_add(1, Ordering::Relaxed);
+        log::debug!("{from} -> {rel}: counts kept across the rename");
+        Some(stats)
+    }
+
+    /// Drops the entry of `rel` (an adoption found ambiguous afterwards).
+    pub fn forget(&self, rel: &str) {
+        self.inner.lock().remove(rel);
+    }
+
+    pub fn hit_count(&self) -> HitCount {
+        self.hits.count()
+    }
+
+    /// Files whose counts were taken over across a rename.
+    pub fn renames(&self) -> u64 {
+        self.renames.load(Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn clear(&self) {
+        let mut inner = self.inner.lock();
+        inner.entries.clear();
+        inner.dirty = true;
+    }
+
+    /// Where the cache persists, if it does.
+    pub fn file(&self) -> Option<PathBuf> {
+        self.file.as_ref().map(CacheFile::path)
+    }
+
+    /// Writes the persisted cache if anything changed since the last save;
+    /// true when it wrote. A no-op without a file.
+    pub fn save(&self) -> Result<bool> {
+        let Some(file) = &self.file else {
+            return Ok(false);
+        };
+        let bytes = {
+            let mut inner = self.inner.lock();
+            if !inner.dirty {
+                return Ok(false);
+            }
+            inner.dirty = false;
+            persisted::encode(&inner.entries)
+        };
+        let written = persisted::write(file, &bytes);
+        if written.is_err() {
+            self.inner.lock().dirty = true;
+        }
+        written.map(|()| true)
+    }
+}
+
+/// The checks a walk makes once it has met every file: an adoption is
+/// ambiguous when another new file of the walk has the same identity.
+#[derive(Default)]
+pub struct NewFiles {
+    /// Identity -> new files of the walk (read or adopted).
+    seen: HashMap<Identity, Vec<(usize, bool)>>,
+}
+
+impl NewFiles {
+    /// Notes the walk's source `index`, new under its path, `adopted` or read.
+    pub fn note(&mut self, id: FileId, index: usize, adopted: bool) {
+        self.seen
+            .entry((id.size, id.mtime_ns))
+            .or_default()
+            .push((index, adopted));
+    }
+
+    /// Sources whose adopted counts must be re-read: those sharing their
+    /// identity with another new file.
+    pub fn ambiguous(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .seen
+            .values()
+            .filter(|files| files.len() > 1)
+            .flat_map(|files| files.iter().filter(|(_, a)| *a).map(|(i, _)| *i))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn id(size: u64, mtime_ns: i64) -> FileId {
+        FileId {
+            dev: 1,
+            ino: 2,
+            size,
+            mtime_ns,
+            ctime_ns: mtime_ns,
+            mode: 0o100644,
+        }
+    }
+
+    pub(super) fn stats(n: u64) -> RecordStats {
+        RecordStats {
+            record_count: n,
+            failed_count: 1,
+            min_timestamp: Some(-5),
+            max_timestamp: None,
+        }
+    }
+
+    #[test]
+    fn capacity_bounds_the_entries() {
+        let (cache, _) = CountCache::open(2, None).unwrap();
+        for i in 0..5 {
+            cache.put(&format!("{i}.jsonl"), id(i, 1_000), stats(i));
+        }
+        assert_eq!(cache.len(), 2);
+        assert!(!cache.save().unwrap(), "no file, nothing written");
+    }
+
+    #[test]
+    fn an_adoption_is_ambiguous_when_another_new_file_shares_the_identity() {
+        let mut new = NewFiles::default();
+        new.note(id(5, 1), 0, true);
+        new.note(id(6, 1), 1, true);
+        new.note(id(5, 1), 2, false);
+        assert_eq!(new.ambiguous(), vec![0]);
+    }
+}
