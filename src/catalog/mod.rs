@@ -44,7 +44,7 @@ use classify::DirNode;
 use counts::{CacheFile, CountCache, Loaded};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
-    Stats, StatsBuilder, StatsOrigin, Timestamp, Warning,
+    Stats, StatsBuilder, StatsOrigin, Timestamp, Warning, pretty_json,
 };
 use refresh::DirScan;
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::catalog::{Catalog, CatalogOptions, CountCachePlace};
+use crate::catalog::{Catalog, CatalogOptions, CountCachePlace, pretty_json};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::{FsOptions, MountConfig, Mounted};
 use crate::shards::{self, ShardFormat};
@@ -459,7 +459,7 @@ fn execute(command: Command) -> Result<ExitCode> {
         } => {
             let report = CompactJsonlStore::default().import_path(&source, &dest, mode.into())?;
             if json {
-                print!("{}", table::to_json(&report));
+                print!("{}", pretty_json(&report));
             } else {
                 print!("{}", table::import(&report, &dest));
             }
@@ -492,7 +492,7 @@ fn execute(command: Command) -> Result<ExitCode> {
             let report =
                 shards::append_records(&store, &session, &records, ShardFormat::choose(packed))?;
             if json {
-                print!("{}", table::to_json(&report));
+                print!("{}", pretty_json(&report));
             } else {
                 println!(
                     "appended {} record{} ({} bytes) to {}",
@@ -528,9 +528,7 @@ fn execute(command: Command) -> Result<ExitCode> {
                     .collect();
                 print!(
                     "{}",
-                    table::to_json(
-                        &serde_json::json!({"matches": records.len(), "records": parsed})
-                    )
+                    pretty_json(&serde_json::json!({"matches": records.len(), "records": parsed}))
                 );
             } else {
                 let mut out = std::io::stdout().lock();
@@ -578,7 +576,7 @@ fn index(action: IndexAction) -> Result<ExitCode> {
         IndexAction::Build { file, key, json } => {
             let report = sidecar::build_index(&file, &build::parse_key_spec(&key)?)?;
             if json {
-                print!("{}", table::to_json(&report));
+                print!("{}", pretty_json(&report));
             } else {
                 println!(
                     "indexed {} of {} records over {} ({} keys; {} without the key, {} failed) in {}",
@@ -595,7 +593,7 @@ fn index(action: IndexAction) -> Result<ExitCode> {
         IndexAction::List { file, json } => {
             let entries = manifest::list(&file)?;
             if json {
-                print!("{}", table::to_json(&entries));
+                print!("{}", pretty_json(&entries));
             } else {
                 for e in &entries {
                     let types: Vec<String> = e
