@@ -6,10 +6,10 @@ use std::fmt;
 use std::fs;
 use std::path::Path;
 
-use crate::catalog::manifest::Manifest;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
 use crate::store::compact::ImportMode;
+use crate::store::manifest::Manifest;
 use crate::store::{CompactJsonlStore, DirectCounter, LeafStore, StorylineStore};
 
 /// What was built.
@@ -176,13 +176,13 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
 
     // A compact-jsonl leaf (a Lance dataset), imported from records staged
     // under the hidden state directory and removed afterwards.
-    let staging = dir.join(crate::catalog::STATE_DIR).join("demo-import");
+    let staging = dir.join(crate::warehouse::STATE_DIR).join("demo-import");
     let staged: Vec<String> = (0..4)
         .flat_map(|s| session_records(&format!("c-{s:04}"), 6 + s, 15))
         .collect();
     write(
         dir,
-        &format!("{}/demo-import/codex.jsonl", crate::catalog::STATE_DIR),
+        &format!("{}/demo-import/codex.jsonl", crate::warehouse::STATE_DIR),
         &lines(&staged),
     )?;
     let report = CompactJsonlStore::default().import_path(

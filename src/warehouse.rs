@@ -40,6 +40,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
+/// The directory where pchronicle keeps its own state inside a warehouse.
+pub const STATE_DIR: &str = ".pchronicle";
+
 /// The most bytes read from a `chronicle.manifest`.
 pub const MANIFEST_CAP: u64 = 1 << 20;
 /// The most bytes read from a storyline `CURRENT` pointer.

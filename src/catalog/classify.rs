@@ -25,9 +25,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::manifest::{self, Manifest, ManifestKind};
 use super::model::{Counts, DatasetPreview, StatsOrigin};
 use crate::error::{Error, ErrorCode};
+use crate::store::manifest::{self, Manifest, ManifestKind};
 use crate::store::{LeafStore, RecordCounter, Stores};
 use crate::warehouse::Dir;
 

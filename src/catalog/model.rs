@@ -351,14 +351,14 @@ fn max_opt(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
 impl Listing {
     /// Pretty JSON plus a final newline (`pchronicle ls --json`).
     pub fn to_json(&self) -> String {
-        pretty(self)
+        pretty_json(self)
     }
 }
 
 impl Stats {
     /// Pretty JSON plus a final newline (`stats --json`, `.stats`).
     pub fn to_json(&self) -> String {
-        pretty(self)
+        pretty_json(self)
     }
 }
 
@@ -376,9 +376,14 @@ impl Snapshot {
     }
 }
 
-fn pretty<T: Serialize>(value: &T) -> String {
-    // Only called on the model types above, which always serialize.
-    let mut out = serde_json::to_string_pretty(value).expect("model types always serialize");
+/// Pretty JSON plus a final newline: the text of every pretty JSON output,
+/// the answers above (`--json`, `.stats`) and the CLI's reports alike.
+///
+/// The answers always serialize (strings, integers, booleans, string
+/// maps). A report may hold a path, which does not serialize when it is
+/// not UTF-8; such a report prints as an empty document, not a panic.
+pub fn pretty_json<T: Serialize>(value: &T) -> String {
+    let mut out = serde_json::to_string_pretty(value).unwrap_or_default();
     out.push('\n');
     out
 }

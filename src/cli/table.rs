@@ -234,10 +234,3 @@ pub fn import(report: &ImportReport, dest: &std::path::Path) -> String {
         report.failed_count,
     )
 }
-
-/// Pretty JSON plus a final newline.
-pub fn to_json<T: serde::Serialize>(value: &T) -> String {
-    let mut out = serde_json::to_string_pretty(value).unwrap_or_default();
-    out.push('\n');
-    out
-}

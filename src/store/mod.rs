@@ -7,17 +7,22 @@
 //! catalog only talks to this trait, so a new format (the Lance-backed
 //! compact-jsonl store) plugs in by registering one more store in
 //! [`Stores`], without touching classification or `list`/`open`.
+//!
+//! [`manifest`] reads and writes `chronicle.manifest`, the record a store
+//! publishes at a leaf's root. It lives here, below the catalog, because
+//! the stores write it and the catalog reads it to classify.
 
 pub mod compact;
+pub mod manifest;
 pub mod storyline;
 
 use std::io;
 use std::sync::Arc;
 
-use crate::catalog::manifest::{self, Manifest, ManifestKind};
 use crate::error::Result;
 use crate::records::{RecordFormat, RecordStats};
 use crate::warehouse::Dir;
+use manifest::{Manifest, ManifestKind};
 
 pub use compact::CompactJsonlStore;
 pub use storyline::StorylineStore;

@@ -171,9 +171,7 @@ mod tests {
             .unwrap();
         assert_eq!(m.fingerprint.as_deref(), Some("storyline:generation:g2"));
         assert_eq!(m.stats.unwrap().record_count, 4);
-        let again = crate::catalog::manifest::read(&open(&dir))
-            .unwrap()
-            .unwrap();
+        let again = crate::store::manifest::read(&open(&dir)).unwrap().unwrap();
         assert_eq!(again, m);
     }
 

@@ -3,9 +3,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use pchronicle::catalog::manifest;
 use pchronicle::catalog::{CatalogOptions, Entry, NodeKind, StatsOrigin};
 use pchronicle::error::ErrorCode;
+use pchronicle::store::manifest;
 
 use crate::support::{FakeCompactStore, Warehouse};
 

@@ -10,10 +10,10 @@ use arrow::array::{
 };
 use lance::Dataset;
 use lance::dataset::{WriteMode, WriteParams};
-use pchronicle::catalog::manifest;
 use pchronicle::catalog::{Catalog, CatalogOptions, Entry, NodeKind, StatsOrigin};
 use pchronicle::error::ErrorCode;
 use pchronicle::store::compact::{self, CompactJsonlStore, ImportMode};
+use pchronicle::store::manifest;
 use pchronicle::store::{LeafStore, Stores, StorylineStore};
 
 use crate::support::{Warehouse, jsonl, lance_runtime, pchronicle, scan_all, stdout};

@@ -3,9 +3,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use pchronicle::catalog::manifest::Manifest;
 use pchronicle::catalog::{Entry, NodeKind, SourceKind, StatsOrigin};
 use pchronicle::records::RecordStats;
+use pchronicle::store::manifest::Manifest;
 
 use crate::support::{FakeCompactStore, Warehouse, pchronicle, stdout};
 

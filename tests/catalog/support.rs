@@ -8,10 +8,10 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use pchronicle::catalog::manifest::Manifest;
 use pchronicle::catalog::{Catalog, CatalogOptions};
 use pchronicle::error::{Error, ErrorCode, Result};
 use pchronicle::records::{RecordFormat, RecordStats};
+use pchronicle::store::manifest::Manifest;
 use pchronicle::store::{LeafScan, LeafStore, RecordCounter, Stores, StorylineStore};
 use pchronicle::warehouse::Dir;
 

@@ -36,8 +36,8 @@ use lance::io::ObjectStoreRegistry;
 use lance::session::Session;
 use lance_file::version::LanceFileVersion;
 
+use super::manifest::{self, Manifest, ManifestKind};
 use super::{LeafScan, LeafStore, RecordCounter};
-use crate::catalog::manifest::{self, Manifest, ManifestKind};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
 use crate::warehouse::Dir;

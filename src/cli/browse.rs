@@ -1,0 +1,94 @@
+//! `ls` and `stats`: one catalog for the named path, one call into it, and
+//! the answer printed as a table or as the JSON the mount serves.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{WalkArgs, table};
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+
+// The flags of `ls`.
+#[derive(Args, Debug)]
+pub(super) struct LsArgs {
+    /// A warehouse directory, a dataset leaf, or a record file.
+    #[arg(default_value = ".")]
+    path: PathBuf,
+    /// Print the Snapshot sources of PATH instead (every leaf and record
+    /// file below it, with `_file_` relative to PATH).
+    #[arg(long)]
+    sources: bool,
+    /// Print JSON (a listing object; with --sources, JSON Lines).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    walk: WalkArgs,
+}
+
+impl LsArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        let LsArgs {
+            path,
+            sources,
+            json,
+            walk,
+        } = self;
+        let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
+        if sources {
+            let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
+            if json {
+                print!("{}", snapshot.sources_jsonl());
+            } else {
+                print!("{}", table::sources(&snapshot));
+            }
+            table::warn(&snapshot.warnings, snapshot.truncated);
+        } else {
+            let listing = catalog.list(&rel).map_err(|e| at_user_path(e, &path))?;
+            if json {
+                print!("{}", listing.to_json());
+            } else {
+                print!("{}", table::listing(&listing));
+            }
+            table::warn(&listing.warnings, listing.truncated);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+// The flags of `stats`.
+#[derive(Args, Debug)]
+pub(super) struct StatsArgs {
+    /// A warehouse directory, a dataset leaf, or a record file.
+    #[arg(default_value = ".")]
+    path: PathBuf,
+    /// Print pretty JSON (the content of the mount's `.stats`).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    walk: WalkArgs,
+}
+
+impl StatsArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        let StatsArgs { path, json, walk } = self;
+        let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
+        let stats = catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?;
+        if json {
+            print!("{}", stats.to_json());
+        } else {
+            print!("{}", table::stats(&stats));
+        }
+        table::warn(&stats.warnings, stats.truncated);
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Errors name the path as the user typed it, not the catalog-relative one.
+fn at_user_path(mut error: Error, user: &Path) -> Error {
+    if error.path.as_deref().is_some_and(Path::is_relative) {
+        error.path = Some(user.to_path_buf());
+    }
+    error
+}

@@ -1,0 +1,139 @@
+//! `import` and `append`: records into a compact-jsonl leaf, or onto a
+//! session's shard; the report printed as a sentence or as JSON.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::table;
+use crate::catalog::pretty_json;
+use crate::error::{Error, ErrorCode, Result};
+use crate::shards::{self, ShardFormat};
+use crate::store::CompactJsonlStore;
+use crate::store::compact::ImportMode;
+
+// The flags of `import`.
+#[derive(Args, Debug)]
+pub(super) struct ImportArgs {
+    /// A .jsonl/.ndjson/.jsonseq/.json file, or a directory scanned
+    /// recursively for them.
+    source: PathBuf,
+    /// The leaf directory to write.
+    dest: PathBuf,
+    /// create: DEST must hold no dataset; append: add to DEST's dataset;
+    /// overwrite: replace DEST's rows with a new version.
+    #[arg(long, value_enum, default_value_t = ModeArg::Create)]
+    mode: ModeArg,
+    /// Print the import report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ImportArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        let ImportArgs {
+            source,
+            dest,
+            mode,
+            json,
+        } = self;
+        let report = CompactJsonlStore::default().import_path(&source, &dest, mode.into())?;
+        if json {
+            print!("{}", pretty_json(&report));
+        } else {
+            print!("{}", table::import(&report, &dest));
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+// The flags of `append`.
+#[derive(Args, Debug)]
+pub(super) struct AppendArgs {
+    /// The record store directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    store: PathBuf,
+    /// The session id (dots allowed; no `/`, no leading dot).
+    #[arg(long, value_name = "ID")]
+    session: String,
+    /// Write packed shards (`.jsonseq`); PCHRONICLE_PACKED_RECORDS=1 does
+    /// the same.
+    #[arg(long)]
+    packed: bool,
+    /// One record (one JSON value on one line), or `-` to read one
+    /// record per line from standard input (blank lines skipped).
+    #[arg(default_value = "-")]
+    record: String,
+    /// Print the append report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl AppendArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        let AppendArgs {
+            store,
+            session,
+            packed,
+            record,
+            json,
+        } = self;
+        let mut input = Vec::new();
+        let records: Vec<&[u8]> = if record == "-" {
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut input)
+                .map_err(|e| Error::io("<stdin>", &e))?;
+            input
+                .split(|b| *b == b'\n')
+                .filter(|line| !line.trim_ascii().is_empty())
+                .collect()
+        } else {
+            vec![record.as_bytes()]
+        };
+        if records.is_empty() {
+            return Err(Error::new(
+                ErrorCode::RecordInvalid,
+                "no records on standard input",
+            ));
+        }
+        let report =
+            shards::append_records(&store, &session, &records, ShardFormat::choose(packed))?;
+        if json {
+            print!("{}", pretty_json(&report));
+        } else {
+            println!(
+                "appended {} record{} ({} bytes) to {}",
+                report.records,
+                if report.records == 1 { "" } else { "s" },
+                report.bytes,
+                report.shard.display()
+            );
+            for sidecar in &report.invalidated_sidecars {
+                println!(
+                    "invalidated sidecar {} (key {}); rebuild with: {}",
+                    sidecar.index.display(),
+                    sidecar.key.join(","),
+                    sidecar.rebuild
+                );
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum ModeArg {
+    Create,
+    Append,
+    Overwrite,
+}
+
+impl From<ModeArg> for ImportMode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::Create => ImportMode::Create,
+            ModeArg::Append => ImportMode::Append,
+            ModeArg::Overwrite => ImportMode::Overwrite,
+        }
+    }
+}

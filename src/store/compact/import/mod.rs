@@ -1,0 +1,335 @@
+//! Importing record files into a compact-jsonl leaf.
+//!
+//! A producer thread reads the source files segment by segment (the same
+//! splitter the counters use), turns each record into a row and sends
+//! batches through a two-slot channel to Lance's writer, which pulls them
+//! as a `RecordBatchReader`. Memory is bounded by the two batches in flight
+//! plus Lance's write buffers, whatever the input size. Records larger than
+//! the offload threshold are written to `_offload/<sha256>.json` (a record
+//! too large to buffer is streamed there) and the row keeps only the hash.
+//!
+//! After Lance commits, the leaf's manifest is published from the dataset
+//! itself; if that fails, the import fails.
+//!
+//! This file runs the import as a whole (destination checks, the two
+//! threads, the manifest); `rows.rs` is the producer that turns records
+//! into batches, `offload.rs` the `_offload/` store it writes to.
+
+mod offload;
+mod rows;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::time::{Duration, Instant};
+
+use arrow::array::{RecordBatch, RecordBatchIterator};
+use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
+use lance::Dataset;
+use lance::dataset::{WriteMode, WriteParams};
+use serde::Serialize;
+
+use super::{CompactJsonlStore, DATA_STORAGE_VERSION, OFFLOAD_DIR, schema, uri_of};
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::RecordFormat;
+use rows::produce;
+
+/// How an import treats an existing destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImportMode {
+    /// The destination must not hold a dataset yet.
+    Create,
+    /// Add rows to an existing compact-jsonl dataset.
+    Append,
+    /// Replace the dataset's rows with a new version (or create it).
+    Overwrite,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImportReport {
+    pub mode: ImportMode,
+    /// The Lance version the import published.
+    pub version: u64,
+    pub fingerprint: String,
+    /// Rows in the dataset after the import (all versions' rows that remain).
+    pub record_count: u64,
+    pub failed_count: u64,
+    /// Rows this import added.
+    pub imported_records: u64,
+    pub imported_failed: u64,
+    /// Records this import wrote to `_offload/`.
+    pub offloaded_records: u64,
+    pub source_files: u64,
+    pub source_bytes: u64,
+}
+
+/// One file to import.
+struct SourceFile {
+    path: PathBuf,
+    /// Relative to the import root; the `_file_` column.
+    rel: String,
+    format: RecordFormat,
+}
+
+impl CompactJsonlStore {
+    /// Imports `source` (a record file, or a directory scanned recursively
+    /// for record files) into the leaf at `dest`, then publishes its
+    /// manifest.
+    pub fn import_path(
+        &self,
+        source: &Path,
+        dest: &Path,
+        mode: ImportMode,
+    ) -> Result<ImportReport> {
+        let files = collect_sources(source, dest)?;
+        let source_bytes = files
+            .iter()
+            .map(|f| fs::metadata(&f.path).map_or(0, |m| m.len()))
+            .sum();
+        self.check_destination(dest, mode)?;
+        let created = !dest.exists();
+        let result = self.import_files(files, source_bytes, dest, mode);
+        if let Err(e) = &result {
+            // A failed import into a new directory leaves nothing behind,
+            // unless Lance already committed (then the data stays, and the
+            // next read repairs the manifest, as the error says).
+            if created && e.code != ErrorCode::ImportManifest {
+                let _ = fs::remove_dir_all(dest);
+            }
+        }
+        result
+    }
+
+    fn import_files(
+        &self,
+        files: Vec<SourceFile>,
+        source_bytes: u64,
+        dest: &Path,
+        mode: ImportMode,
+    ) -> Result<ImportReport> {
+        let offload_dir = dest.join(OFFLOAD_DIR);
+        fs::create_dir_all(&offload_dir).map_err(|e| Error::io(&offload_dir, &e))?;
+
+        let schema: SchemaRef = Arc::new(schema());
+        let (sender, receiver) = sync_channel(2);
+        let progress = Arc::new(Progress::new(source_bytes));
+        let producer = {
+            let schema = Arc::clone(&schema);
+            let progress = Arc::clone(&progress);
+            let threshold = self.offload_threshold;
+            std::thread::Builder::new()
+                .name("pchronicle-import".into())
+                .spawn(move || produce(files, schema, offload_dir, threshold, sender, &progress))
+                .map_err(|e| {
+                    Error::new(
+                        ErrorCode::Io,
+                        format!("cannot start the import thread: {e}"),
+                    )
+                })?
+        };
+        let written = self.write_batches(receiver, schema, dest, mode);
+        // The producer ends when it has sent everything or when the writer
+        // dropped the channel; its own error explains a failed write best.
+        let produced = producer
+            .join()
+            .map_err(|_| Error::new(ErrorCode::Io, "the import thread panicked"))?;
+        progress.finish();
+        let tally = produced?;
+        let version = written?;
+
+        let manifest = self.publish_manifest(dest).map_err(|e| {
+            Error::at(
+                ErrorCode::ImportManifest,
+                dest,
+                format!(
+                    "Lance version {version} was written but its manifest was not: {}",
+                    e.message
+                ),
+            )
+        })?;
+        let stats = manifest.stats.unwrap_or_default();
+        Ok(ImportReport {
+            mode,
+            version,
+            fingerprint: manifest.fingerprint.unwrap_or_default(),
+            record_count: stats.record_count,
+            failed_count: stats.failed_count,
+            imported_records: tally.records,
+            imported_failed: tally.failed,
+            offloaded_records: tally.offloaded,
+            source_files: tally.files,
+            source_bytes,
+        })
+    }
+
+    fn check_destination(&self, dest: &Path, mode: ImportMode) -> Result<()> {
+        let has_dataset = super::versions::latest_version(dest).is_ok();
+        match mode {
+            ImportMode::Create if has_dataset => Err(Error::at(
+                ErrorCode::ImportDestinationExists,
+                dest,
+                "a dataset already exists here",
+            )),
+            ImportMode::Append if !has_dataset => Err(Error::at(
+                ErrorCode::ImportDestinationMissing,
+                dest,
+                "there is no dataset here to append to",
+            )),
+            ImportMode::Append => self.open_compact(dest).map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    /// Hands the batches to Lance and returns the version it committed.
+    fn write_batches(
+        &self,
+        receiver: Receiver<std::result::Result<RecordBatch, ArrowError>>,
+        schema: SchemaRef,
+        dest: &Path,
+        mode: ImportMode,
+    ) -> Result<u64> {
+        let uri = uri_of(dest)?;
+        let params = WriteParams {
+            mode: match mode {
+                ImportMode::Create => WriteMode::Create,
+                ImportMode::Append => WriteMode::Append,
+                ImportMode::Overwrite => WriteMode::Overwrite,
+            },
+            data_storage_version: Some(DATA_STORAGE_VERSION),
+            session: Some(self.session()),
+            ..WriteParams::default()
+        };
+        let batches = RecordBatchIterator::new(receiver.into_iter(), schema);
+        let dataset = self
+            .block_on(Dataset::write(batches, uri.as_str(), Some(params)))?
+            .map_err(|e| Error::at(ErrorCode::Lance, dest, e.to_string()))?;
+        Ok(dataset.version().version)
+    }
+}
+
+/// The record files under `source`, sorted by relative path; symlinks and
+/// pchronicle's own state are skipped, and so is `dest` if it lies inside.
+fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
+    let meta = fs::metadata(source).map_err(|e| Error::io(source, &e))?;
+    if meta.is_file() {
+        let name = source
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let format = RecordFormat::from_name(name).ok_or_else(|| {
+            Error::at(
+                ErrorCode::ImportSource,
+                source,
+                "not a record file (.jsonl, .ndjson, .jsonseq or .json)",
+            )
+        })?;
+        return Ok(vec![SourceFile {
+            path: source.to_path_buf(),
+            rel: name.to_string(),
+            format,
+        }]);
+    }
+    let dest = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
+    let mut files = Vec::new();
+    let mut stack = vec![(source.to_path_buf(), String::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        if std::path::absolute(&dir).is_ok_and(|d| d == dest) {
+            continue;
+        }
+        for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, &e))? {
+            let entry = entry.map_err(|e| Error::io(&dir, &e))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let child_rel = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            if kind.is_dir() && name != crate::warehouse::STATE_DIR {
+                stack.push((entry.path(), child_rel));
+            } else if let Some(format) = RecordFormat::from_name(&name).filter(|_| kind.is_file()) {
+                files.push(SourceFile {
+                    path: entry.path(),
+                    rel: child_rel,
+                    format,
+                });
+            }
+        }
+    }
+    if files.is_empty() {
+        return Err(Error::at(
+            ErrorCode::ImportSource,
+            source,
+            "no record files found",
+        ));
+    }
+    files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(files)
+}
+
+/// Counts kept by the producer.
+#[derive(Default)]
+struct Tally {
+    files: u64,
+    records: u64,
+    failed: u64,
+    offloaded: u64,
+}
+
+/// A progress line on stderr, shown only when stderr is a terminal.
+struct Progress {
+    total: u64,
+    done: AtomicU64,
+    last: parking_lot::Mutex<Instant>,
+    on_terminal: bool,
+}
+
+impl Progress {
+    fn new(total: u64) -> Self {
+        // SAFETY: isatty only inspects the descriptor number.
+        let on_terminal = unsafe { libc::isatty(libc::STDERR_FILENO) == 1 };
+        Progress {
+            total,
+            done: AtomicU64::new(0),
+            last: parking_lot::Mutex::new(Instant::now()),
+            on_terminal,
+        }
+    }
+
+    fn add(&self, bytes: u64) {
+        let done = self.done.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if !self.on_terminal {
+            return;
+        }
+        let mut last = self.last.lock();
+        if last.elapsed() >= Duration::from_millis(250) {
+            *last = Instant::now();
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            let percent = if self.total == 0 {
+                100.0
+            } else {
+                100.0 * done as f64 / self.total as f64
+            };
+            eprint!(
+                "\rimporting: {:.1} / {:.1} MiB ({percent:.0}%)",
+                mib(done),
+                mib(self.total)
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if self.on_terminal {
+            eprintln!("\rimporting: done{}", " ".repeat(40));
+        }
+    }
+}
