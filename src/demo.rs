@@ -8,9 +8,8 @@ use std::path::Path;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
-use crate::store::compact::ImportMode;
 use crate::store::manifest::Manifest;
-use crate::store::{CompactJsonlStore, DirectCounter, LeafStore, StorylineStore};
+use crate::store::{DirectCounter, LeafStore, StorylineStore};
 
 /// What was built.
 #[derive(Debug, Default)]
@@ -174,25 +173,12 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
     }
     Manifest::branch().write_at(&dir.join("team"))?;
 
-    // A compact-jsonl leaf (a Lance dataset), imported from records staged
-    // under the hidden state directory and removed afterwards.
-    let staging = dir.join(crate::warehouse::STATE_DIR).join("demo-import");
-    let staged: Vec<String> = (0..4)
-        .flat_map(|s| session_records(&format!("c-{s:04}"), 6 + s, 15))
-        .collect();
-    write(
-        dir,
-        &format!("{}/demo-import/codex.jsonl", crate::warehouse::STATE_DIR),
-        &lines(&staged),
-    )?;
-    let report = CompactJsonlStore::default().import_path(
-        &staging,
-        &dir.join("team/codex_jsonl"),
-        ImportMode::Create,
-    )?;
-    fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, &e))?;
-    records += report.record_count;
-    leaves += 1;
+    // A compact-jsonl leaf (a Lance dataset), in a build with Lance.
+    #[cfg(feature = "compact-jsonl")]
+    {
+        records += compact_leaf(dir)?;
+        leaves += 1;
+    }
 
     // A leaf of a format this build cannot open: reported from its manifest.
     let foreign = Manifest::leaf(
@@ -213,4 +199,27 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
         records,
         indexes: 1,
     })
+}
+
+/// Imports `team/codex_jsonl`, a compact-jsonl leaf, from records staged
+/// under the hidden state directory and removed afterwards; returns how
+/// many records it holds.
+#[cfg(feature = "compact-jsonl")]
+fn compact_leaf(dir: &Path) -> Result<u64> {
+    let staging = dir.join(crate::warehouse::STATE_DIR).join("demo-import");
+    let staged: Vec<String> = (0..4)
+        .flat_map(|s| session_records(&format!("c-{s:04}"), 6 + s, 15))
+        .collect();
+    write(
+        dir,
+        &format!("{}/demo-import/codex.jsonl", crate::warehouse::STATE_DIR),
+        &lines(&staged),
+    )?;
+    let report = crate::store::CompactJsonlStore::default().import_path(
+        &staging,
+        &dir.join("team/codex_jsonl"),
+        crate::store::compact::ImportMode::Create,
+    )?;
+    fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, &e))?;
+    Ok(report.record_count)
 }

@@ -185,6 +185,9 @@ error_codes! {
     RequestFailed => "PCHRONICLE_REQUEST_FAILED",
         "a filesystem request failed inside the daemon (a bug, or a render past its time budget); it was answered with EIO and the daemon kept serving",
         "Retry the read; if it keeps failing, run the same path through `pchronicle stats PATH` to see the underlying error, and report the log line.";
+    LanceNotBuilt => "PCHRONICLE_LANCE_NOT_BUILT",
+        "this pchronicle was built without the compact-jsonl feature (Lance), so it cannot open, count or write a compact-jsonl dataset",
+        "Use a build with default features (`cargo build --release`); a build without them reads compact-jsonl leaves only through their manifests.";
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";

@@ -185,6 +185,12 @@ fn preview(
     }
     let scan = match store.scan(dir, counter) {
         Ok(scan) => scan,
+        // A build without the store's engine (Lance) reports what the
+        // manifest says, unverified, rather than nothing.
+        Err(e) if e.code == ErrorCode::LanceNotBuilt => {
+            warnings.push(NodeWarning::from_error(dir.path(), &e));
+            return unverified(format, manifest.as_ref());
+        }
         Err(e) => {
             warnings.push(NodeWarning::from_error(dir.path(), &e));
             return DatasetPreview {

@@ -1,12 +1,19 @@
 //! Integration tests of the catalog core against real temporary
 //! warehouses, of the CLI that exposes it, and of the filesystem's
 //! operations driven without a kernel. No `/dev/fuse` here.
+//!
+//! Tests that need Lance (compact-jsonl datasets) build only with the
+//! default feature `compact-jsonl`; the rest also run in a build without it
+//! (`cargo test --release --no-default-features`), which compiles in
+//! minutes.
 
 mod classification;
+#[cfg(feature = "compact-jsonl")]
 mod compact;
 mod count_cache;
 mod docs;
 mod hostile;
+#[cfg(feature = "compact-jsonl")]
 mod lance_surface_guards;
 mod malformed;
 mod open;

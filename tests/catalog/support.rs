@@ -276,6 +276,7 @@ pub fn stdout(output: &Output) -> String {
 }
 
 /// A runtime for driving Lance directly in a test.
+#[cfg(feature = "compact-jsonl")]
 pub fn lance_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -285,6 +286,7 @@ pub fn lance_runtime() -> tokio::runtime::Runtime {
 }
 
 /// Every row of a Lance dataset, by a full scan.
+#[cfg(feature = "compact-jsonl")]
 pub fn scan_all(
     rt: &tokio::runtime::Runtime,
     dataset: &lance::Dataset,

@@ -330,6 +330,7 @@ fn statfs_is_the_warehouse_filesystem() {
 /// and dataset's `.sources` is `ls --sources --json` and `open`, and its
 /// `.stats` is `stats --json`, byte for byte.
 #[test]
+#[cfg(feature = "compact-jsonl")]
 fn rfc7_sources_equal_ls_sources_and_open_and_stats_equal_stats() {
     let wh = Warehouse::new();
     pchronicle::demo::build(wh.path()).unwrap();

@@ -30,43 +30,14 @@ use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use lance::Dataset;
 use lance::dataset::{WriteMode, WriteParams};
-use serde::Serialize;
 
-use super::{CompactJsonlStore, DATA_STORAGE_VERSION, OFFLOAD_DIR, schema, uri_of};
+use super::engine::uri_of;
+use super::{
+    CompactJsonlStore, DATA_STORAGE_VERSION, ImportMode, ImportReport, OFFLOAD_DIR, schema,
+};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
 use rows::produce;
-
-/// How an import treats an existing destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ImportMode {
-    /// The destination must not hold a dataset yet.
-    Create,
-    /// Add rows to an existing compact-jsonl dataset.
-    Append,
-    /// Replace the dataset's rows with a new version (or create it).
-    Overwrite,
-}
-
-/// What an import did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ImportReport {
-    pub mode: ImportMode,
-    /// The Lance version the import published.
-    pub version: u64,
-    pub fingerprint: String,
-    /// Rows in the dataset after the import (all versions' rows that remain).
-    pub record_count: u64,
-    pub failed_count: u64,
-    /// Rows this import added.
-    pub imported_records: u64,
-    pub imported_failed: u64,
-    /// Records this import wrote to `_offload/`.
-    pub offloaded_records: u64,
-    pub source_files: u64,
-    pub source_bytes: u64,
-}
 
 /// One file to import.
 struct SourceFile {

@@ -1,0 +1,203 @@
+//! The Lance side of the compact-jsonl store (cargo feature
+//! `compact-jsonl`): the runtime and session every dataset is opened with,
+//! the schema, opening, counting and publishing a leaf's manifest.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{Array, BooleanArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance::dataset::builder::DatasetBuilder;
+use lance::io::ObjectStoreRegistry;
+use lance::session::Session;
+use lance_file::version::LanceFileVersion;
+
+use super::{CompactJsonlStore, FORMAT, FORMAT_METADATA_KEY, fingerprint_of};
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::RecordStats;
+use crate::store::manifest::{self, Manifest, ManifestKind};
+use crate::store::{LeafScan, LeafStore};
+use crate::warehouse::Dir;
+
+/// The Lance data storage version every write uses, chosen explicitly so
+/// that a Lance upgrade does not silently change what is written. 2.1 is
+/// readable by every Lance release since it became stable.
+pub const DATA_STORAGE_VERSION: LanceFileVersion = LanceFileVersion::V2_1;
+
+/// Lance's fragment-metadata cache, shared by every dataset opened.
+const METADATA_CACHE_BYTES: usize = 32 << 20;
+/// Lance's index cache; compact-jsonl leaves have no indexes.
+const INDEX_CACHE_BYTES: usize = 1 << 20;
+
+/// The Arrow schema of a compact-jsonl dataset (SPEC 2.3).
+pub fn schema() -> Schema {
+    let fields = vec![
+        Field::new("_file_", DataType::Utf8, false),
+        Field::new("line", DataType::UInt64, false),
+        Field::new("record_id", DataType::Utf8, true),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("failed", DataType::Boolean, false),
+        Field::new("record", DataType::LargeUtf8, true),
+        Field::new("offload_sha256", DataType::Utf8, true),
+    ];
+    let metadata = HashMap::from([(FORMAT_METADATA_KEY.to_string(), FORMAT.to_string())]);
+    Schema::new_with_metadata(fields, metadata)
+}
+
+/// The runtime and session a store opens every dataset with, both
+/// created on first use.
+#[derive(Default)]
+pub(super) struct Engine {
+    runtime: OnceLock<std::result::Result<tokio::runtime::Runtime, String>>,
+    session: OnceLock<Arc<Session>>,
+}
+
+impl CompactJsonlStore {
+    /// Runs a future on the store's runtime. Lance spawns tasks, so this is
+    /// a multi-thread runtime; its workers are not the caller's thread.
+    pub(super) fn block_on<F: std::future::Future>(&self, future: F) -> Result<F::Output> {
+        let runtime = self.engine.runtime.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("pchronicle-lance")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        });
+        match runtime {
+            Ok(runtime) => Ok(runtime.block_on(future)),
+            Err(e) => Err(Error::new(
+                ErrorCode::Lance,
+                format!("cannot start the Lance runtime: {e}"),
+            )),
+        }
+    }
+
+    pub(super) fn session(&self) -> Arc<Session> {
+        let session = self.engine.session.get_or_init(|| {
+            Arc::new(Session::new(
+                INDEX_CACHE_BYTES,
+                METADATA_CACHE_BYTES,
+                Arc::new(ObjectStoreRegistry::default()),
+            ))
+        });
+        Arc::clone(session)
+    }
+
+    /// Opens the dataset at `dir` (its newest version).
+    pub fn open(&self, dir: &Path) -> Result<Dataset> {
+        let uri = uri_of(dir)?;
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        let session = self.session();
+        self.block_on(DatasetBuilder::from_uri(&uri).with_session(session).load())?
+            .map_err(|e| lance_error(dir, e))
+    }
+
+    /// Opens the dataset at `dir`, refusing one without the compact-jsonl
+    /// schema marker.
+    pub fn open_compact(&self, dir: &Path) -> Result<Dataset> {
+        let dataset = self.open(dir)?;
+        if Self::is_compact(&dataset) {
+            Ok(dataset)
+        } else {
+            Err(Error::at(
+                ErrorCode::NotCompactJsonl,
+                dir,
+                format!("the dataset's schema metadata has no {FORMAT_METADATA_KEY} = {FORMAT}"),
+            ))
+        }
+    }
+
+    /// Whether the directory at `dir` (which has `_versions/`) holds a
+    /// dataset carrying the compact-jsonl schema marker.
+    pub(super) fn holds_compact_dataset(&self, dir: &Path) -> Result<bool> {
+        Ok(Self::is_compact(&self.open(dir)?))
+    }
+
+    /// Whether the dataset at `dir` carries the compact-jsonl schema marker.
+    fn is_compact(dataset: &Dataset) -> bool {
+        dataset
+            .schema()
+            .metadata
+            .get(FORMAT_METADATA_KEY)
+            .map(String::as_str)
+            == Some(FORMAT)
+    }
+
+    /// Counts what the newest version of the dataset at `dir` holds: rows
+    /// from the metadata, failed rows and the time range from the `failed`
+    /// and `timestamp` columns alone.
+    pub fn dataset_stats(&self, dir: &Path) -> Result<LeafScan> {
+        let dataset = self.open_compact(dir)?;
+        let version = dataset.version().version;
+        let stats = self
+            .block_on(async {
+                let rows = dataset.count_rows(None).await? as u64;
+                let mut scanner = dataset.scan();
+                scanner.project(&["failed", "timestamp"])?;
+                let mut batches = scanner.try_into_stream().await?;
+                let mut stats = RecordStats {
+                    record_count: rows,
+                    ..RecordStats::default()
+                };
+                while let Some(batch) = batches.try_next().await? {
+                    if let Some(failed) = batch
+                        .column_by_name("failed")
+                        .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
+                    {
+                        stats.failed_count = stats
+                            .failed_count
+                            .saturating_add(failed.true_count() as u64);
+                    }
+                    if let Some(times) = batch
+                        .column_by_name("timestamp")
+                        .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>())
+                    {
+                        for t in times.iter().flatten() {
+                            stats.min_timestamp = Some(stats.min_timestamp.map_or(t, |m| m.min(t)));
+                            stats.max_timestamp = Some(stats.max_timestamp.map_or(t, |m| m.max(t)));
+                        }
+                    }
+                }
+                Ok::<_, lance::Error>(stats)
+            })?
+            .map_err(|e| lance_error(dir, e))?;
+        Ok(LeafScan {
+            fingerprint: fingerprint_of(version),
+            stats,
+        })
+    }
+
+    /// Writes the leaf's manifest for the dataset's newest version, keeping
+    /// unknown keys of an existing leaf manifest.
+    pub fn publish_manifest(&self, dir: &Path) -> Result<Manifest> {
+        let scan = self.dataset_stats(dir)?;
+        let opened = Dir::open_root(dir).map_err(|e| Error::io(dir, &e))?;
+        // A manifest that cannot be read is reported, never overwritten.
+        let existing = manifest::read(&opened)?.filter(|m| m.kind == ManifestKind::Leaf);
+        self.write_manifest(&opened, existing, &scan)
+    }
+}
+
+pub(super) fn uri_of(dir: &Path) -> Result<String> {
+    let absolute = std::path::absolute(dir).map_err(|e| Error::io(dir, &e))?;
+    absolute.to_str().map(str::to_string).ok_or_else(|| {
+        Error::at(
+            ErrorCode::NameNotUtf8,
+            dir,
+            "a Lance dataset path must be UTF-8",
+        )
+    })
+}
+
+fn lance_error(dir: &Path, e: lance::Error) -> Error {
+    Error::at(ErrorCode::Lance, dir, e.to_string())
+}

@@ -1,0 +1,47 @@
+//! The compact-jsonl store in a build without Lance (cargo feature
+//! `compact-jsonl` off): a leaf is recognised by `_versions/` and its
+//! fingerprint read from it, but nothing that needs to open the dataset
+//! can be done, and saying so is the answer.
+
+use std::path::Path;
+
+use super::{CompactJsonlStore, ImportMode, ImportReport};
+use crate::error::{Error, ErrorCode, Result};
+use crate::store::LeafScan;
+use crate::store::manifest::Manifest;
+
+impl CompactJsonlStore {
+    /// Without Lance the schema marker cannot be read: a directory whose
+    /// `_versions/` holds a version is taken for a compact-jsonl leaf.
+    pub(super) fn holds_compact_dataset(&self, _dir: &Path) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Refused: counting a dataset needs Lance.
+    pub fn dataset_stats(&self, dir: &Path) -> Result<LeafScan> {
+        Err(not_built(dir, "counting the dataset"))
+    }
+
+    /// Refused: publishing a manifest counts the dataset, which needs Lance.
+    pub fn publish_manifest(&self, dir: &Path) -> Result<Manifest> {
+        Err(not_built(dir, "publishing the manifest"))
+    }
+
+    /// Refused: writing a dataset needs Lance.
+    pub fn import_path(
+        &self,
+        _source: &Path,
+        dest: &Path,
+        _mode: ImportMode,
+    ) -> Result<ImportReport> {
+        Err(not_built(dest, "importing records"))
+    }
+}
+
+fn not_built(dir: &Path, what: &str) -> Error {
+    Error::at(
+        ErrorCode::LanceNotBuilt,
+        dir,
+        format!("{what} needs Lance, and this build was made without the compact-jsonl feature"),
+    )
+}
