@@ -22,6 +22,8 @@ mod shapes;
 mod shards;
 mod sidecar;
 mod support;
+#[cfg(not(feature = "compact-jsonl"))]
+mod without_lance;
 
 // The filesystem tier (operations without a kernel) lives in `tests/fs/`
 // and links into this binary: each test binary links the whole crate graph.

@@ -3,8 +3,8 @@
 //! This is the only module that touches Lance, and only with the cargo
 //! feature `compact-jsonl` (on by default; [`engine`] and [`import`]).
 //! Without it the crate builds without Lance: a compact-jsonl leaf is then
-//! classified by its manifest and `_versions/` alone, its counts are
-//! trusted while the manifest's fingerprint matches `_versions/` and
+//! classified by its manifest alone and fingerprinted by `_versions/`, its
+//! counts are trusted while the manifest's fingerprint matches and
 //! unverified otherwise, and imports are refused with
 //! `PCHRONICLE_LANCE_NOT_BUILT`.
 //!

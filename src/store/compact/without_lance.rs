@@ -1,7 +1,7 @@
 //! The compact-jsonl store in a build without Lance (cargo feature
-//! `compact-jsonl` off): a leaf is recognised by `_versions/` and its
-//! fingerprint read from it, but nothing that needs to open the dataset
-//! can be done, and saying so is the answer.
+//! `compact-jsonl` off): a leaf is recognised by its manifest and its
+//! fingerprint read from `_versions/`, but nothing that needs to open the
+//! dataset can be done, and saying so is the answer.
 
 use std::path::Path;
 
@@ -11,10 +11,12 @@ use crate::store::LeafScan;
 use crate::store::manifest::Manifest;
 
 impl CompactJsonlStore {
-    /// Without Lance the schema marker cannot be read: a directory whose
-    /// `_versions/` holds a version is taken for a compact-jsonl leaf.
+    /// Without Lance the schema marker cannot be read, so a directory
+    /// without a leaf manifest is never taken for a compact-jsonl leaf (as
+    /// with Lance, a `_versions/` that cannot be confirmed is a plain
+    /// directory).
     pub(super) fn holds_compact_dataset(&self, _dir: &Path) -> Result<bool> {
-        Ok(true)
+        Ok(false)
     }
 
     /// Refused: counting a dataset needs Lance.
