@@ -41,7 +41,7 @@ pub const PACKED_ENV: &str = "PCHRONICLE_PACKED_RECORDS";
 /// The longest session id accepted, in bytes.
 pub const MAX_SESSION_BYTES: usize = 200;
 
-const RECORD_SEPARATOR: u8 = 0x1e;
+use crate::records::RECORD_SEPARATOR;
 
 /// The two shard layouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

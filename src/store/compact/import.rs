@@ -33,8 +33,8 @@ use sha2::{Digest, Sha256};
 use super::{CompactJsonlStore, DATA_STORAGE_VERSION, OFFLOAD_DIR, schema, uri_of};
 use crate::atomic::write_atomic;
 use crate::error::{Error, ErrorCode, Result};
-use crate::records::reader::{OversizeSegment, ProbedSegment, SegmentVisitor, for_each_segment};
 use crate::records::scan::RecordScanner;
+use crate::records::{OversizeSegment, ProbedSegment, SegmentVisitor, for_each_segment};
 use crate::records::{RecordFormat, timestamp::Micros};
 
 /// Rows per batch sent to Lance.
@@ -567,7 +567,7 @@ impl<'s, 'a> OffloadTee<'s, 'a> {
     fn probe(&mut self) -> io::Result<Option<ProbedSegment>> {
         // The parser reads through the tee, so every byte reaches the file
         // and the hash exactly once; probing drains the rest.
-        crate::records::reader::probe_stream(TeeReader { owner: self })
+        crate::records::probe_stream(TeeReader { owner: self })
     }
 
     /// Moves the streamed record to `_offload/<sha>.json`.
@@ -630,7 +630,7 @@ fn import_json_document(path: &Path, rows: &mut RowWriter, progress: &Progress) 
     if document.first() != Some(&b'[') {
         return rows.record(document);
     }
-    let (elements, rest) = crate::records::reader::split_json_array(document);
+    let (elements, rest) = crate::records::split_json_array(document);
     for element in elements {
         rows.record(element)?;
     }
