@@ -86,12 +86,8 @@ pub fn count_open(file: File, format: RecordFormat) -> io::Result<RecordStats> {
 /// Tells the kernel the whole file will be read front to back, which
 /// widens its read-ahead. Only a hint: a failure changes nothing.
 fn advise_sequential(file: &File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: posix_fadvise only reads the descriptor number, which `file`
-    // keeps open for the duration of the call.
-    unsafe {
-        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL);
-    }
+    use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
+    let _ = posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
 }
 
 /// Counts the records of a line or packed stream (split on `\n` and
