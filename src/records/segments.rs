@@ -158,6 +158,17 @@ impl<'a> OversizeSegment<'a> {
         }
     }
 
+    /// Appends the rest of the segment to `whole`, for a consumer that
+    /// needs every record in memory however large (an index build, which
+    /// locates and parses each one).
+    pub fn read_whole(&mut self, whole: &mut Vec<u8>) -> io::Result<()> {
+        let read = self.read_to_end(whole);
+        match self.io_error.take() {
+            Some(err) => Err(err),
+            None => read.map(drop),
+        }
+    }
+
     /// Reads the rest of the segment through a streaming JSON parser.
     /// `None` when the segment was blank.
     pub fn probe(&mut self) -> io::Result<Option<ProbedSegment>> {
