@@ -53,7 +53,7 @@ const HANDLES_KEPT: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(6
 
 /// The directory where pchronicle keeps its own state inside a warehouse.
 /// Hidden from every listing and never a source.
-pub const STATE_DIR: &str = ".pchronicle";
+pub use crate::warehouse::STATE_DIR;
 
 /// Bounds and switches of a catalog.
 #[derive(Debug, Clone)]
