@@ -33,6 +33,9 @@
 //! creates, replaces and removes, [`viewer`] checks every operation
 //! against another user's permissions, and [`state`] finds where
 //! pchronicle keeps its own state.
+//!
+//! Every system call goes through rustix, errors included (as
+//! `rustix::io::Errno`): this module holds no `unsafe` code.
 
 pub mod list;
 pub mod open;

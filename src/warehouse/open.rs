@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{AtFlags, Mode, ResolveFlags};
+use rustix::io::Errno;
 
 use super::viewer::Access;
 use super::{Dir, Stat, check_name, components, dir_flags, not_regular, read_flags};
@@ -86,11 +87,11 @@ impl Dir {
     /// never for anything that is read or shown.
     pub fn probe_below(&self, rel: &str) -> io::Result<Option<Stat>> {
         if self.viewer.is_some() || rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            return Err(io::Error::from(Errno::INVAL));
         }
         match rustix::fs::statat(&*self.fd, rel, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => Ok(Some(stat.into())),
-            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
@@ -112,9 +113,7 @@ impl Dir {
             match rustix::fs::openat2(&self.fd, rel, dir_flags(), Mode::empty(), resolve) {
                 Ok(fd) => return self.adopt_dir(fd, self.path.join(rel)),
                 // Missing, or refused by a seccomp filter: walk instead.
-                Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
-                    NO_OPENAT2.store(true, Ordering::Relaxed)
-                }
+                Err(Errno::NOSYS | Errno::PERM) => NO_OPENAT2.store(true, Ordering::Relaxed),
                 // ELOOP is what RESOLVE_NO_SYMLINKS answers for a symlink
                 // anywhere on the way; the caller sees the same error the
                 // component walk gives for a symlinked directory.
@@ -131,7 +130,7 @@ impl Dir {
     fn adopt_dir(&self, fd: OwnedFd, path: PathBuf) -> io::Result<Dir> {
         let stat = Stat::of(&fd)?;
         if stat.dev != self.stat.dev {
-            return Err(io::Error::from_raw_os_error(libc::EXDEV));
+            return Err(io::Error::from(Errno::XDEV));
         }
         // Every directory is opened for reading (to list it, or to resolve
         // below it), which the kernel allows only with read permission: a
@@ -186,7 +185,7 @@ impl Dir {
             rustix::fs::openat(&self.fd, name, read_flags(), Mode::empty()).map_err(
                 |e| match e {
                     // O_NOFOLLOW on a symlink.
-                    rustix::io::Errno::LOOP => not_regular(),
+                    Errno::LOOP => not_regular(),
                     e => e.into(),
                 },
             )?;
@@ -195,7 +194,7 @@ impl Dir {
             return Err(not_regular());
         }
         if same && !stat.same_file(expected) {
-            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+            return Err(io::Error::from(Errno::STALE));
         }
         self.check(&stat, Access::Read)?;
         Ok((File::from(fd), stat))

@@ -5,6 +5,8 @@
 
 use std::io;
 
+use rustix::io::Errno;
+
 use super::{Dir, Stat};
 
 /// Whose view a [`Dir`] gives: the credentials of a user other than the
@@ -50,7 +52,7 @@ impl Viewer {
 }
 
 fn denied() -> io::Error {
-    io::Error::from_raw_os_error(libc::EACCES)
+    io::Error::from(Errno::ACCESS)
 }
 
 impl Dir {

@@ -15,6 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 
 use super::viewer::Access;
 use super::{Dir, check_name, not_regular};
@@ -50,7 +51,7 @@ impl Dir {
         check_name(name)?;
         self.check(&self.stat, Access::Write)?;
         match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode as _)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(e.into()),
         }
         self.open_dir(name)
@@ -141,7 +142,7 @@ impl Dir {
         self.check(&self.stat, Access::Write)?;
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
             Ok(()) => Ok(true),
-            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(Errno::NOENT) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
