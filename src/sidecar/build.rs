@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -23,7 +22,7 @@ use sha2::{Digest, Sha256};
 use super::format::{IndexContent, KeyType, KeyValue, Locator, encode_index, encode_key};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::{OversizeSegment, RecordFormat, SegmentVisitor, for_each_segment_sized};
-use crate::warehouse::{Dir, Replace};
+use crate::warehouse::{self, Dir, Replace};
 
 /// What `index build` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -257,10 +256,8 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
     }
     let pos = input.len;
     let after = std::fs::metadata(cohort).map_err(|e| Error::io(cohort, &e))?;
-    let mtime_ns = before.mtime() * 1_000_000_000 + before.mtime_nsec();
-    if after.len() != before.len()
-        || after.mtime() * 1_000_000_000 + after.mtime_nsec() != mtime_ns
-        || pos != before.len()
+    let mtime_ns = warehouse::mtime_ns(&before);
+    if after.len() != before.len() || warehouse::mtime_ns(&after) != mtime_ns || pos != before.len()
     {
         return Err(Error::at(
             ErrorCode::Io,

@@ -142,10 +142,7 @@ fn freshness(
     if cohort.len() != header.cohort_size {
         return Freshness::Stale;
     }
-    let mtime_ns = cohort
-        .mtime
-        .saturating_mul(1_000_000_000)
-        .saturating_add(cohort.mtime_nsec);
+    let mtime_ns = cohort.mtime_ns();
     if mtime_ns == header.cohort_mtime_ns {
         return Freshness::Fresh;
     }

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 
 use rustix::fs::FileType;
 
@@ -86,8 +87,54 @@ impl Stat {
         self.mode & 0o7777
     }
 
+    /// The modification time in nanoseconds since the epoch (see
+    /// [`nanos`]).
+    pub fn mtime_ns(&self) -> i64 {
+        nanos(self.mtime, self.mtime_nsec)
+    }
+
+    /// The status-change time in nanoseconds since the epoch (see
+    /// [`nanos`]).
+    pub fn ctime_ns(&self) -> i64 {
+        nanos(self.ctime, self.ctime_nsec)
+    }
+
     /// Whether two stats are of the same file.
     pub fn same_file(&self, other: &Stat) -> bool {
         self.dev == other.dev && self.ino == other.ino
+    }
+}
+
+/// The modification time of a file met through `std::fs` (a path named
+/// from outside), in nanoseconds since the epoch, counted exactly as
+/// [`Stat::mtime_ns`] counts it so the two compare.
+pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    nanos(meta.mtime(), meta.mtime_nsec())
+}
+
+/// Seconds and nanoseconds as one count of nanoseconds: the form every
+/// recorded file time takes (an index's snapshot of its cohort, a cached
+/// count's file identity). It saturates, so a time outside ±292 years of
+/// 1970 pins to the end of the range instead of wrapping into another time.
+fn nanos(secs: i64, nsec: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_times_count_nanoseconds_alike_and_saturate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, "x").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let stat = Stat::of(&file).unwrap();
+        assert_eq!(stat.mtime_ns(), mtime_ns(&file.metadata().unwrap()));
+        assert_eq!(nanos(1, 5), 1_000_000_005);
+        assert_eq!(nanos(-1, 500), -999_999_500);
+        assert_eq!(nanos(i64::MAX / 2, 0), i64::MAX);
+        assert_eq!(nanos(i64::MIN / 2, 0), i64::MIN);
     }
 }
