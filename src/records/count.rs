@@ -1,13 +1,14 @@
 //! Counting a record file: how many records, how many failed, and the
 //! span of their timestamps, in one streaming pass.
 //!
-//! Every non-blank segment of a line or packed stream (see [`super::segments`])
-//! is a record; one that is not valid JSON is a *failed* record, counted
-//! and skipped, never fatal. Buffered segments go through the validating
-//! scanner ([`super::scan`]); a segment too large to buffer through the
-//! streaming parser. Large files are counted in ranges on several threads
-//! ([`super::parallel`]), which is what lets counting keep up with the
-//! disk; a `.json` document is counted by [`super::document`].
+//! Every non-blank segment of a line or packed stream (see
+//! [`super::segments`]) is a record; one that is not valid JSON is a
+//! *failed* record, counted and skipped, never fatal. Buffered segments go
+//! through the validating scanner ([`super::scan`]), a segment too large
+//! to buffer through the streaming validator ([`super::validate`]). Large
+//! files are counted in ranges on several threads ([`super::parallel`]),
+//! which is what lets counting keep up with the disk; a `.json` document
+//! is counted by [`super::document`].
 
 use std::fs::File;
 use std::io::{self, Read};

@@ -1,9 +1,9 @@
 //! Whole-document record files (`.json`): one JSON value, or one record
 //! per element of a top-level array.
 //!
-//! A document is parsed as it streams, never held: serde_json walks it
-//! through the validating [`Probe`], so a multi-GiB array costs one
-//! buffer. A document that stops being valid JSON keeps the records read
+//! A document is parsed as it streams through a fixed read buffer, never
+//! held: serde_json walks it through the validating [`Probe`], which keeps
+//! nothing of a record but its timestamp. A document that stops being valid JSON keeps the records read
 //! before the fault and counts one failed record for the rest, as a torn
 //! line does in a line file.
 
