@@ -74,8 +74,7 @@ impl Dir {
         }
         if let Some(expected) = how.expect {
             if current.map(|c| (c.dev, c.ino)) != expected {
-                return Err(io::Error::new(
-                    io::ErrorKind::Other,
+                return Err(io::Error::other(
                     "the file changed since it was read; not replaced",
                 ));
             }
@@ -117,8 +116,7 @@ impl Dir {
             if let Some(expected) = how.expect {
                 let now = self.probe(name)?.map(|c| (c.dev, c.ino));
                 if now != expected {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Other,
+                    return Err(io::Error::other(
                         "the file changed while it was being replaced; not replaced",
                     ));
                 }
