@@ -43,14 +43,8 @@ impl FileId {
             dev: meta.dev,
             ino: meta.ino,
             size: meta.size,
-            mtime_ns: meta
-                .mtime
-                .saturating_mul(1_000_000_000)
-                .saturating_add(meta.mtime_nsec),
-            ctime_ns: meta
-                .ctime
-                .saturating_mul(1_000_000_000)
-                .saturating_add(meta.ctime_nsec),
+            mtime_ns: meta.mtime_ns(),
+            ctime_ns: meta.ctime_ns(),
             mode: meta.mode,
         }
     }

@@ -58,13 +58,19 @@ impl Catalog {
                 // its directory (valid while the directory is unchanged).
                 let siblings = self.dir_scan(&target.dir).ok();
                 let names = siblings.as_ref().map(|scan| scan.children.as_slice());
-                match sidecar::status::of_cohort(&target.dir, name, names) {
-                    Ok(found) => snapshot.indexes = index_infos(".", "", found),
-                    Err(e) => snapshot.warnings.push(Warning {
-                        code: e.code,
-                        path: ".".to_string(),
-                        message: e.message,
-                    }),
+                let scope = sidecar::Scope::File {
+                    name,
+                    siblings: names,
+                };
+                for cohort in sidecar::index_states(&target.dir, scope) {
+                    match cohort.indexes {
+                        Ok(found) => snapshot.indexes.extend(index_infos(".", "", found)),
+                        Err(e) => snapshot.warnings.push(Warning {
+                            code: e.code,
+                            path: ".".to_string(),
+                            message: e.message,
+                        }),
+                    }
                 }
             }
             return Ok(snapshot);
@@ -259,13 +265,10 @@ impl Catalog {
     /// (present or not) that an index file or discovery manifest there
     /// names, with the state of each of its indexes.
     fn walk_indexes(&self, dir: &Dir, rel: &str, children: &[String], walk: &mut Walk) {
-        let cohorts: std::collections::BTreeSet<&str> = children
-            .iter()
-            .filter_map(|name| sidecar::cohort_of(name))
-            .collect();
-        for cohort in cohorts {
-            let cohort_rel = join_rel(rel, cohort);
-            match sidecar::status::of_cohort(dir, cohort, Some(children)) {
+        let scope = sidecar::Scope::Directory { names: children };
+        for cohort in sidecar::index_states(dir, scope) {
+            let cohort_rel = join_rel(rel, &cohort.cohort);
+            match cohort.indexes {
                 Ok(found) => walk.indexes.extend(index_infos(&cohort_rel, rel, found)),
                 Err(e) => walk.warn(e.code, &cohort_rel, e.message),
             }

@@ -1,8 +1,40 @@
 //! Record files: how records are laid out in loose files and shards, and
 //! how they are counted.
+//!
+//! A record file is a stream of JSON records. Line files (`.jsonl`,
+//! `.ndjson`) and packed shards (`.jsonseq`) are cut into segments on `\n`
+//! and U+001E alike, in one place (`segments`); a `.json` file is one
+//! document (`document`). Every non-blank segment is a record, and one
+//! that is not valid JSON is a *failed* record: counted and skipped, never
+//! fatal. Counting streams, so memory stays constant however large a file
+//! is.
+//!
+//! - `format`: which names are record files, in which format;
+//! - `segments`: the separator and the splitting of a stream into
+//!   segments, including those too large to buffer;
+//! - `count`: counting a file's records, failures and timestamp span;
+//! - `parallel`: counting one large file in ranges on several threads;
+//! - `document`: `.json` documents;
+//! - `validate`: the streaming validator for records too large for the
+//!   scanner's buffer, and for documents;
+//! - [`scan`]: the fast validating scanner every buffered record goes
+//!   through;
+//! - [`timestamp`]: the timestamps records carry.
 
-pub mod reader;
+mod count;
+mod document;
+mod format;
+mod parallel;
 pub mod scan;
+mod segments;
 pub mod timestamp;
+mod validate;
 
-pub use reader::{RecordFormat, RecordStats, count_file, count_open};
+pub use count::{RecordStats, count_file, count_open, count_segments};
+pub use document::split_json_array;
+pub use format::RecordFormat;
+pub use segments::{
+    OversizeSegment, ProbedSegment, RECORD_SEPARATOR, SegmentVisitor, for_each_segment,
+    for_each_segment_sized,
+};
+pub use validate::probe_stream;

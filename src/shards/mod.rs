@@ -45,7 +45,7 @@ pub const PACKED_ENV: &str = "PCHRONICLE_PACKED_RECORDS";
 /// The longest session id accepted, in bytes.
 pub const MAX_SESSION_BYTES: usize = 200;
 
-const RECORD_SEPARATOR: u8 = 0x1e;
+use crate::records::RECORD_SEPARATOR;
 
 /// Checks that `record` is one JSON value on one line; returns it without
 /// surrounding whitespace.

@@ -1,6 +1,8 @@
 //! Building an index over a cohort: one streaming pass that hashes the
 //! file, cuts it into records with their byte ranges, and collects each
-//! record's key.
+//! record's key. The cutting is the records module's own segment splitter
+//! ([`crate::records::for_each_segment`]), so an index's rows are exactly
+//! the records counting sees.
 //!
 //! Row ids are record ordinals (every non-blank segment between separators,
 //! failed ones included), so a row's locator is its place in the file.
@@ -11,8 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -20,8 +21,8 @@ use sha2::{Digest, Sha256};
 
 use super::format::{IndexContent, KeyType, KeyValue, Locator, encode_index, encode_key};
 use crate::error::{Error, ErrorCode, Result};
-use crate::records::RecordFormat;
-use crate::warehouse::{Dir, Replace};
+use crate::records::{OversizeSegment, RecordFormat, SegmentVisitor, for_each_segment_sized};
+use crate::warehouse::{self, Dir, Replace};
 
 /// What `index build` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -100,6 +101,47 @@ struct Collector<'a> {
     unkeyed: u64,
     failed: u64,
     cohort: &'a Path,
+    /// Where the next segment starts in the cohort.
+    next_offset: u64,
+    /// Why the build stopped, when a record refused it.
+    refusal: Option<Error>,
+}
+
+impl SegmentVisitor for Collector<'_> {
+    fn buffered(&mut self, segment: &[u8]) -> io::Result<()> {
+        // Segments are contiguous, one separator byte apart, so adding up
+        // their lengths places each one.
+        let offset = self.next_offset;
+        self.next_offset += segment.len() as u64 + 1;
+        self.record(segment, offset).map_err(|refusal| {
+            self.refusal = Some(refusal);
+            io::Error::other("the index build was refused")
+        })
+    }
+
+    fn oversize(&mut self, segment: &mut OversizeSegment<'_>) -> io::Result<()> {
+        // A locator and a key need the whole record, however large.
+        let mut whole = Vec::new();
+        segment.read_whole(&mut whole)?;
+        self.buffered(&whole)
+    }
+}
+
+/// A reader that hashes and measures what passes through it: the index
+/// records the digest and size of exactly the bytes it cut into records.
+struct Hashing<R> {
+    inner: R,
+    hasher: Sha256,
+    len: u64,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(out)?;
+        self.hasher.update(&out[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
 }
 
 impl Collector<'_> {
@@ -186,7 +228,7 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
             "only .jsonl, .ndjson and .jsonseq record files can be indexed",
         ));
     }
-    let mut file = File::open(cohort).map_err(|e| Error::io(cohort, &e))?;
+    let file = File::open(cohort).map_err(|e| Error::io(cohort, &e))?;
     let before = file.metadata().map_err(|e| Error::io(cohort, &e))?;
     let mut collector = Collector {
         key,
@@ -197,46 +239,25 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
         unkeyed: 0,
         failed: 0,
         cohort,
+        next_offset: 0,
+        refusal: None,
     };
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut carry: Vec<u8> = Vec::new();
-    let mut carry_start = 0u64;
-    let mut pos = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(|e| Error::io(cohort, &e))?;
-        if n == 0 {
-            break;
-        }
-        let chunk = &buf[..n];
-        hasher.update(chunk);
-        let mut start = 0;
-        for end in memchr::memchr2_iter(b'\n', 0x1e, chunk) {
-            if carry.is_empty() {
-                collector.record(&chunk[start..end], pos + start as u64)?;
-            } else {
-                carry.extend_from_slice(&chunk[start..end]);
-                collector.record(&carry, carry_start)?;
-                carry.clear();
-            }
-            start = end + 1;
-        }
-        if start < n {
-            if carry.is_empty() {
-                carry_start = pos + start as u64;
-            }
-            carry.extend_from_slice(&chunk[start..]);
-        }
-        pos += n as u64;
+    let mut input = Hashing {
+        inner: file,
+        hasher: Sha256::new(),
+        len: 0,
+    };
+    let size = usize::try_from(before.len()).unwrap_or(usize::MAX);
+    if let Err(e) = for_each_segment_sized(&mut input, size, &mut collector) {
+        return Err(collector
+            .refusal
+            .take()
+            .unwrap_or_else(|| Error::io(cohort, &e)));
     }
-    if !carry.is_empty() {
-        collector.record(&carry, carry_start)?;
-    }
+    let pos = input.len;
     let after = std::fs::metadata(cohort).map_err(|e| Error::io(cohort, &e))?;
-    let mtime_ns = before.mtime() * 1_000_000_000 + before.mtime_nsec();
-    if after.len() != before.len()
-        || after.mtime() * 1_000_000_000 + after.mtime_nsec() != mtime_ns
-        || pos != before.len()
+    let mtime_ns = warehouse::mtime_ns(&before);
+    if after.len() != before.len() || warehouse::mtime_ns(&after) != mtime_ns || pos != before.len()
     {
         return Err(Error::at(
             ErrorCode::Io,
@@ -252,7 +273,7 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
     let mut entries: Vec<(Vec<u8>, Vec<u64>)> = collector.entries.into_iter().collect();
     entries.sort();
     let content = IndexContent {
-        cohort_sha256: hasher.finalize().into(),
+        cohort_sha256: input.hasher.finalize().into(),
         key: key.iter().cloned().zip(types.iter().copied()).collect(),
         cohort_size: before.len(),
         cohort_mtime_ns: mtime_ns,
@@ -283,4 +304,26 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
         failed: collector.failed,
         cohort_bytes: before.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_too_large_to_buffer_is_located_like_any_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let cohort = dir.path().join("big.jsonl");
+        let big = format!("{{\"id\":2,\"pad\":\"{}\"}}", "x".repeat(17 << 20));
+        let text = format!(" {{\"id\":1}}\n{big}\u{1e}{{\"id\":3}}\n{{\"id\":\n");
+        std::fs::write(&cohort, &text).unwrap();
+        let key = vec!["id".to_string()];
+        let report = build(&cohort, &key).unwrap();
+        assert_eq!((report.rows, report.indexed, report.failed), (4, 3, 1));
+        let found =
+            |id: &str| super::super::lookup::lookup(&cohort, &key, &[id.to_string()]).unwrap();
+        assert_eq!(found("1"), vec![b"{\"id\":1}".to_vec()]);
+        assert_eq!(found("2"), vec![big.into_bytes()]);
+        assert_eq!(found("3"), vec![b"{\"id\":3}".to_vec()]);
+    }
 }

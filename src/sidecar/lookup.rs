@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +27,7 @@ use super::build::index_path;
 use super::format::{Corrupt, IndexReader, KeyType, KeyValue, encode_key};
 use super::rebuild_command;
 use crate::error::{Error, ErrorCode, Result};
+use crate::warehouse;
 
 type MemoKey = (PathBuf, u64, i64);
 
@@ -123,7 +124,7 @@ fn check_fresh(
             ),
         ));
     }
-    let mtime_ns = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+    let mtime_ns = warehouse::mtime_ns(&meta);
     if !always_hash && mtime_ns == h.cohort_mtime_ns {
         return Ok(());
     }

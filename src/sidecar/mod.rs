@@ -1,7 +1,15 @@
 //! Sidecar point-lookup indexes beside record files.
 //!
-//! [`format`] is the index file itself (layout v3). This module also holds
-//! the one predicate the shard writer and the index builder agree on: a record file is *covered* by a sidecar index when its
+//! [`format`] is the index file itself (layout v3); [`build`] writes one
+//! over a record file, [`lookup`] answers a point lookup through it,
+//! [`manifest`] keeps the discovery manifest that names a record file's
+//! indexes, and [`status`] tells whether each index still describes its
+//! record file. The catalog asks one question of all this,
+//! [`index_states`]: the indexes of a directory, or of one record file in
+//! it, with their states.
+//!
+//! This module also holds the one predicate the shard writer and the index
+//! builder agree on: a record file is *covered* by a sidecar index when its
 //! discovery manifest `FILE.indexes.json` exists. Building an index always
 //! writes that manifest, and a covered record file is sealed: no writer
 //! appends to it again, since that would make its indexes stale.
@@ -11,6 +19,8 @@ pub mod format;
 pub mod lookup;
 pub mod manifest;
 pub mod status;
+
+pub use status::{CohortIndexes, Scope, index_states};
 
 use std::path::{Path, PathBuf};
 

@@ -2,11 +2,17 @@
 //! hashing: what a directory's `.stats` reports, and what a command that
 //! changed a record file reports as invalidated.
 //!
+//! [`index_states`] is the one question the catalog asks: the indexes of a
+//! directory (every record file a sidecar file there belongs to) or of one
+//! record file in it, each with its state. It finds them through the
+//! discovery manifest, or the index files' names when there is none.
+//!
 //! The states follow the lookup's staleness outcomes. When the size is
 //! equal and the mtime moved, only a hash can tell; a digest this process
 //! already memoised answers, otherwise the state is `unverified` (the next
 //! lookup hashes once; `pchronicle index verify` decides at once).
 
+use std::collections::BTreeSet;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
@@ -14,7 +20,7 @@ use serde::Serialize;
 
 use super::format::{IndexReader, KeyType};
 use super::manifest::{self, ManifestEntry};
-use super::{lookup, rebuild_command};
+use super::{cohort_of, lookup, rebuild_command};
 use crate::error::Result;
 use crate::warehouse::{Dir, Stat};
 
@@ -67,6 +73,52 @@ pub struct Indexed {
     pub types: Vec<KeyType>,
     pub rows: u64,
     pub state: Freshness,
+}
+
+/// Which record files of a directory [`index_states`] answers for.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// Every record file, present or not, that a sidecar file (an index
+    /// file or a discovery manifest) among `names` belongs to; `names` is
+    /// the directory's listing, sorted.
+    Directory { names: &'a [String] },
+    /// The record file `name` alone, whether or not a sidecar file names
+    /// it; `siblings` is the directory's sorted listing when the caller
+    /// has it (else the directory is listed if need be).
+    File {
+        name: &'a str,
+        siblings: Option<&'a [String]>,
+    },
+}
+
+/// The indexes of one record file, or why they cannot be told.
+#[derive(Debug)]
+pub struct CohortIndexes {
+    /// The record file's name in the directory (it may be gone: its
+    /// indexes are then `orphaned`).
+    pub cohort: String,
+    /// Each index with its state; an error when the record file's
+    /// discovery manifest is malformed.
+    pub indexes: Result<Vec<Indexed>>,
+}
+
+/// The index states of the directory `dir`, or of one record file in it:
+/// one answer per record file, in name order.
+pub fn index_states(dir: &Dir, scope: Scope<'_>) -> Vec<CohortIndexes> {
+    let answer = |cohort: &str, siblings| CohortIndexes {
+        cohort: cohort.to_string(),
+        indexes: of_cohort(dir, cohort, siblings),
+    };
+    match scope {
+        Scope::File { name, siblings } => vec![answer(name, siblings)],
+        Scope::Directory { names } => names
+            .iter()
+            .filter_map(|name| cohort_of(name))
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .map(|cohort| answer(cohort, Some(names)))
+            .collect(),
+    }
 }
 
 /// Every index of `cohort` with its state: the manifest's entries when it
@@ -142,10 +194,7 @@ fn freshness(
     if cohort.len() != header.cohort_size {
         return Freshness::Stale;
     }
-    let mtime_ns = cohort
-        .mtime
-        .saturating_mul(1_000_000_000)
-        .saturating_add(cohort.mtime_nsec);
+    let mtime_ns = cohort.mtime_ns();
     if mtime_ns == header.cohort_mtime_ns {
         return Freshness::Fresh;
     }
@@ -182,4 +231,46 @@ pub fn invalidated(changed: &Path) -> Result<Vec<InvalidatedSidecar>> {
             key: i.key,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_answers_for_every_record_file_its_sidecars_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = vec!["id".to_string()];
+        for name in ["a.jsonl", "gone.jsonl"] {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, "{\"id\":1}\n").unwrap();
+            crate::sidecar::build_index(&path, &key).unwrap();
+        }
+        std::fs::remove_file(tmp.path().join("gone.jsonl")).unwrap();
+        std::fs::write(tmp.path().join("c.jsonl"), "{}\n").unwrap();
+        std::fs::write(tmp.path().join("c.jsonl.indexes.json"), "not json").unwrap();
+        std::fs::write(tmp.path().join("plain.jsonl"), "{}\n").unwrap();
+        let dir = Dir::open_root(tmp.path()).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+
+        let answers = index_states(&dir, Scope::Directory { names: &names });
+        let cohorts: Vec<&str> = answers.iter().map(|a| a.cohort.as_str()).collect();
+        assert_eq!(cohorts, ["a.jsonl", "c.jsonl", "gone.jsonl"]);
+        let state = |i: usize| answers[i].indexes.as_ref().unwrap()[0].state;
+        assert_eq!(state(0), Freshness::Fresh);
+        assert!(answers[1].indexes.is_err());
+        assert_eq!(state(2), Freshness::Orphaned);
+
+        let scope = Scope::File {
+            name: "plain.jsonl",
+            siblings: None,
+        };
+        let alone = index_states(&dir, scope);
+        assert_eq!(alone.len(), 1);
+        assert!(alone[0].indexes.as_ref().unwrap().is_empty());
+    }
 }

@@ -286,7 +286,7 @@ fn counting_matches_a_naive_reference() {
         inputs.push(input);
     }
     for input in inputs {
-        let stats = pchronicle::records::reader::count_segments(&input[..]).unwrap();
+        let stats = pchronicle::records::count_segments(&input[..]).unwrap();
         assert_eq!(
             (stats.record_count, stats.failed_count),
             reference_count(&input)

@@ -266,8 +266,7 @@ struct Progress {
 
 impl Progress {
     fn new(total: u64) -> Self {
-        // SAFETY: isatty only inspects the descriptor number.
-        let on_terminal = unsafe { libc::isatty(libc::STDERR_FILENO) == 1 };
+        let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
         Progress {
             total,
             done: AtomicU64::new(0),

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sha2::{Digest, Sha256};
 
 use crate::atomic::write_atomic;
-use crate::records::reader::{OversizeSegment, ProbedSegment};
+use crate::records::{OversizeSegment, ProbedSegment};
 
 /// The `_offload/` store: one file per distinct record, named by the
 /// SHA-256 of its bytes, written atomically and never rewritten.
@@ -61,7 +61,7 @@ impl<'s, 'a> OffloadTee<'s, 'a> {
     pub(super) fn probe(&mut self) -> io::Result<Option<ProbedSegment>> {
         // The parser reads through the tee, so every byte reaches the file
         // and the hash exactly once; probing drains the rest.
-        crate::records::reader::probe_stream(TeeReader { owner: self })
+        crate::records::probe_stream(TeeReader { owner: self })
     }
 
     /// Moves the streamed record to `_offload/<sha>.json`.

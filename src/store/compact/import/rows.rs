@@ -20,8 +20,8 @@ use arrow::error::ArrowError;
 use super::offload::{OffloadTee, Offloader};
 use super::{Progress, SourceFile, Tally};
 use crate::error::{Error, ErrorCode, Result};
-use crate::records::reader::{OversizeSegment, ProbedSegment, SegmentVisitor, for_each_segment};
 use crate::records::scan::RecordScanner;
+use crate::records::{OversizeSegment, ProbedSegment, SegmentVisitor, for_each_segment};
 use crate::records::{RecordFormat, timestamp::Micros};
 
 /// Rows per batch sent to Lance.
@@ -282,7 +282,7 @@ fn import_json_document(path: &Path, rows: &mut RowWriter, progress: &Progress) 
     if document.first() != Some(&b'[') {
         return rows.record(document);
     }
-    let (elements, rest) = crate::records::reader::split_json_array(document);
+    let (elements, rest) = crate::records::split_json_array(document);
     for element in elements {
         rows.record(element)?;
     }

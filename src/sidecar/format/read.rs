@@ -1,188 +1,12 @@
-//! The sidecar index file, layout v3: writing it, and reading it with only
-//! the bytes a point lookup needs.
-//!
-//! All integers are little-endian. In order:
-//!
-//! | bytes | field |
-//! |---|---|
-//! | 8 | magic `PCHRNIDX` |
-//! | 1 | version `0x03` |
-//! | 32 | SHA-256 of the cohort (the indexed record file) |
-//! | 2 | number of key fields `k` (1–64) |
-//! | k × (1 + 2 + n) | each key field: type (1 string, 2 integer, 3 boolean), name length `n`, UTF-8 name |
-//! | 8 | cohort size in bytes |
-//! | 8 | cohort mtime, Unix nanoseconds (signed) |
-//! | 4 | bucket count `b` (1 – 2²⁸) |
-//! | b × 8 | absolute file offset of each bucket |
-//! | … | bucket data |
-//! | r × 12 | record locators: cohort byte offset (8) and length (4) of row `i` |
-//! | 8 | row count `r` |
-//!
-//! Bucket `i` runs from its offset to the next bucket's offset (the last to
-//! the locator table). It holds a `u32` entry count, then per entry: the
-//! canonical key encoding's length (`u32`) and bytes, a row count (`u32`)
-//! and that many row ids (`u64`, ascending). A key lands in bucket
-//! `fnv1a64(canonical key) % b`. The canonical encoding of a key is, per
-//! field in spec order, a type byte and the value: a string as `u32` length
-//! and UTF-8 bytes, an integer as `i64`, a boolean as one byte 0 or 1.
-//!
-//! A reader checks every length and offset against the file's size before
-//! it trusts it, so a corrupt or truncated file is reported as
-//! [`Corrupt`], never a panic or an out-of-bounds read.
+//! Reading an index with only the bytes a point lookup needs: the header,
+//! one bucket offset pair, one bucket, and one locator per matching row.
+//! Every length and offset is checked against the file's size before it
+//! is trusted, so damage surfaces as [`Corrupt`], never as a panic.
 
 use std::fmt;
 
-/// The first bytes of every index file.
-pub const MAGIC: &[u8; 8] = b"PCHRNIDX";
-/// The layout version this module writes and reads.
-pub const VERSION: u8 = 3;
-
-const MAX_KEY_FIELDS: usize = 64;
-const MAX_BUCKETS: u32 = 1 << 28;
-const LOCATOR_BYTES: u64 = 12;
-
-/// The type of one key field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyType {
-    String,
-    Integer,
-    Boolean,
-}
-
-impl KeyType {
-    fn tag(self) -> u8 {
-        match self {
-            KeyType::String => 1,
-            KeyType::Integer => 2,
-            KeyType::Boolean => 3,
-        }
-    }
-
-    fn from_tag(tag: u8) -> Option<KeyType> {
-        match tag {
-            1 => Some(KeyType::String),
-            2 => Some(KeyType::Integer),
-            3 => Some(KeyType::Boolean),
-            _ => None,
-        }
-    }
-}
-
-/// One field's value in a key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KeyValue {
-    String(String),
-    Integer(i64),
-    Boolean(bool),
-}
-
-impl KeyValue {
-    pub fn key_type(&self) -> KeyType {
-        match self {
-            KeyValue::String(_) => KeyType::String,
-            KeyValue::Integer(_) => KeyType::Integer,
-            KeyValue::Boolean(_) => KeyType::Boolean,
-        }
-    }
-}
-
-/// The canonical bytes of a composite key (fields in spec order).
-pub fn encode_key(values: &[KeyValue]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for value in values {
-        out.push(value.key_type().tag());
-        match value {
-            KeyValue::String(s) => {
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            KeyValue::Integer(n) => out.extend_from_slice(&n.to_le_bytes()),
-            KeyValue::Boolean(b) => out.push(u8::from(*b)),
-        }
-    }
-    out
-}
-
-/// FNV-1a, 64 bits.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in bytes {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-/// Where one record lies in the cohort.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Locator {
-    pub offset: u64,
-    pub len: u32,
-}
-
-/// Everything an index file holds, for writing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexContent {
-    pub cohort_sha256: [u8; 32],
-    pub key: Vec<(String, KeyType)>,
-    pub cohort_size: u64,
-    pub cohort_mtime_ns: i64,
-    /// Each distinct key (canonical encoding) with its rows, ascending.
-    pub entries: Vec<(Vec<u8>, Vec<u64>)>,
-    /// Row `i`'s place in the cohort.
-    pub locators: Vec<Locator>,
-}
-
-/// A bucket count for `keys` distinct keys: about one key per bucket.
-pub fn bucket_count_for(keys: usize) -> u32 {
-    (keys.max(1) as u64)
-        .next_power_of_two()
-        .min(u64::from(MAX_BUCKETS)) as u32
-}
-
-/// Serialises an index in layout v3.
-pub fn encode_index(content: &IndexContent) -> Vec<u8> {
-    let buckets = bucket_count_for(content.entries.len());
-    let mut by_bucket: Vec<Vec<&(Vec<u8>, Vec<u64>)>> = vec![Vec::new(); buckets as usize];
-    for entry in &content.entries {
-        by_bucket[(fnv1a64(&entry.0) % u64::from(buckets)) as usize].push(entry);
-    }
-    let mut out = Vec::new();
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    out.extend_from_slice(&content.cohort_sha256);
-    out.extend_from_slice(&(content.key.len() as u16).to_le_bytes());
-    for (name, kind) in &content.key {
-        out.push(kind.tag());
-        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        out.extend_from_slice(name.as_bytes());
-    }
-    out.extend_from_slice(&content.cohort_size.to_le_bytes());
-    out.extend_from_slice(&content.cohort_mtime_ns.to_le_bytes());
-    out.extend_from_slice(&buckets.to_le_bytes());
-    let table = out.len();
-    out.resize(table + buckets as usize * 8, 0);
-    for (i, bucket) in by_bucket.iter().enumerate() {
-        let offset = out.len() as u64;
-        out[table + i * 8..table + i * 8 + 8].copy_from_slice(&offset.to_le_bytes());
-        out.extend_from_slice(&(bucket.len() as u32).to_le_bytes());
-        for (key, rows) in bucket {
-            out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            out.extend_from_slice(key);
-            out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
-            for row in rows {
-                out.extend_from_slice(&row.to_le_bytes());
-            }
-        }
-    }
-    for locator in &content.locators {
-        out.extend_from_slice(&locator.offset.to_le_bytes());
-        out.extend_from_slice(&locator.len.to_le_bytes());
-    }
-    out.extend_from_slice(&(content.locators.len() as u64).to_le_bytes());
-    out
-}
+use super::key::{KeyType, fnv1a64};
+use super::{LOCATOR_BYTES, Locator, MAGIC, MAX_BUCKETS, MAX_KEY_FIELDS, VERSION};
 
 /// A structural fault in an index file, with where it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -468,6 +292,7 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sidecar::format::{IndexContent, KeyValue, VERSION, encode_index, encode_key};
 
     fn sample(keys: usize) -> IndexContent {
         let entries = (0..keys)
@@ -522,24 +347,6 @@ mod tests {
             }
         );
         assert!(reader.locator(100).is_err());
-    }
-
-    #[test]
-    fn key_encoding_is_typed_and_ordered() {
-        let a = encode_key(&[KeyValue::Integer(1), KeyValue::String("x".into())]);
-        let b = encode_key(&[KeyValue::String("x".into()), KeyValue::Integer(1)]);
-        assert_ne!(a, b, "order matters");
-        assert_ne!(
-            encode_key(&[KeyValue::Integer(1)]),
-            encode_key(&[KeyValue::Boolean(true)])
-        );
-        assert_ne!(
-            encode_key(&[KeyValue::String("1".into())]),
-            encode_key(&[KeyValue::Integer(1)])
-        );
-        // FNV-1a 64 reference values.
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 
     /// A small deterministic generator (xorshift), so failures reproduce.

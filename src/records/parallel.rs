@@ -1,0 +1,143 @@
+//! Counting one large record file on several threads.
+//!
+//! The file is cut into about as many byte ranges as there are threads,
+//! each cut placed just past a separator, so no segment straddles two
+//! ranges and the ranges' counts add up to the serial count exactly. Each
+//! range is read with `pread`, so the threads share no file cursor.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+
+use super::count::{RecordStats, count_segments};
+use super::segments::find_separator;
+
+/// Files at least this large are counted on several threads.
+const PARALLEL_MIN_BYTES: u64 = 32 << 20;
+/// More threads than this gain nothing against one disk.
+const MAX_THREADS: usize = 4;
+
+/// How many threads counting a file of `size` bytes is worth: one below
+/// [`PARALLEL_MIN_BYTES`], else as many as the machine has, at most
+/// [`MAX_THREADS`].
+pub(super) fn threads_for(size: u64) -> usize {
+    if size < PARALLEL_MIN_BYTES {
+        return 1;
+    }
+    std::thread::available_parallelism()
+        .map(|n| n.get().min(MAX_THREADS))
+        .unwrap_or(1)
+}
+
+/// Splits `file` at separators into about `parts` ranges and counts each
+/// on its own thread.
+pub(super) fn count_segments_parallel(
+    file: &File,
+    size: u64,
+    parts: usize,
+) -> io::Result<RecordStats> {
+    let mut cuts = vec![0u64];
+    for k in 1..parts as u64 {
+        let nominal = size * k / parts as u64;
+        let last = *cuts.last().expect("cuts starts with 0");
+        if nominal <= last {
+            continue;
+        }
+        let cut = next_cut(file, nominal, size)?;
+        if cut > last && cut < size {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(size);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = cuts
+            .windows(2)
+            .map(|w| {
+                let range = RangeReader {
+                    file,
+                    pos: w[0],
+                    end: w[1],
+                };
+                scope.spawn(move || count_segments(range))
+            })
+            .collect();
+        let mut total = RecordStats::default();
+        for worker in workers {
+            let part = worker
+                .join()
+                .map_err(|_| io::Error::other("a counting thread panicked"))??;
+            total.merge(&part);
+        }
+        Ok(total)
+    })
+}
+
+/// The offset just past the first separator at or after `from`, or `size`.
+fn next_cut(file: &File, from: u64, size: u64) -> io::Result<u64> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut pos = from;
+    while pos < size {
+        let n = file.read_at(&mut buf, pos)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = find_separator(&buf[..n]) {
+            return Ok(pos + i as u64 + 1);
+        }
+        pos += n as u64;
+    }
+    Ok(size)
+}
+
+/// `pread`-based reader over one byte range of a file, so several threads
+/// can read one file without sharing a cursor.
+struct RangeReader<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for RangeReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let want = (self.end - self.pos).min(out.len() as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut out[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::RECORD_SEPARATOR;
+
+    #[test]
+    fn parallel_ranges_match_serial_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.jsonl");
+        let mut data = Vec::new();
+        for i in 0..20_000u64 {
+            if i % 997 == 0 {
+                data.extend_from_slice(b"{\"torn\":\n");
+            }
+            data.extend_from_slice(
+                format!("{{\"i\":{i},\"ts\":{}}}\n", 1_700_000_000 + i).as_bytes(),
+            );
+            if i % 3 == 0 {
+                data.push(RECORD_SEPARATOR);
+            }
+        }
+        std::fs::write(&path, &data).unwrap();
+        let serial = count_segments(&data[..]).unwrap();
+        let file = File::open(&path).unwrap();
+        for parts in [2, 3, 4, 7] {
+            let parallel = count_segments_parallel(&file, data.len() as u64, parts).unwrap();
+            assert_eq!(parallel, serial, "{parts} parts");
+        }
+        assert_eq!(serial.record_count, 20_000 + 21);
+        assert_eq!(serial.failed_count, 21);
+    }
+}

@@ -1,0 +1,69 @@
+//! Writing an index: everything it holds, laid out in v3 in one buffer.
+//! Entries go to their key's bucket (`fnv1a64(key) % buckets`), about one
+//! key per bucket, so a lookup reads one small bucket.
+
+use super::key::{KeyType, fnv1a64};
+use super::{Locator, MAGIC, MAX_BUCKETS, VERSION};
+
+/// Everything an index file holds, for writing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexContent {
+    pub cohort_sha256: [u8; 32],
+    pub key: Vec<(String, KeyType)>,
+    pub cohort_size: u64,
+    pub cohort_mtime_ns: i64,
+    /// Each distinct key (canonical encoding) with its rows, ascending.
+    pub entries: Vec<(Vec<u8>, Vec<u64>)>,
+    /// Row `i`'s place in the cohort.
+    pub locators: Vec<Locator>,
+}
+
+/// A bucket count for `keys` distinct keys: about one key per bucket.
+pub fn bucket_count_for(keys: usize) -> u32 {
+    (keys.max(1) as u64)
+        .next_power_of_two()
+        .min(u64::from(MAX_BUCKETS)) as u32
+}
+
+/// Serialises an index in layout v3.
+pub fn encode_index(content: &IndexContent) -> Vec<u8> {
+    let buckets = bucket_count_for(content.entries.len());
+    let mut by_bucket: Vec<Vec<&(Vec<u8>, Vec<u64>)>> = vec![Vec::new(); buckets as usize];
+    for entry in &content.entries {
+        by_bucket[(fnv1a64(&entry.0) % u64::from(buckets)) as usize].push(entry);
+    }
+    let mut out = Vec::new();
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.extend_from_slice(&content.cohort_sha256);
+    out.extend_from_slice(&(content.key.len() as u16).to_le_bytes());
+    for (name, kind) in &content.key {
+        out.push(kind.tag());
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+    }
+    out.extend_from_slice(&content.cohort_size.to_le_bytes());
+    out.extend_from_slice(&content.cohort_mtime_ns.to_le_bytes());
+    out.extend_from_slice(&buckets.to_le_bytes());
+    let table = out.len();
+    out.resize(table + buckets as usize * 8, 0);
+    for (i, bucket) in by_bucket.iter().enumerate() {
+        let offset = out.len() as u64;
+        out[table + i * 8..table + i * 8 + 8].copy_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&(bucket.len() as u32).to_le_bytes());
+        for (key, rows) in bucket {
+            out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            out.extend_from_slice(key);
+            out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+            for row in rows {
+                out.extend_from_slice(&row.to_le_bytes());
+            }
+        }
+    }
+    for locator in &content.locators {
+        out.extend_from_slice(&locator.offset.to_le_bytes());
+        out.extend_from_slice(&locator.len.to_le_bytes());
+    }
+    out.extend_from_slice(&(content.locators.len() as u64).to_le_bytes());
+    out
+}

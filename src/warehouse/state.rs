@@ -1,0 +1,102 @@
+//! Where pchronicle keeps its own state (the count cache) for one
+//! warehouse: inside the warehouse when that is safe, else in this user's
+//! cache directory.
+//!
+//! The state directory's name, [`STATE_DIR`], is defined here, below every
+//! module that honours it: the catalog hides it from every listing and
+//! never counts it as a source, an import never descends into it, and the
+//! shard writer keeps its writers' state below it.
+
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+
+use super::Dir;
+
+/// The directory where pchronicle keeps its own state inside a warehouse.
+/// Hidden from every listing and never a source.
+pub const STATE_DIR: &str = ".pchronicle";
+
+/// Where pchronicle keeps its own state (count cache) for one warehouse.
+#[derive(Debug)]
+pub struct StateDir {
+    pub dir: Dir,
+    /// Why the warehouse's own state directory was not used, when it was
+    /// not.
+    pub elsewhere: Option<String>,
+}
+
+/// The state directory `sub` of the warehouse `root`: `ROOT/.pchronicle/sub`
+/// when both directories are real directories owned by this process's
+/// effective user and writable by no one else (created so when absent);
+/// otherwise a per-warehouse directory in this user's cache directory
+/// (`/var/cache/pchronicle/<id>` for root, `$XDG_CACHE_HOME/pchronicle/<id>`
+/// or `~/.cache/pchronicle/<id>` for others), `<id>` derived from the
+/// root's device and inode.
+pub fn state_dir(root: &Dir, state: &str, sub: &str) -> io::Result<StateDir> {
+    let owned = |parent: &Dir, name: &str| -> Result<Dir, String> {
+        let dir = parent
+            .create_dir(name, 0o755)
+            .map_err(|e| format!("{} cannot be used: {e}", parent.path().join(name).display()))?;
+        let stat = dir.stat();
+        let euid = rustix::process::geteuid().as_raw();
+        if stat.uid != euid {
+            return Err(format!(
+                "{} belongs to uid {}, not to uid {euid} that runs pchronicle",
+                dir.path().display(),
+                stat.uid
+            ));
+        }
+        if stat.mode & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by group or others (mode {:o})",
+                dir.path().display(),
+                stat.permissions()
+            ));
+        }
+        Ok(dir)
+    };
+    let why = match owned(root, state).and_then(|dir| owned(&dir, sub)) {
+        Ok(dir) => {
+            return Ok(StateDir {
+                dir,
+                elsewhere: None,
+            });
+        }
+        Err(why) => why,
+    };
+    let base = user_cache_dir()?;
+    let id = {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(format!("{}:{}", root.stat.dev, root.stat.ino));
+        digest[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let path = base.join(id).join(sub);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&path)?;
+    Ok(StateDir {
+        dir: Dir::open_root(&path)?,
+        elsewhere: Some(why),
+    })
+}
+
+/// This user's cache directory for pchronicle.
+fn user_cache_dir() -> io::Result<PathBuf> {
+    if rustix::process::geteuid().is_root() {
+        return Ok(PathBuf::from("/var/cache/pchronicle"));
+    }
+    let from_env = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    from_env("XDG_CACHE_HOME")
+        .or_else(|| from_env("HOME").map(|home| home.join(".cache")))
+        .map(|base| base.join("pchronicle"))
+        .ok_or_else(|| io::Error::other("neither XDG_CACHE_HOME nor HOME is set"))
+}
