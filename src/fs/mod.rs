@@ -2,7 +2,8 @@
 //!
 //! Two layers. [`filesystem`] is the filesystem itself ([`WarehouseFs`]):
 //! every operation the mount answers, returning `Result<_, FsError>`,
-//! knowing nothing of the kernel protocol, and tested without a kernel.
+//! knowing nothing of the kernel protocol, and tested without a kernel
+//! (`tests/fs/`).
 //! [`fuse`] is the protocol: a thin `fuser::Filesystem` that decodes each
 //! request, calls the filesystem once and replies. Beside them:
 //! [`inodes`] numbers the paths the kernel was shown; [`handles`] holds

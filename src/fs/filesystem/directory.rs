@@ -1,0 +1,198 @@
+//! Directories: opening one, and reading its entries from a snapshot taken
+//! at offset 0, so offsets stay valid however the directory changes while
+//! it is read; `readdirplus` hands the kernel one reference per entry.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{FileAttr, INodeNo};
+use nix::errno::Errno;
+use parking_lot::Mutex;
+
+use super::{DirEntry, DirectoryReplier, Opened, WarehouseFs};
+use crate::catalog::cache::FileId;
+use crate::catalog::{Node, NodeKind};
+use crate::fs::FsError;
+use crate::fs::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
+use crate::fs::handles::{DirItem, Handle};
+use crate::fs::inodes::{Synthetic, Target};
+
+impl WarehouseFs {
+    /// Opens the directory `ino`. The kernel may cache its entries; they
+    /// are kept from the last `opendir` (`keep_cache`) only while the
+    /// directory's kind and stat identity are those its cached listing was
+    /// built from (names appear, vanish or are renamed only by changing the
+    /// directory's mtime), and never within the racy window.
+    pub fn opendir(&self, ino: u64) -> Result<Opened, FsError> {
+        let node = match self.target(ino)?.0 {
+            Target::Path(rel) => self.dir_node(&rel)?,
+            Target::Synthetic { .. } => return Err(Errno::ENOTDIR.into()),
+        };
+        let seen = (node.kind, FileId::of(&node.meta));
+        let unchanged = self.listed.lock().insert(ino, seen) == Some(seen);
+        Ok(Opened {
+            fh: self.handles.add(Handle::Dir(Mutex::new(None))),
+            keep_cache: unchanged && !seen.1.is_racy(),
+            direct_io: false,
+        })
+    }
+
+    /// The entries of the open directory `fh` from `offset` on, until the
+    /// replier is full. No references are handed out (plain `readdir`).
+    pub fn readdir(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        replier: &mut dyn DirectoryReplier,
+    ) -> Result<(), FsError> {
+        self.fill(ino, fh, offset, replier, false)
+    }
+
+    /// As [`readdir`](WarehouseFs::readdir), with attributes: each entry
+    /// but `.` and `..` hands the kernel a reference, counted once the
+    /// replier took it.
+    pub fn readdirplus(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        replier: &mut dyn DirectoryReplier,
+    ) -> Result<(), FsError> {
+        self.fill(ino, fh, offset, replier, true)
+    }
+
+    fn fill(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        replier: &mut dyn DirectoryReplier,
+        hands_over: bool,
+    ) -> Result<(), FsError> {
+        let items = self.dir_snapshot(ino, fh, offset)?;
+        for (i, item) in items.iter().enumerate().skip(offset as usize) {
+            let held = hands_over && item.name != "." && item.name != "..";
+            // Held from the claim until it is counted, so no forget or
+            // sweep drops the number in between.
+            let claimed = if held {
+                self.inodes.claim(ino, &item.name)
+            } else {
+                Some(item.ino)
+            };
+            let Some(child) = claimed else {
+                continue;
+            };
+            let attr = FileAttr {
+                ino: INodeNo(child),
+                ..item.attr
+            };
+            let full = replier.add(DirEntry {
+                ino: child,
+                offset: i as u64 + 1,
+                name: &item.name,
+                attr: &attr,
+                ttl: item.ttl,
+            });
+            match (held, full) {
+                (true, true) => self.inodes.release(child),
+                (true, false) => {
+                    self.inodes.remember(child);
+                    self.show(child, item.file);
+                }
+                _ => {}
+            }
+            if full {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries of a directory node: `.`, `..`, the synthetic files,
+    /// then `list` (nothing more for a dataset leaf).
+    fn dir_items(&self, ino: u64, parent: u64, rel: &Path) -> Result<Vec<DirItem>, FsError> {
+        let own = self.dir_node(rel)?;
+        let own_attr = node_attr(ino, &own);
+        let ttl = self.options.attr_ttl;
+        let mut items = vec![
+            DirItem {
+                ino,
+                name: ".".into(),
+                attr: own_attr,
+                ttl,
+                file: None,
+            },
+            DirItem {
+                ino: parent,
+                name: "..".into(),
+                attr: FileAttr {
+                    ino: INodeNo(parent),
+                    ..own_attr
+                },
+                ttl,
+                file: None,
+            },
+        ];
+        for which in Synthetic::ALL {
+            let child = self.child_ino(ino, which.name())?;
+            // The real length is computed on `stat` (the TTL is zero, so
+            // the kernel never keeps this one); a listing must not pay for
+            // rolling up the whole subtree.
+            items.push(DirItem {
+                ino: child,
+                name: which.name().into(),
+                attr: synthetic_attr(child, 0, &own.meta),
+                ttl: NO_TTL,
+                file: None,
+            });
+        }
+        if own.kind == NodeKind::Dataset {
+            return Ok(items);
+        }
+        let (listing, metas) = self.catalog().list_with_meta(rel)?;
+        items.reserve(listing.entries.len());
+        for (entry, meta) in listing.entries.iter().zip(&metas) {
+            let name = entry.name();
+            // A real file named like a synthetic one is shadowed by it.
+            if Synthetic::from_name(name).is_some() {
+                continue;
+            }
+            let child = self.child_ino(ino, name)?;
+            let node = Node {
+                kind: entry.kind(),
+                meta: meta.clone(),
+            };
+            items.push(DirItem {
+                ino: child,
+                name: name.to_string(),
+                attr: node_attr(child, &node),
+                ttl,
+                file: shown_file(&node),
+            });
+        }
+        Ok(items)
+    }
+
+    /// The directory snapshot a read at `offset` is served from: taken
+    /// afresh at offset 0, else the one the handle holds.
+    fn dir_snapshot(&self, ino: u64, fh: u64, offset: u64) -> Result<Arc<Vec<DirItem>>, FsError> {
+        let handle = self.handles.get(fh)?;
+        let Handle::Dir(slot) = &*handle else {
+            return Err(Errno::EBADF.into());
+        };
+        let mut slot = slot.lock();
+        match &*slot {
+            Some(items) if offset != 0 => Ok(Arc::clone(items)),
+            _ => {
+                let (target, parent) = self.target(ino)?;
+                let Target::Path(rel) = target else {
+                    return Err(Errno::ENOTDIR.into());
+                };
+                let items = Arc::new(self.dir_items(ino, parent, &rel)?);
+                *slot = Some(Arc::clone(&items));
+                Ok(items)
+            }
+        }
+    }
+}
