@@ -189,7 +189,10 @@ fn preview(
         // manifest says, unverified, rather than nothing.
         Err(e) if e.code == ErrorCode::LanceNotBuilt => {
             warnings.push(NodeWarning::from_error(dir.path(), &e));
-            return unverified(format, manifest.as_ref());
+            return DatasetPreview {
+                fingerprint: Some(physical),
+                ..unverified(format, manifest.as_ref())
+            };
         }
         Err(e) => {
             warnings.push(NodeWarning::from_error(dir.path(), &e));

@@ -88,6 +88,14 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
     let announce = match daemon_of {
         None if !config.foreground => return spawn_daemon(config, mounted),
         None => Announce::Call(ready),
+        // The starting process never passes `--foreground`: the variable
+        // leaked into a foreground mount's environment.
+        Some(_) if config.foreground => {
+            return Err(Error::new(
+                ErrorCode::MountFailed,
+                format!("{READY_FD_VAR} is set for a --foreground mount; unset it"),
+            ));
+        }
         Some(pipe) => Announce::Pipe(pipe),
     };
     serve(config, catalog, &mounted, options, acl, announce)?;
@@ -222,6 +230,16 @@ fn check_mount_point(path: &Path, warehouse: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
+/// What a background daemon writes once its mount is up: the word and the
+/// warehouse and mount point as it resolved them.
+fn ready_line(mounted: &Mounted) -> String {
+    format!(
+        "{READY} {} {}",
+        mounted.warehouse.display(),
+        mounted.mount_point.display()
+    )
+}
+
 /// Whom a mount that is up is announced to.
 enum Announce<'a> {
     /// The foreground caller of [`mount`].
@@ -268,7 +286,7 @@ fn serve(
     match announce {
         Announce::Call(ready) => ready(mounted),
         // A failure here drops the session, which unmounts.
-        Announce::Pipe(pipe) => pipe.report(config.log.as_deref())?,
+        Announce::Pipe(pipe) => pipe.report(mounted, config.log.as_deref())?,
     }
 
     spawn_exit_watchdog(mount_point.to_path_buf(), Weak::clone(&catalog_at_exit));
@@ -429,10 +447,12 @@ impl ReadyPipe {
                 ),
             )
         };
-        let fd: RawFd = value
+        // `FD:INODE`: the descriptor, and the inode of the pipe it must be.
+        let (fd, inode): (RawFd, u64) = value
             .to_str()
-            .and_then(|v| v.parse().ok())
-            .filter(|fd| *fd > 2)
+            .and_then(|v| v.split_once(':'))
+            .and_then(|(fd, inode)| Some((fd.parse().ok()?, inode.parse().ok()?)))
+            .filter(|(fd, _)| *fd > 2)
             .ok_or_else(refused)?;
         // SAFETY: F_GETFD only asks whether `fd` is open; it is defined
         // for any number.
@@ -440,17 +460,28 @@ impl ReadyPipe {
             return Err(refused());
         }
         // SAFETY: `fd` is open (checked just above); borrowed only for the
-        // stat below.
+        // checks below.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let mode = nix::sys::stat::fstat(borrowed)
-            .map_err(|_| refused())?
-            .st_mode;
-        if mode & libc::S_IFMT != libc::S_IFIFO {
+        let stat = nix::sys::stat::fstat(borrowed).map_err(|_| refused())?;
+        let access = nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFL)
+            .map(|flags| flags & libc::O_ACCMODE)
+            .map_err(|_| refused())?;
+        if stat.st_mode & libc::S_IFMT != libc::S_IFIFO
+            || stat.st_ino != inode
+            || access != libc::O_WRONLY
+        {
             return Err(refused());
         }
-        // SAFETY: the starting process handed this descriptor to this
-        // process alone, to be written once and closed; nothing else here
-        // owns it.
+        // Nothing this process starts (fusermount, for one) may hold the
+        // write end: the starting process waits for it to close.
+        nix::fcntl::fcntl(
+            borrowed,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(|_| refused())?;
+        // SAFETY: the starting process handed this descriptor (the pipe
+        // checked above) to this process alone, to be written once and
+        // closed; nothing else here owns it.
         Ok(Some(ReadyPipe(unsafe { OwnedFd::from_raw_fd(fd) })))
     }
 
@@ -458,7 +489,7 @@ impl ReadyPipe {
     /// input and output at /dev/null and standard error at the log, and
     /// leaves the starting directory (so the daemon pins no directory).
     /// A log that cannot be opened fails the mount before it is reported.
-    fn report(self, log_file: Option<&Path>) -> Result<()> {
+    fn report(self, mounted: &Mounted, log_file: Option<&Path>) -> Result<()> {
         let null = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -473,7 +504,7 @@ impl ReadyPipe {
             None => null.try_clone().map_err(|e| Error::io("/dev/null", &e))?,
         };
         let mut pipe = std::fs::File::from(self.0);
-        writeln!(pipe, "{READY}")
+        writeln!(pipe, "{}", ready_line(mounted))
             .map_err(|e| Error::new(ErrorCode::MountFailed, format!("reporting readiness: {e}")))?;
         drop(pipe);
         let redirected = nix::unistd::dup2_stdin(null.as_fd())
@@ -496,10 +527,13 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
     let (ready, ready_writer) = std::io::pipe()
         .map_err(|e| Error::new(ErrorCode::MountFailed, format!("creating a pipe: {e}")))?;
     let ready_fd = ready_writer.as_raw_fd();
+    let pipe_inode = nix::sys::stat::fstat(&ready_writer)
+        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("creating a pipe: {e}")))?
+        .st_ino;
     let mut command = Command::new(exe);
     command
         .args(std::env::args_os().skip(1))
-        .env(READY_FD_VAR, ready_fd.to_string())
+        .env(READY_FD_VAR, format!("{ready_fd}:{pipe_inode}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -527,7 +561,26 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
         .map_err(|e| Error::new(ErrorCode::MountFailed, format!("starting the daemon: {e}")))?;
     let mut line = String::new();
     let _ = BufReader::new(ready).read_line(&mut line);
-    if line.trim() != READY {
+    // The daemon names what it mounted, as it resolved the arguments: the
+    // same paths as here, or it is not the mount this command checked.
+    let line = line.trim_end_matches('\n');
+    let expected = ready_line(&mounted);
+    if line.starts_with(READY) && line != expected {
+        // Serving, but not what this command checked (a path changed in
+        // between): stopped the way SIGTERM stops it, which unmounts.
+        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let _ = child.wait();
+        return Err(Error::at(
+            ErrorCode::MountFailed,
+            &config.mount_point,
+            format!(
+                "a path changed while mounting: the daemon resolved \"{line}\", this command \"{expected}\"; the daemon was stopped"
+            ),
+        ));
+    }
+    if line != expected {
         let mut stderr = String::new();
         if let Some(mut pipe) = child.stderr.take() {
             let _ = pipe.read_to_string(&mut stderr);

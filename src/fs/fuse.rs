@@ -37,7 +37,7 @@ macro_rules! answer {
                 Ok($value) => $ok,
                 Err(error) => {
                     failed($op, $ino, &error);
-                    $reply.error(Errno::from_i32(error.errno() as i32))
+                    $reply.error(Errno::from_i32(error.raw_errno()))
                 }
             }
         })

@@ -217,3 +217,11 @@ pub fn components(rel: &Path) -> io::Result<Vec<&OsStr>> {
     }
     Ok(names)
 }
+
+/// A warehouse root in a new temporary directory, for unit tests.
+#[cfg(test)]
+pub(crate) fn temp_root() -> (tempfile::TempDir, Dir) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Dir::open_root(dir.path()).unwrap();
+    (dir, root)
+}

@@ -206,11 +206,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn root() -> (tempfile::TempDir, Dir) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = Dir::open_root(dir.path()).unwrap();
-        (dir, root)
-    }
+    use crate::warehouse::temp_root as root;
 
     #[test]
     fn symlinks_below_the_root_are_never_followed() {

@@ -105,11 +105,7 @@ mod tests {
 
     use rustix::fs::{FileType, Mode};
 
-    fn root() -> (tempfile::TempDir, Dir) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = Dir::open_root(dir.path()).unwrap();
-        (dir, root)
-    }
+    use crate::warehouse::temp_root as root;
 
     #[test]
     fn fifos_and_devices_are_refused_without_blocking() {

@@ -192,11 +192,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn root() -> (tempfile::TempDir, Dir) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = Dir::open_root(dir.path()).unwrap();
-        (dir, root)
-    }
+    use crate::warehouse::temp_root as root;
 
     #[test]
     fn replace_keeps_mode_refuses_swaps_and_cleans_stale_temps() {

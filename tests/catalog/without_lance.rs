@@ -42,6 +42,11 @@ fn a_stale_manifest_is_reported_unverified_with_a_code() {
     assert_eq!(preview.counts.record_count, Some(5));
     assert!(!preview.trusted);
     assert_eq!(preview.stats_origin, StatsOrigin::Unverified);
+    assert_eq!(
+        preview.fingerprint.as_deref(),
+        Some("lance:version:4"),
+        "the revision on disk"
+    );
     assert_eq!(warnings, [ErrorCode::LanceNotBuilt]);
 }
 

@@ -332,11 +332,12 @@ impl WarehouseFs {
 
     fn xattrs(&self, caller: &Caller, ino: u64) -> Result<Vec<(String, String)>, FsError> {
         let (target, _) = self.target(ino)?;
+        let view = self.views.of(caller)?;
         let Target::Path(rel) = target else {
             return Ok(xattrs::of_synthetic());
         };
         let node = self.node(&rel)?;
-        xattrs::of_node(&self.views.of(caller)?.catalog, &rel, node.kind)
+        xattrs::of_node(&view.catalog, &rel, node.kind)
     }
 
     fn target(&self, ino: u64) -> Result<(Target, u64), FsError> {
