@@ -4,7 +4,9 @@
 //! The content goes to a temporary file in the destination's directory (so
 //! the rename stays on one filesystem), which is fsynced, renamed over the
 //! destination, and the directory is fsynced so the rename itself survives
-//! a crash. Hints skip both fsyncs: they may be lost, never torn.
+//! a crash. Used where the writer chose the destination itself (the
+//! import's `_offload/` store); what is written inside a warehouse others
+//! write goes through [`crate::warehouse`]'s guarded replace instead.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -13,17 +15,6 @@ use std::path::{Path, PathBuf};
 
 /// Replaces `path` with `bytes` atomically and durably.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    replace(path, bytes, true)
-}
-
-/// Replaces `path` with `bytes` atomically but without waiting for the
-/// disk: for hints (a writer's state) that may be lost in a crash but must
-/// never be seen half-written.
-pub fn write_atomic_hint(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    replace(path, bytes, false)
-}
-
-fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -36,13 +27,9 @@ fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
             .mode(0o644)
             .open(&temp)?;
         file.write_all(bytes)?;
-        if durable {
-            file.sync_all()?;
-        }
+        file.sync_all()?;
         fs::rename(&temp, path)?;
-        if durable {
-            File::open(dir)?.sync_all()?;
-        }
+        File::open(dir)?.sync_all()?;
         Ok(())
     })();
     if result.is_err() {
