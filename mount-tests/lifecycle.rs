@@ -396,3 +396,48 @@ fn a_stray_readiness_variable_is_refused() {
         assert_eq!(mountpoint::state(&mnt), MountState::NotMounted);
     }
 }
+
+/// Descriptors the mounting command inherited (a lock, a service manager's
+/// socket) do not live on in the root daemon; only its own remain.
+#[test]
+fn the_daemon_keeps_no_descriptor_its_starter_inherited() {
+    if !fuse_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    let (dir, mnt) = empty_mount_point();
+    let marker = dir.path().join("inherited-marker");
+    fs::write(&marker, "x").unwrap();
+    // The shell opens the marker on descriptor 7 (not close-on-exec) and
+    // runs the mount command with it.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("exec 7<\"$1\"; shift; exec \"$@\"")
+        .arg("bash")
+        .arg(&marker)
+        .arg(crate::harness::bin())
+        .args([OsStr::new("mount"), wh.path().as_os_str(), mnt.as_os_str()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let pid: u32 = said
+        .split("daemon pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("names the daemon's pid: {said}"));
+    let held: Vec<_> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        !held.contains(&marker),
+        "the daemon holds the inherited descriptor: {held:?}"
+    );
+    assert!(run(&os(&[&"umount", &mnt])).status.success());
+}

@@ -543,8 +543,18 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
             // Leave the terminal's session, so a closed terminal or
             // Ctrl-C there does not reach the daemon.
             nix::unistd::setsid()?;
-            // The pipe's write end is held open by the parent until the
-            // spawn returns; it alone crosses the exec.
+            // No descriptor this process inherited (a lock, a socket of a
+            // service manager) lives on in the daemon: every one from 3 up
+            // closes at exec (best effort: kernels before 5.11 refuse the
+            // flag, and then only what was already close-on-exec closes)...
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            // ...but the pipe's write end, held open by the parent until the
+            // spawn returns: it alone crosses the exec.
             let writer = BorrowedFd::borrow_raw(ready_fd);
             nix::fcntl::fcntl(
                 writer,
@@ -559,19 +569,29 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
     drop(ready_writer);
     let mut child = spawned
         .map_err(|e| Error::new(ErrorCode::MountFailed, format!("starting the daemon: {e}")))?;
-    let mut line = String::new();
-    let _ = BufReader::new(ready).read_line(&mut line);
+    // Its standard error is drained all along (a daemon that logs much
+    // before it is ready must not block on a full pipe); what it said
+    // first is kept for the error message.
+    let said = drain(child.stderr.take());
+    let line = match ready_within(ready, READY_WAIT) {
+        Some(line) => line,
+        None => {
+            stop(&mut child, &mounted.mount_point);
+            return Err(Error::at(
+                ErrorCode::MountFailed,
+                &config.mount_point,
+                format!(
+                    "the daemon did not report within {} s; it was stopped",
+                    READY_WAIT.as_secs()
+                ),
+            ));
+        }
+    };
     // The daemon names what it mounted, as it resolved the arguments: the
     // same paths as here, or it is not the mount this command checked.
-    let line = line.trim_end_matches('\n');
     let expected = ready_line(&mounted);
     if line.starts_with(READY) && line != expected {
-        // Serving, but not what this command checked (a path changed in
-        // between): stopped the way SIGTERM stops it, which unmounts.
-        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-        let _ = child.wait();
+        stop(&mut child, &mounted.mount_point);
         return Err(Error::at(
             ErrorCode::MountFailed,
             &config.mount_point,
@@ -581,18 +601,17 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
         ));
     }
     if line != expected {
-        let mut stderr = String::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            let _ = pipe.read_to_string(&mut stderr);
-        }
         let status = child.wait().ok();
+        // A daemon killed after mounting leaves a dead mount: clear it.
+        clear_dead_mount(&mounted.mount_point);
+        let said = said.join().unwrap_or_default();
         return Err(Error::at(
             ErrorCode::MountFailed,
             &config.mount_point,
             format!(
                 "the daemon stopped before the mount answered ({}): {}",
                 status.map_or("no status".into(), |s| s.to_string()),
-                stderr.trim()
+                said.trim()
             ),
         ));
     }
@@ -600,8 +619,7 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !mountpoint::answers(&mounted.mount_point) {
         if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = mountpoint::detach(&mounted.mount_point, true);
+            stop(&mut child, &mounted.mount_point);
             return Err(Error::at(
                 ErrorCode::MountFailed,
                 &config.mount_point,
@@ -612,4 +630,79 @@ fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
     }
     mounted.pid = child.id();
     Ok(mounted)
+}
+
+/// How long a starting daemon may take to report its mount (it loads the
+/// count cache and mounts before it does).
+const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a daemon being stopped may take to unmount and leave before it
+/// is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The daemon's report line (without its newline), or `None` when none came
+/// within `wait`. A daemon that exits without reporting gives an empty line.
+fn ready_within(ready: std::io::PipeReader, wait: Duration) -> Option<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let reader = std::thread::Builder::new()
+        .name("ready".into())
+        .spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(ready).read_line(&mut line);
+            let _ = sender.send(line);
+        });
+    if reader.is_err() {
+        return None;
+    }
+    let line = receiver.recv_timeout(wait).ok()?;
+    Some(line.trim_end_matches('\n').to_string())
+}
+
+/// Reads a starting daemon's standard error to its end, keeping the first
+/// 64 KiB for an error message.
+fn drain(stderr: Option<std::process::ChildStderr>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        if let Some(mut pipe) = stderr {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let room = (64usize << 10).saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+        String::from_utf8_lossy(&kept).into_owned()
+    })
+}
+
+/// Stops a daemon this command started: SIGTERM (it unmounts and leaves),
+/// SIGKILL after [`STOP_GRACE`], then clears a dead mount it left.
+fn stop(child: &mut std::process::Child, mount_point: &Path) {
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    let deadline = std::time::Instant::now() + STOP_GRACE;
+    while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if matches!(child.try_wait(), Ok(None)) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    clear_dead_mount(mount_point);
+}
+
+/// Detaches a dead pchronicle mount at `mount_point`, if one is there;
+/// nothing else mounted there is touched.
+fn clear_dead_mount(mount_point: &Path) {
+    if mountpoint::state(mount_point) == MountState::Dead {
+        if let Err(e) = mountpoint::detach(mount_point, true) {
+            log::warn!(
+                "could not clear the dead mount at {}: {e}",
+                mount_point.display()
+            );
+        }
+    }
 }
