@@ -2,40 +2,23 @@
 //! background only once the mount answers, and a clean unmount on
 //! SIGINT, SIGTERM or SIGHUP.
 //!
-//! Backgrounding re-executes the program with its own arguments as they
-//! were given (`args_os`), in a new session, rather than forking, since a
-//! process that has started threads cannot fork safely. What makes the
-//! child the daemon is one variable in its environment,
-//! [`READY_FD_VAR`], naming the write end of a pipe: the child serves in
-//! the foreground and writes `ready` there once the kernel has accepted
-//! the mount, or fails with an error on standard error. The parent then
-//! checks from outside that the mount point is a FUSE filesystem that
-//! answers, and only then exits 0; any failure leaves nothing mounted.
-//! So a mount flag reaches the daemon without being listed twice.
+//! Going to the background is [`super::background`]'s: the daemon is this
+//! program run again with the command's own arguments, so a mount flag
+//! reaches it without being listed twice.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fuser::{Config, MountOption, Session, SessionACL};
 
+pub use super::background::READY_FD_VAR;
+use super::background::{ReadyPipe, spawn_daemon};
 use super::filesystem::{FsOptions, WarehouseFs};
 use super::fuse::FuseAdapter;
 use super::mountpoint::{self, FS_NAME, MountState};
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
-
-/// The line a background daemon writes once its mount is up.
-const READY: &str = "ready";
-
-/// Set by a mounting process in the environment of the daemon it starts:
-/// the number of the descriptor the daemon reports readiness on. Its
-/// presence is what makes a `pchronicle mount` the background daemon.
-pub const READY_FD_VAR: &str = "PCHRONICLE_READY_FD";
 
 /// Everything `pchronicle mount` was asked for.
 #[derive(Debug, Clone)]
@@ -230,16 +213,6 @@ fn check_mount_point(path: &Path, warehouse: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
-/// What a background daemon writes once its mount is up: the word and the
-/// warehouse and mount point as it resolved them.
-fn ready_line(mounted: &Mounted) -> String {
-    format!(
-        "{READY} {} {}",
-        mounted.warehouse.display(),
-        mounted.mount_point.display()
-    )
-}
-
 /// Whom a mount that is up is announced to.
 enum Announce<'a> {
     /// The foreground caller of [`mount`].
@@ -424,285 +397,5 @@ fn stop_signals() -> libc::sigset_t {
             libc::sigaddset(set.as_mut_ptr(), signal);
         }
         set.assume_init()
-    }
-}
-
-/// The pipe a background daemon reports readiness on (see
-/// [`READY_FD_VAR`]).
-struct ReadyPipe(OwnedFd);
-
-impl ReadyPipe {
-    /// The pipe this process was started with as a background daemon, if
-    /// it was.
-    fn from_env() -> Result<Option<ReadyPipe>> {
-        let Some(value) = std::env::var_os(READY_FD_VAR) else {
-            return Ok(None);
-        };
-        let refused = || {
-            Error::new(
-                ErrorCode::MountFailed,
-                format!(
-                    "{READY_FD_VAR}={} names no pipe; pchronicle sets it only for the daemon it starts, so unset it",
-                    value.to_string_lossy()
-                ),
-            )
-        };
-        // `FD:INODE`: the descriptor, and the inode of the pipe it must be.
-        let (fd, inode): (RawFd, u64) = value
-            .to_str()
-            .and_then(|v| v.split_once(':'))
-            .and_then(|(fd, inode)| Some((fd.parse().ok()?, inode.parse().ok()?)))
-            .filter(|(fd, _)| *fd > 2)
-            .ok_or_else(refused)?;
-        // SAFETY: F_GETFD only asks whether `fd` is open; it is defined
-        // for any number.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            return Err(refused());
-        }
-        // SAFETY: `fd` is open (checked just above); borrowed only for the
-        // checks below.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let stat = nix::sys::stat::fstat(borrowed).map_err(|_| refused())?;
-        let access = nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFL)
-            .map(|flags| flags & libc::O_ACCMODE)
-            .map_err(|_| refused())?;
-        if stat.st_mode & libc::S_IFMT != libc::S_IFIFO
-            || stat.st_ino != inode
-            || access != libc::O_WRONLY
-        {
-            return Err(refused());
-        }
-        // Nothing this process starts (fusermount, for one) may hold the
-        // write end: the starting process waits for it to close.
-        nix::fcntl::fcntl(
-            borrowed,
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-        )
-        .map_err(|_| refused())?;
-        // SAFETY: the starting process handed this descriptor (the pipe
-        // checked above) to this process alone, to be written once and
-        // closed; nothing else here owns it.
-        Ok(Some(ReadyPipe(unsafe { OwnedFd::from_raw_fd(fd) })))
-    }
-
-    /// Tells the starting process the mount is up, then points standard
-    /// input and output at /dev/null and standard error at the log, and
-    /// leaves the starting directory (so the daemon pins no directory).
-    /// A log that cannot be opened fails the mount before it is reported.
-    fn report(self, mounted: &Mounted, log_file: Option<&Path>) -> Result<()> {
-        let null = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-            .map_err(|e| Error::io("/dev/null", &e))?;
-        let log = match log_file {
-            Some(path) => std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| Error::io(path, &e))?,
-            None => null.try_clone().map_err(|e| Error::io("/dev/null", &e))?,
-        };
-        let mut pipe = std::fs::File::from(self.0);
-        writeln!(pipe, "{}", ready_line(mounted))
-            .map_err(|e| Error::new(ErrorCode::MountFailed, format!("reporting readiness: {e}")))?;
-        drop(pipe);
-        let redirected = nix::unistd::dup2_stdin(null.as_fd())
-            .and_then(|()| nix::unistd::dup2_stdout(null.as_fd()))
-            .and_then(|()| nix::unistd::dup2_stderr(log.as_fd()))
-            .and_then(|()| nix::unistd::chdir("/"));
-        redirected.map_err(|e| {
-            Error::new(
-                ErrorCode::MountFailed,
-                format!("detaching from the terminal: {e}"),
-            )
-        })
-    }
-}
-
-/// Starts the background daemon and waits until its mount answers.
-fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result<Mounted> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("finding this program: {e}")))?;
-    let (ready, ready_writer) = std::io::pipe()
-        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("creating a pipe: {e}")))?;
-    let ready_fd = ready_writer.as_raw_fd();
-    let pipe_inode = nix::sys::stat::fstat(&ready_writer)
-        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("creating a pipe: {e}")))?
-        .st_ino;
-    let mut command = Command::new(exe);
-    command
-        .args(std::env::args_os().skip(1))
-        .env(READY_FD_VAR, format!("{ready_fd}:{pipe_inode}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // SAFETY: only async-signal-safe calls run between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            // Leave the terminal's session, so a closed terminal or
-            // Ctrl-C there does not reach the daemon.
-            nix::unistd::setsid()?;
-            // No descriptor this process inherited (a lock, a socket of a
-            // service manager) lives on in the daemon: every one from 3 up
-            // closes at exec (best effort: kernels before 5.11 refuse the
-            // flag, and then only what was already close-on-exec closes)...
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-            // ...but the pipe's write end, held open by the parent until the
-            // spawn returns: it alone crosses the exec.
-            let writer = BorrowedFd::borrow_raw(ready_fd);
-            nix::fcntl::fcntl(
-                writer,
-                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-            )?;
-            Ok(())
-        });
-    }
-    let spawned = command.spawn();
-    // The daemon holds the only write end now: the read below ends with
-    // its report or its exit.
-    drop(ready_writer);
-    let mut child = spawned
-        .map_err(|e| Error::new(ErrorCode::MountFailed, format!("starting the daemon: {e}")))?;
-    // Its standard error is drained all along (a daemon that logs much
-    // before it is ready must not block on a full pipe); what it said
-    // first is kept for the error message.
-    let said = drain(child.stderr.take());
-    let line = match ready_within(ready, READY_WAIT) {
-        Some(line) => line,
-        None => {
-            stop(&mut child, &mounted.mount_point);
-            return Err(Error::at(
-                ErrorCode::MountFailed,
-                &config.mount_point,
-                format!(
-                    "the daemon did not report within {} s; it was stopped",
-                    READY_WAIT.as_secs()
-                ),
-            ));
-        }
-    };
-    // The daemon names what it mounted, as it resolved the arguments: the
-    // same paths as here, or it is not the mount this command checked.
-    let expected = ready_line(&mounted);
-    if line.starts_with(READY) && line != expected {
-        stop(&mut child, &mounted.mount_point);
-        return Err(Error::at(
-            ErrorCode::MountFailed,
-            &config.mount_point,
-            format!(
-                "a path changed while mounting: the daemon resolved \"{line}\", this command \"{expected}\"; the daemon was stopped"
-            ),
-        ));
-    }
-    if line != expected {
-        let status = child.wait().ok();
-        // A daemon killed after mounting leaves a dead mount: clear it.
-        clear_dead_mount(&mounted.mount_point);
-        let said = said.join().unwrap_or_default();
-        return Err(Error::at(
-            ErrorCode::MountFailed,
-            &config.mount_point,
-            format!(
-                "the daemon stopped before the mount answered ({}): {}",
-                status.map_or("no status".into(), |s| s.to_string()),
-                said.trim()
-            ),
-        ));
-    }
-    // The child serves from now on; check from outside that it answers.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !mountpoint::answers(&mounted.mount_point) {
-        if std::time::Instant::now() > deadline {
-            stop(&mut child, &mounted.mount_point);
-            return Err(Error::at(
-                ErrorCode::MountFailed,
-                &config.mount_point,
-                "the mount did not answer within 10 s; it was removed",
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    mounted.pid = child.id();
-    Ok(mounted)
-}
-
-/// How long a starting daemon may take to report its mount (it loads the
-/// count cache and mounts before it does).
-const READY_WAIT: Duration = Duration::from_secs(60);
-
-/// How long a daemon being stopped may take to unmount and leave before it
-/// is killed.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-
-/// The daemon's report line (without its newline), or `None` when none came
-/// within `wait`. A daemon that exits without reporting gives an empty line.
-fn ready_within(ready: std::io::PipeReader, wait: Duration) -> Option<String> {
-    let (sender, receiver) = std::sync::mpsc::channel();
-    let reader = std::thread::Builder::new()
-        .name("ready".into())
-        .spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(ready).read_line(&mut line);
-            let _ = sender.send(line);
-        });
-    if reader.is_err() {
-        return None;
-    }
-    let line = receiver.recv_timeout(wait).ok()?;
-    Some(line.trim_end_matches('\n').to_string())
-}
-
-/// Reads a starting daemon's standard error to its end, keeping the first
-/// 64 KiB for an error message.
-fn drain(stderr: Option<std::process::ChildStderr>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        if let Some(mut pipe) = stderr {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let room = (64usize << 10).saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-        String::from_utf8_lossy(&kept).into_owned()
-    })
-}
-
-/// Stops a daemon this command started: SIGTERM (it unmounts and leaves),
-/// SIGKILL after [`STOP_GRACE`], then clears a dead mount it left.
-fn stop(child: &mut std::process::Child, mount_point: &Path) {
-    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-    let deadline = std::time::Instant::now() + STOP_GRACE;
-    while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if matches!(child.try_wait(), Ok(None)) {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    clear_dead_mount(mount_point);
-}
-
-/// Detaches a dead pchronicle mount at `mount_point`, if one is there;
-/// nothing else mounted there is touched.
-fn clear_dead_mount(mount_point: &Path) {
-    if mountpoint::state(mount_point) == MountState::Dead {
-        if let Err(e) = mountpoint::detach(mount_point, true) {
-            log::warn!(
-                "could not clear the dead mount at {}: {e}",
-                mount_point.display()
-            );
-        }
     }
 }

@@ -11,10 +11,11 @@
 //! synthetic files; [`views`] answers other users with what they could
 //! read natively; [`attributes`] and [`xattrs`] say what a node looks
 //! like; [`mountpoint`] reads the mount table and unmounts; [`daemon`]
-//! mounts, backgrounds and stops. What each operation returns is
+//! mounts, serves and stops, and `background` starts the daemon. What each operation returns is
 //! documented in `docs/filesystem.md`.
 
 pub mod attributes;
+mod background;
 pub mod daemon;
 mod error;
 pub mod filesystem;
