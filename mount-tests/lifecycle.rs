@@ -24,6 +24,15 @@ fn is_empty_dir(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The daemon's pid, as a background mount names it.
+fn daemon_pid(said: &str) -> u32 {
+    said.split("daemon pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("names the daemon's pid: {said}"))
+}
+
 fn os<'a>(items: &'a [&'a dyn AsRef<OsStr>]) -> Vec<&'a OsStr> {
     items.iter().map(|i| AsRef::<OsStr>::as_ref(*i)).collect()
 }
@@ -353,12 +362,7 @@ fn the_background_daemon_gets_the_arguments_as_given() {
         String::from_utf8_lossy(&out.stderr)
     );
     let said = String::from_utf8_lossy(&out.stdout).to_string();
-    let pid: u32 = said
-        .split("daemon pid ")
-        .nth(1)
-        .and_then(|rest| rest.split(')').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("names the daemon's pid: {said}"));
+    let pid = daemon_pid(&said);
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     let given: Vec<&[u8]> = cmdline
         .split(|b| *b == 0)
@@ -425,12 +429,7 @@ fn the_daemon_keeps_no_descriptor_its_starter_inherited() {
         String::from_utf8_lossy(&out.stderr)
     );
     let said = String::from_utf8_lossy(&out.stdout).to_string();
-    let pid: u32 = said
-        .split("daemon pid ")
-        .nth(1)
-        .and_then(|rest| rest.split(')').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("names the daemon's pid: {said}"));
+    let pid = daemon_pid(&said);
     let held: Vec<_> = fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| fs::read_link(e.ok()?.path()).ok())

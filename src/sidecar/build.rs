@@ -284,13 +284,7 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
     // Beside the record file, never through a symlink or over a special
     // file planted under the index's name.
     let (dir, name) = Dir::open_parent_of(&index).map_err(|e| Error::io(&index, &e))?;
-    let how = Replace {
-        durable: true,
-        mode: 0o644,
-        keep_owner: true,
-        sweep_temps: true,
-        expect: None,
-    };
+    let how = Replace::published();
     dir.replace(&name, &encode_index(&content), how)
         .map_err(|e| Error::io(&index, &e))?;
     Ok(BuildReport {

@@ -128,13 +128,7 @@ fn write(cohort: &Path, manifest: &IndexManifest) -> Result<()> {
     }
     let mut bytes = serde_json::to_vec_pretty(manifest).expect("a manifest always serialises");
     bytes.push(b'\n');
-    let how = Replace {
-        durable: true,
-        mode: 0o644,
-        keep_owner: true,
-        sweep_temps: true,
-        expect: None,
-    };
+    let how = Replace::published();
     dir.replace(&name, &bytes, how)
         .map_err(|e| Error::io(&path, &e))
 }

@@ -225,11 +225,8 @@ impl Manifest {
 
     fn replace_in(&self, dir: &Dir, expect: Option<Option<(u64, u64)>>) -> Result<()> {
         let how = Replace {
-            durable: true,
-            mode: 0o644,
-            keep_owner: true,
-            sweep_temps: true,
             expect,
+            ..Replace::published()
         };
         dir.replace(MANIFEST_FILE, self.to_toml().as_bytes(), how)
             .map_err(|e| {

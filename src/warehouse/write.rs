@@ -43,6 +43,21 @@ pub struct Replace {
     pub expect: Option<Option<(u64, u64)>>,
 }
 
+impl Replace {
+    /// How a file others read beside the data (a manifest, an index) is
+    /// replaced: durably, mode 0644, keeping the replaced file's owner,
+    /// sweeping a crash's temp files, whatever file is there now.
+    pub fn published() -> Replace {
+        Replace {
+            durable: true,
+            mode: 0o644,
+            keep_owner: true,
+            sweep_temps: true,
+            expect: None,
+        }
+    }
+}
+
 impl Dir {
     /// Creates the subdirectory `name` (mode `mode`) unless it exists, and
     /// opens it; a symlink or a file there is refused.
