@@ -186,8 +186,17 @@ error_codes! {
         "a filesystem request failed inside the daemon (a bug, or a render past its time budget); it was answered with EIO and the daemon kept serving",
         "Retry the read; if it keeps failing, run the same path through `pchronicle stats PATH` to see the underlying error, and report the log line.";
     LanceNotBuilt => "PCHRONICLE_LANCE_NOT_BUILT",
-        "this pchronicle was built without the compact-jsonl feature (Lance), so it cannot open, count or write a compact-jsonl dataset",
+        "this pchronicle was built without the compact-jsonl feature (Lance, and with it DataFusion), so it cannot open, count, read or write a compact-jsonl dataset, nor run SQL",
         "Use a build with default features (`cargo build --release`); a build without them reads compact-jsonl leaves only through their manifests.";
+    FilterInvalid => "PCHRONICLE_FILTER_INVALID",
+        "a record filter could not be read: `--where` needs KEY=VALUE, `--since`/`--until` need RFC 3339 times, `--file` needs a glob",
+        "Write filters as `--where session=abc`, `--since 2026-01-01T00:00:00Z`, `--file 'team/**/*.jsonl'`; see `pchronicle cat --help`.";
+    QueryInvalid => "PCHRONICLE_QUERY_INVALID",
+        "the SQL of `pchronicle query` could not be parsed or planned (a syntax error, an unknown table, column or function)",
+        "Correct the SQL at the position shown; the tables are `records` and `sources` (`pchronicle query PATH 'DESCRIBE records'` lists the columns).";
+    QueryFailed => "PCHRONICLE_QUERY_FAILED",
+        "a query was planned but failed while it ran (a record source could not be read, or a function failed on a value)",
+        "Read the cause in the message; `pchronicle stats PATH` shows whether every source can be read, and `--where`/`--file` leave out a broken one.";
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";
@@ -253,6 +262,14 @@ impl Error {
             std::io::ErrorKind::NotFound => ErrorCode::PathNotFound,
             _ => ErrorCode::Io,
         };
+        let mut error = Error::at(code, path, err.to_string());
+        error.os_error = err.raw_os_error();
+        error
+    }
+
+    /// A coded error about reading `path` that keeps `err`'s system error
+    /// number (which the FUSE adapter answers with).
+    pub fn reading(code: ErrorCode, path: impl AsRef<Path>, err: &std::io::Error) -> Self {
         let mut error = Error::at(code, path, err.to_string());
         error.os_error = err.raw_os_error();
         error

@@ -15,7 +15,9 @@
 //! 3. [`catalog`]: the core. Classification, `list`, `open`, `stats`, the
 //!    refresh cache and the count cache; it knows nothing of FUSE or of
 //!    the command line;
-//! 4. [`fs`] (the FUSE adapter), [`cli`] and [`demo`]: they translate calls
+//! 4. [`extract`]: the records of a Snapshot out, as JSON Lines, filtered
+//!    and resumable; [`query`]: SQL over a Snapshot's records and sources;
+//! 5. [`fs`] (the FUSE adapter), [`cli`] and [`demo`]: they translate calls
 //!    into the layers below and present what those return.
 //!
 //! A unit test (`layering`, below) reads every source file and fails on
@@ -26,7 +28,9 @@ pub mod catalog;
 pub mod cli;
 pub mod demo;
 pub mod error;
+pub mod extract;
 pub mod fs;
+pub mod query;
 pub mod records;
 pub mod shards;
 pub mod sidecar;
@@ -53,9 +57,11 @@ mod layering {
         ("store", 2),
         ("shards", 2),
         ("catalog", 3),
-        ("fs", 4),
-        ("cli", 4),
-        ("demo", 4),
+        ("extract", 4),
+        ("query", 4),
+        ("fs", 5),
+        ("cli", 5),
+        ("demo", 5),
     ];
 
     fn layer_of(module: &str) -> Option<u8> {

@@ -47,6 +47,7 @@ pub use model::{
     Stats, StatsBuilder, StatsOrigin, Timestamp, Warning, pretty_json,
 };
 use refresh::DirScan;
+pub use walk::Counting;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
@@ -130,6 +131,9 @@ pub struct CacheHits {
     pub files: HitCount,
     /// Record files actually read to count them.
     pub files_read: u64,
+    /// Files opened to be read through (`open_file`: a record file's
+    /// records, a file the mount serves).
+    pub files_opened: u64,
     /// Record files whose counts were taken over across a rename.
     pub renames: u64,
 }
@@ -153,6 +157,7 @@ pub struct Catalog {
     /// How loading the persisted count cache went.
     count_cache_loaded: Loaded,
     files_read: AtomicU64,
+    files_opened: AtomicU64,
 }
 
 impl Catalog {
@@ -201,6 +206,7 @@ impl Catalog {
             files: Arc::new(files),
             count_cache_loaded,
             files_read: AtomicU64::new(0),
+            files_opened: AtomicU64::new(0),
             root,
             root_dir,
             options,
@@ -272,6 +278,7 @@ impl Catalog {
             files: Arc::clone(&self.files),
             count_cache_loaded: self.count_cache_loaded.clone(),
             files_read: AtomicU64::new(0),
+            files_opened: AtomicU64::new(0),
         })
     }
 
@@ -286,6 +293,7 @@ impl Catalog {
             nodes: self.nodes.hit_count(),
             files: self.files.hit_count(),
             files_read: self.files_read.load(Ordering::Relaxed),
+            files_opened: self.files_opened.load(Ordering::Relaxed),
             renames: self.files.renames(),
         }
     }
@@ -425,14 +433,44 @@ impl Catalog {
 
     /// The Snapshot of `rel`.
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
-        self.gather(rel, &mut None)
+        self.gather(rel, &mut None, Counting::Read)
+    }
+
+    /// The Snapshot of `rel` for a reader of its records: record files
+    /// not in the count cache are not read to count them (their counts are
+    /// `Uncounted`), so reading starts at once however large they are.
+    pub fn open_for_reading(&self, rel: &Path) -> Result<Snapshot> {
+        self.gather(rel, &mut None, Counting::CachedOnly)
+    }
+
+    /// The stores this catalog reads leaves with.
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
+    /// The dataset leaf at `rel`, opened (as this catalog's viewer, never
+    /// through a symlink); `ENOTDIR` for a file, `PCHRONICLE_PATH_NOT_FOUND`
+    /// for a directory that is not a leaf.
+    pub fn open_leaf(&self, rel: &Path) -> Result<Dir> {
+        let target = self.resolve(rel)?;
+        if target.name.is_some() {
+            return Err(Error::io(rel, &io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
+        if self.dir_node(&target.dir).leaf.is_none() {
+            return Err(Error::at(
+                ErrorCode::PathNotFound,
+                rel,
+                "the directory is not a dataset leaf (any more)",
+            ));
+        }
+        Ok(target.dir)
     }
 
     /// `open(rel)` rolled up. A directory's sources are totalled as the walk
     /// meets them instead of being collected first.
     pub fn stats(&self, rel: &Path) -> Result<Stats> {
         let mut rollup = Some(StatsBuilder::new(NodeKind::Directory));
-        let snapshot = self.gather(rel, &mut rollup)?;
+        let snapshot = self.gather(rel, &mut rollup, Counting::Read)?;
         Ok(match rollup {
             Some(mut totals) if snapshot.kind == NodeKind::Directory => {
                 for source in &snapshot.sources {
@@ -453,6 +491,7 @@ impl Catalog {
         let Some(name) = &target.name else {
             return Err(Error::io(rel, &io::Error::from_raw_os_error(libc::EISDIR)));
         };
+        self.files_opened.fetch_add(1, Ordering::Relaxed);
         target
             .dir
             .open_file_as(name, &target.meta)

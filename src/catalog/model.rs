@@ -55,6 +55,9 @@ pub enum StatsOrigin {
     Unverified,
     /// No counts could be had.
     Unavailable,
+    /// Not counted: the source was gathered to read its records, and its
+    /// counts were not in the count cache.
+    Uncounted,
 }
 
 /// A timestamp, serialised as RFC 3339 UTC.

@@ -31,7 +31,12 @@ impl Catalog {
     /// The Snapshot of `rel`; when walking a directory with `rollup`, every
     /// source whose counts are final goes into `rollup` instead of the
     /// Snapshot (which then holds only the others).
-    pub(super) fn gather(&self, rel: &Path, rollup: &mut Option<StatsBuilder>) -> Result<Snapshot> {
+    pub(super) fn gather(
+        &self,
+        rel: &Path,
+        rollup: &mut Option<StatsBuilder>,
+        counting: Counting,
+    ) -> Result<Snapshot> {
         let target = self.resolve(rel)?;
         if let Some(file_name) = &target.name {
             let name = file_name.to_str().unwrap_or("");
@@ -51,6 +56,7 @@ impl Catalog {
                     format,
                     BTreeMap::new(),
                     &mut None,
+                    counting,
                 );
                 snapshot.warnings.extend(source.1);
                 snapshot.sources.push(source.0);
@@ -99,6 +105,7 @@ impl Catalog {
                 .walk_budget
                 .map(|budget| (std::time::Instant::now() + budget, budget)),
             checks: 0,
+            counting,
         };
         let walk_root = Arc::new(target.dir);
         let walked = self.walk(&walk_root, &mut walk);
@@ -155,6 +162,7 @@ impl Catalog {
                         format,
                         attrs,
                         &mut walk.renames,
+                        walk.counting,
                     );
                     let adopted = counted == Counted::Adopted;
                     if counted != Counted::Cached {
@@ -286,8 +294,31 @@ impl Catalog {
         format: RecordFormat,
         path_attrs: BTreeMap<String, String>,
         renames: &mut Option<RenameIndex>,
+        counting: Counting,
     ) -> (Source, Vec<Warning>, Counted) {
         let id = FileId::of(meta);
+        if counting == Counting::CachedOnly {
+            let cached = self
+                .cache_key(dir, name)
+                .and_then(|key| self.files.get(&key, id))
+                .filter(|_| dir.check_readable(meta).is_ok());
+            let (counts, trusted, origin) = match cached {
+                Some(stats) => (Counts::from(stats), true, StatsOrigin::Scan),
+                None => (Counts::default(), false, StatsOrigin::Uncounted),
+            };
+            let source = Source {
+                file: rel.to_string(),
+                kind: SourceKind::File,
+                format: format.as_str().to_string(),
+                counts,
+                fingerprint: Some(format!("file:{}:{}", id.size, id.mtime_ns)),
+                trusted,
+                stats_origin: origin,
+                size: Some(id.size),
+                path_attrs,
+            };
+            return (source, Vec::new(), Counted::Cached);
+        }
         // A viewer who could not read the file natively gets no count,
         // cached or not.
         let counted = dir
@@ -362,6 +393,17 @@ impl Catalog {
     }
 }
 
+/// Whether a gather reads record files to count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// Every record file is counted (from the count cache when it knows
+    /// the file, else by reading it).
+    Read,
+    /// Only counts the count cache already holds are used; no record file
+    /// is read. For readers about to read the records anyway.
+    CachedOnly,
+}
+
 /// A child met by a walk: a source, or a directory still to enter. Record
 /// files are counted only when the walk reaches them, so nothing past a
 /// `max_files` bound is read.
@@ -397,6 +439,8 @@ struct Walk {
     renames: Option<RenameIndex>,
     /// Sources met (collected or rolled up).
     count: usize,
+    /// Whether record files are read to count them.
+    counting: Counting,
     /// Where sources go when only their totals are wanted.
     rollup: Option<StatsBuilder>,
     /// When the walk must give up, and the budget that set it.

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use super::records::FilterArgs;
 use super::{WalkArgs, table};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Snapshot};
 use crate::error::{Error, Result};
+use crate::extract::Selection;
 
 // The flags of `ls`.
 #[derive(Args, Debug)]
@@ -23,6 +25,9 @@ pub(super) struct LsArgs {
     /// Print JSON (a listing object; with --sources, JSON Lines).
     #[arg(long)]
     json: bool,
+    /// With --sources: only the sources the filters may match.
+    #[command(flatten)]
+    filters: FilterArgs,
     #[command(flatten)]
     walk: WalkArgs,
 }
@@ -33,11 +38,20 @@ impl LsArgs {
             path,
             sources,
             json,
+            filters,
             walk,
         } = self;
+        let selection = filters.selection()?;
+        if selection.narrows() && !sources {
+            return Err(Error::new(
+                crate::error::ErrorCode::FilterInvalid,
+                "filters select sources: use them with `ls --sources` (a listing is one level, unfiltered)",
+            ));
+        }
         let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
         if sources {
             let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
+            let snapshot = selected(snapshot, &selection);
             if json {
                 print!("{}", snapshot.sources_jsonl());
             } else {
@@ -66,15 +80,30 @@ pub(super) struct StatsArgs {
     /// Print pretty JSON (the content of the mount's `.stats`).
     #[arg(long)]
     json: bool,
+    /// Roll up only the sources the filters may match (whole sources: a
+    /// source that overlaps the time window counts with all its records).
+    #[command(flatten)]
+    filters: FilterArgs,
     #[command(flatten)]
     walk: WalkArgs,
 }
 
 impl StatsArgs {
     pub(super) fn run(self) -> Result<ExitCode> {
-        let StatsArgs { path, json, walk } = self;
+        let StatsArgs {
+            path,
+            json,
+            filters,
+            walk,
+        } = self;
+        let selection = filters.selection()?;
         let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
-        let stats = catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?;
+        let stats = if selection.narrows() {
+            let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
+            selected(snapshot, &selection).stats()
+        } else {
+            catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?
+        };
         if json {
             print!("{}", stats.to_json());
         } else {
@@ -85,8 +114,16 @@ impl StatsArgs {
     }
 }
 
+/// The Snapshot with only the sources `selection` may match.
+fn selected(mut snapshot: Snapshot, selection: &Selection) -> Snapshot {
+    snapshot
+        .sources
+        .retain(|source| selection.may_match(source));
+    snapshot
+}
+
 /// Errors name the path as the user typed it, not the catalog-relative one.
-fn at_user_path(mut error: Error, user: &Path) -> Error {
+pub(super) fn at_user_path(mut error: Error, user: &Path) -> Error {
     if error.path.as_deref().is_some_and(Path::is_relative) {
         error.path = Some(user.to_path_buf());
     }

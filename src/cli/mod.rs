@@ -6,7 +6,8 @@
 //! 2 bad usage.
 //!
 //! [`Command`] is the whole grammar. Each command's flags and its `run`
-//! live together, by area: `browse.rs` (ls, stats), `mount.rs` (mount,
+//! live together, by area: `browse.rs` (ls, stats), `records.rs` (cat,
+//! query and the filters they share), `mount.rs` (mount,
 //! umount), `ingest.rs` (import, append), `index.rs` (index, lookup) and
 //! `guide.rs` (errors, demo); `table.rs` renders answers for people. The
 //! flag structs carry no doc comment of their own: clap would read it as
@@ -17,6 +18,7 @@ mod guide;
 mod index;
 mod ingest;
 mod mount;
+mod records;
 mod table;
 
 use std::process::ExitCode;
@@ -63,6 +65,24 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
     /// Open PATH as a Snapshot and print its rolled-up stats: sources,
     /// records, failed records, time range, per-format totals.
     Stats(browse::StatsArgs),
+    /// Print every record of PATH as JSON Lines: sources in `_file_`
+    /// order, records in stored order, each valid record exactly as stored.
+    /// Failed records are left out unless --failed.
+    #[command(after_help = "Examples:\n  \
+pchronicle cat ./warehouse/team/codex_jsonl | head -1\n  \
+pchronicle cat ./warehouse --where session=abc --since 2026-01-01T00:00:00Z --annotate\n  \
+pchronicle cat ./warehouse --file 'team/**/*.jsonl' --limit 10\n\n\
+The mount shows the same bytes as LEAF/.records in every dataset leaf.")]
+    Cat(records::CatArgs),
+    /// Run SQL over the records and sources of PATH. Tables: `records`
+    /// (_file_, one column per hive attribute, line, timestamp, failed,
+    /// record as JSON text) and `sources` (the rows of .sources). JSON
+    /// functions such as json_get_str(record, 'role') are available.
+    #[command(after_help = "Examples:\n  \
+pchronicle query ./warehouse \"SELECT json_get_str(record, 'role') AS role, count(*) FROM records GROUP BY role ORDER BY 2 DESC\"\n  \
+pchronicle query ./warehouse \"SELECT _file_, count(*) FROM records WHERE failed GROUP BY _file_ ORDER BY 2 DESC LIMIT 5\"\n  \
+pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM records WHERE timestamp >= '2026-01-01T00:00:00Z'\" --json")]
+    Query(records::QueryArgs),
     /// Import record files into a compact-jsonl leaf (a Lance dataset) and
     /// publish its chronicle.manifest. Prints the published version and the
     /// leaf's record and failed counts.
@@ -136,6 +156,8 @@ fn execute(command: Command) -> Result<ExitCode> {
         Command::Umount(args) => args.run(),
         Command::Ls(args) => args.run(),
         Command::Stats(args) => args.run(),
+        Command::Cat(args) => args.run(),
+        Command::Query(args) => args.run(),
         Command::Import(args) => args.run(),
         Command::Append(args) => args.run(),
         Command::Index(args) => args.run(),

@@ -3,6 +3,7 @@
 //! A handle is what `open`/`opendir` hand the kernel and every later
 //! `read`/`readdir` names: a synthetic file's bytes as rendered at open
 //! (so one reader sees one consistent render however it seeks), a
+//! leaf's records stream (one Snapshot of the leaf, however it seeks), a
 //! warehouse file opened as the requester, or a directory's entries as of
 //! its last read from offset 0 (so offsets stay valid however the
 //! directory changes meanwhile). Handles live until `release`.
@@ -34,6 +35,8 @@ pub enum Handle {
     Bytes(Arc<[u8]>),
     /// A warehouse file, read with `pread`.
     File(File),
+    /// A leaf's `.records`, produced as it is read.
+    Records(crate::extract::stream::RecordsStream),
     /// A directory: its entries as of the last read from offset 0.
     Dir(Mutex<Option<Arc<Vec<DirItem>>>>),
 }

@@ -28,23 +28,33 @@ use crate::catalog::cache::FileId;
 /// The root directory's inode number (fixed by FUSE).
 pub const ROOT: u64 = 1;
 
-/// The two synthetic files every directory and dataset carries.
+/// The synthetic files: `.stats` and `.sources` in every directory and
+/// dataset, `.records` in datasets only. Their names are reserved
+/// everywhere: a real file so named is not shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Synthetic {
     /// `.stats`: the node's Snapshot rolled up, as `pchronicle stats --json`.
     Stats,
     /// `.sources`: the Snapshot's sources, as `pchronicle ls --sources --json`.
     Sources,
+    /// `.records`: a leaf's records, as `pchronicle cat`, streamed.
+    Records,
 }
 
 impl Synthetic {
-    pub const ALL: [Synthetic; 2] = [Synthetic::Stats, Synthetic::Sources];
+    pub const ALL: [Synthetic; 3] = [Synthetic::Stats, Synthetic::Sources, Synthetic::Records];
 
     pub fn name(self) -> &'static str {
         match self {
             Synthetic::Stats => ".stats",
             Synthetic::Sources => ".sources",
+            Synthetic::Records => ".records",
         }
+    }
+
+    /// Whether a node of `kind` carries this file.
+    pub fn belongs_in(self, kind: crate::catalog::NodeKind) -> bool {
+        self != Synthetic::Records || kind == crate::catalog::NodeKind::Dataset
     }
 
     pub fn from_name(name: &str) -> Option<Synthetic> {

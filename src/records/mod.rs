@@ -15,6 +15,8 @@
 //! - `count`: counting a file's records, failures and timestamp span;
 //! - `parallel`: counting one large file in ranges on several threads;
 //! - `document`: `.json` documents;
+//! - [`read`]: reading the records back out, each as stored, resumable
+//!   after any record;
 //! - `validate`: the streaming validator for records too large for the
 //!   scanner's buffer, and for documents;
 //! - [`scan`]: the fast validating scanner every buffered record goes
@@ -25,6 +27,7 @@ mod count;
 mod document;
 mod format;
 mod parallel;
+pub mod read;
 pub mod scan;
 mod segments;
 pub mod timestamp;

@@ -17,9 +17,11 @@ pub mod manifest;
 pub mod storyline;
 
 use std::io;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::records::read::{RecordSink, Resume, Wanted};
 use crate::records::{RecordFormat, RecordStats};
 use crate::warehouse::Dir;
 use manifest::{Manifest, ManifestKind};
@@ -72,6 +74,19 @@ pub trait LeafStore: Send + Sync {
 
     /// Stats computed from the physical data.
     fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan>;
+
+    /// Hands the records of the leaf's revision `fingerprint` (the newest
+    /// when `None` or when that revision is gone) to `sink`, from `from`,
+    /// in stored order. A store may leave out before reading what `wanted`
+    /// does not ask for. `Break` when the sink stopped.
+    fn read_records(
+        &self,
+        dir: &Dir,
+        fingerprint: Option<&str>,
+        from: Resume,
+        wanted: &Wanted,
+        sink: &mut dyn RecordSink,
+    ) -> Result<ControlFlow<()>>;
 
     /// Writes the leaf's manifest for `scan`, keeping every unknown key of
     /// `existing` when it is a leaf manifest. Only this leaf's manifest is

@@ -7,8 +7,11 @@
 //! `storyline:generation:<name>` identifies the revision, and counting reads
 //! only the current generation's files (not subdirectories, not symlinks).
 
+use std::ops::ControlFlow;
+
 use super::{LeafScan, LeafStore, RecordCounter};
 use crate::error::{Error, ErrorCode, Result};
+use crate::records::read::{self, RecordSink, Resume, Wanted};
 use crate::records::{RecordFormat, RecordStats};
 use crate::warehouse::{self, Dir};
 
@@ -78,34 +81,11 @@ impl LeafStore for StorylineStore {
 
     fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan> {
         let (name, generation) = Self::current_generation(dir)?;
-        let mut files = Vec::new();
-        let entries = generation
-            .entries()
-            .map_err(|e| Error::io(generation.path(), &e))?;
-        for entry in entries {
-            let Ok(file_name) = String::from_utf8(entry.name) else {
-                continue;
-            };
-            let format = match RecordFormat::from_name(&file_name) {
-                Some(f @ (RecordFormat::Jsonl | RecordFormat::Jsonseq)) => f,
-                _ => continue,
-            };
-            if entry.is_file {
-                files.push((file_name, format));
-            }
-        }
-        files.sort();
         let mut stats = RecordStats::default();
-        for (file_name, format) in files {
+        for (file_name, format) in record_files(&generation)? {
             let counted = counter
                 .count(&generation, &file_name, format)
-                .map_err(|e| {
-                    Error::at(
-                        ErrorCode::RecordFileUnreadable,
-                        &generation.path().join(&file_name),
-                        e.to_string(),
-                    )
-                })?;
+                .map_err(|e| unreadable(&generation, &file_name, e))?;
             stats.merge(&counted);
         }
         Ok(LeafScan {
@@ -113,6 +93,84 @@ impl LeafStore for StorylineStore {
             stats,
         })
     }
+
+    /// A snapshot names its generation, which stays as it was while it
+    /// exists (a writer makes a new one and moves `CURRENT`), so reading
+    /// resumes in the same records even after `CURRENT` moved on.
+    fn read_records(
+        &self,
+        dir: &Dir,
+        fingerprint: Option<&str>,
+        from: Resume,
+        _wanted: &Wanted,
+        sink: &mut dyn RecordSink,
+    ) -> Result<ControlFlow<()>> {
+        let named = fingerprint
+            .and_then(|f| f.strip_prefix("storyline:generation:"))
+            .filter(|name| warehouse::is_plain_name(name.as_bytes()))
+            .and_then(|name| {
+                dir.open_dir(GENERATIONS_DIR)
+                    .and_then(|generations| generations.open_dir(name))
+                    .ok()
+            });
+        let generation = match named {
+            Some(generation) => generation,
+            None => Self::current_generation(dir)?.1,
+        };
+        for (part, (file_name, format)) in record_files(&generation)?.into_iter().enumerate() {
+            let part = part as u64;
+            if part < from.part {
+                continue;
+            }
+            let start = if part == from.part {
+                from
+            } else {
+                Resume {
+                    part,
+                    ..Resume::default()
+                }
+            };
+            let flow = generation
+                .open_file(&file_name)
+                .and_then(|(file, _)| read::read_file(&file, format, &file_name, start, None, sink))
+                .map_err(|e| unreadable(&generation, &file_name, e))?;
+            if flow.is_break() {
+                return Ok(flow);
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+}
+
+/// The record files of a generation (line and packed files directly in
+/// it, no subdirectories, no symlinks), sorted by name.
+fn record_files(generation: &Dir) -> Result<Vec<(String, RecordFormat)>> {
+    let mut files = Vec::new();
+    let entries = generation
+        .entries()
+        .map_err(|e| Error::io(generation.path(), &e))?;
+    for entry in entries {
+        let Ok(file_name) = String::from_utf8(entry.name) else {
+            continue;
+        };
+        let format = match RecordFormat::from_name(&file_name) {
+            Some(f @ (RecordFormat::Jsonl | RecordFormat::Jsonseq)) => f,
+            _ => continue,
+        };
+        if entry.is_file {
+            files.push((file_name, format));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn unreadable(generation: &Dir, file_name: &str, e: std::io::Error) -> Error {
+    Error::reading(
+        ErrorCode::RecordFileUnreadable,
+        generation.path().join(file_name),
+        &e,
+    )
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod classification;
 mod compact;
 mod count_cache;
 mod docs;
+mod extract;
 mod hostile;
 #[cfg(feature = "compact-jsonl")]
 mod lance_surface_guards;

@@ -2,6 +2,7 @@
 //! store, and a runner for the real binary.
 
 use std::fs;
+use std::ops::ControlFlow;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -10,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pchronicle::catalog::{Catalog, CatalogOptions};
 use pchronicle::error::{Error, ErrorCode, Result};
+use pchronicle::records::read::{self, RecordSink, Resume, Wanted};
 use pchronicle::records::{RecordFormat, RecordStats};
 use pchronicle::store::manifest::Manifest;
 use pchronicle::store::{LeafScan, LeafStore, RecordCounter, Stores, StorylineStore};
@@ -198,6 +200,8 @@ impl Warehouse {
 pub struct FakeCompactStore {
     pub scans: AtomicUsize,
     pub detects: AtomicUsize,
+    /// Leaves whose records were read.
+    pub reads: AtomicUsize,
 }
 
 impl FakeCompactStore {
@@ -241,6 +245,24 @@ impl LeafStore for FakeCompactStore {
             .max()
             .ok_or_else(|| Error::at(ErrorCode::Io, &path, "no versions"))?;
         Ok(format!("lance:version:{latest}"))
+    }
+
+    fn read_records(
+        &self,
+        dir: &Dir,
+        _fingerprint: Option<&str>,
+        from: Resume,
+        _wanted: &Wanted,
+        sink: &mut dyn RecordSink,
+    ) -> Result<ControlFlow<()>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        let rows = dir.path().join("data/rows.jsonl");
+        dir.open_dir("data")
+            .and_then(|data| data.open_file("rows.jsonl"))
+            .and_then(|(file, _)| {
+                read::read_file(&file, RecordFormat::Jsonl, "rows.jsonl", from, None, sink)
+            })
+            .map_err(|e| Error::io(&rows, &e))
     }
 
     fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan> {

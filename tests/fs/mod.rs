@@ -8,3 +8,4 @@
 mod driver;
 mod lifetimes;
 mod operations;
+mod records;

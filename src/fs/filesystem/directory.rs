@@ -135,6 +135,9 @@ impl WarehouseFs {
             },
         ];
         for which in Synthetic::ALL {
+            if !which.belongs_in(own.kind) {
+                continue;
+            }
             let child = self.child_ino(ino, which.name())?;
             // The real length is computed on `stat` (the TTL is zero, so
             // the kernel never keeps this one); a listing must not pay for

@@ -49,6 +49,12 @@ mod directory;
 
 use crate::catalog::cache::FileId;
 use crate::catalog::{Catalog, Node, NodeKind};
+use crate::extract::stream::{Producers, RecordsStream};
+use crate::extract::{Plan, Selection, Shape};
+
+/// `.records` streams producing at once; past it the least recently read
+/// one pauses (and resumes from a checkpoint when read again).
+const RECORDS_PRODUCERS: usize = 32;
 pub use answers::{DirEntry, DirectoryReplier, Entry, FsStats, Opened, ReadData, XattrData};
 
 /// How the mount presents the catalog.
@@ -85,6 +91,8 @@ pub struct WarehouseFs {
     /// shown as (device, inode). An open serves that file or `ESTALE` (the
     /// kernel then looks the name up again and retries).
     shown: Mutex<HashMap<u64, (u64, u64)>>,
+    /// The threads producing `.records` streams, bounded across handles.
+    producers: Arc<Producers>,
     /// Per directory inode: what its listing was last built from (its kind
     /// and its own stat identity), so an unchanged directory's entries can
     /// stay in the kernel's cache across `opendir`s.
@@ -103,6 +111,7 @@ impl WarehouseFs {
             ),
             options,
             handles: Handles::new(),
+            producers: Producers::new(RECORDS_PRODUCERS),
             shown: Mutex::new(HashMap::new()),
             listed: Mutex::new(HashMap::new()),
         }
@@ -154,7 +163,17 @@ impl WarehouseFs {
         let ttl = self.options.attr_ttl;
         if let Some(which) = Synthetic::from_name(name) {
             let owner = self.dir_node(&parent_rel)?;
+            if !which.belongs_in(owner.kind) {
+                return Err(Errno::ENOENT.into());
+            }
             let ino = self.child_ino(parent, name)?;
+            if which == Synthetic::Records {
+                return Ok(Entry {
+                    attr: synthetic_attr(ino, 0, &owner.meta),
+                    attr_ttl: NO_TTL,
+                    entry_ttl: ttl,
+                });
+            }
             let bytes = self.synthetic_bytes(&self.views.of(caller)?, ino, which, &parent_rel)?;
             // A synthetic file exists as long as its directory does, so
             // its name may be cached; its attributes (its length) never are.
@@ -205,8 +224,18 @@ impl WarehouseFs {
             }
             Target::Synthetic { rel, which, .. } => {
                 let owner = self.dir_node(&rel)?;
-                let bytes = self.synthetic_bytes(&self.views.of(caller)?, ino, which, &rel)?;
-                Ok((synthetic_attr(ino, bytes.len() as u64, &owner.meta), NO_TTL))
+                if !which.belongs_in(owner.kind) {
+                    return Err(Errno::ENOENT.into());
+                }
+                // `.records` says 0 bytes, as /proc files do: its length is
+                // known only by producing it (see docs/filesystem.md).
+                let len = match which {
+                    Synthetic::Records => 0,
+                    _ => self
+                        .synthetic_bytes(&self.views.of(caller)?, ino, which, &rel)?
+                        .len(),
+                };
+                Ok((synthetic_attr(ino, len as u64, &owner.meta), NO_TTL))
             }
         }
     }
@@ -221,9 +250,23 @@ impl WarehouseFs {
         }
         let (handle, keep_cache, direct_io) = match self.target(ino)?.0 {
             Target::Synthetic { rel, which, .. } => {
-                self.dir_node(&rel)?;
-                let bytes = self.synthetic_bytes(&self.views.of(caller)?, ino, which, &rel)?;
-                (Handle::Bytes(bytes), false, true)
+                let owner = self.dir_node(&rel)?;
+                if !which.belongs_in(owner.kind) {
+                    return Err(Errno::ENOENT.into());
+                }
+                let view = self.views.of(caller)?;
+                if which == Synthetic::Records {
+                    let plan = Plan::new(&view.catalog, &rel, Selection::default(), Shape::Plain)?;
+                    let stream = RecordsStream::new(
+                        plan,
+                        Arc::clone(&view.catalog),
+                        Arc::clone(&self.producers),
+                    );
+                    (Handle::Records(stream), false, true)
+                } else {
+                    let bytes = self.synthetic_bytes(&view, ino, which, &rel)?;
+                    (Handle::Bytes(bytes), false, true)
+                }
             }
             Target::Path(rel) => {
                 // The kernel checked the mode it was last shown; the view
@@ -256,6 +299,7 @@ impl WarehouseFs {
                 Ok(ReadData::Shared(Arc::clone(bytes), start..end))
             }
             Handle::File(file) => Ok(ReadData::Owned(pread(file, offset, size)?)),
+            Handle::Records(stream) => Ok(ReadData::Owned(stream.read(offset, size as usize)?)),
             Handle::Dir(_) => Err(Errno::EISDIR.into()),
         }
     }
@@ -396,6 +440,8 @@ impl WarehouseFs {
             let text = match which {
                 Synthetic::Stats => catalog.stats(rel).map(|s| s.to_json()),
                 Synthetic::Sources => catalog.open(rel).map(|s| s.sources_jsonl()),
+                // Streamed at open, never rendered.
+                Synthetic::Records => return Err(Errno::EINVAL.into()),
             }?;
             Arc::from(text.into_bytes())
         } else {
@@ -404,6 +450,7 @@ impl WarehouseFs {
             let (mine, other, text) = match which {
                 Synthetic::Stats => (stats, Synthetic::Sources, sources),
                 Synthetic::Sources => (sources, Synthetic::Stats, stats),
+                Synthetic::Records => return Err(Errno::EINVAL.into()),
             };
             let bytes: Arc<[u8]> = Arc::from(mine.into_bytes());
             self.renders.keep((ino, view.id), Arc::clone(&bytes));

@@ -198,6 +198,6 @@ pub(super) fn uri_of(dir: &Path) -> Result<String> {
     })
 }
 
-fn lance_error(dir: &Path, e: lance::Error) -> Error {
+pub(super) fn lance_error(dir: &Path, e: lance::Error) -> Error {
     Error::at(ErrorCode::Lance, dir, e.to_string())
 }

@@ -31,16 +31,20 @@
 pub mod engine;
 #[cfg(feature = "compact-jsonl")]
 pub mod import;
+#[cfg(feature = "compact-jsonl")]
+mod read;
 pub mod versions;
 #[cfg(not(feature = "compact-jsonl"))]
 mod without_lance;
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
 use super::{LeafScan, LeafStore, RecordCounter};
 use crate::error::{Error, ErrorCode, Result};
+use crate::records::read::{RecordSink, Resume, Wanted};
 use crate::warehouse::Dir;
 
 #[cfg(feature = "compact-jsonl")]
@@ -166,6 +170,11 @@ fn fingerprint_of(version: u64) -> String {
     format!("lance:version:{version}")
 }
 
+/// The version a fingerprint names, if it is one of ours.
+fn version_of(fingerprint: &str) -> Option<u64> {
+    fingerprint.strip_prefix("lance:version:")?.parse().ok()
+}
+
 impl LeafStore for CompactJsonlStore {
     fn format(&self) -> &'static str {
         FORMAT
@@ -193,5 +202,21 @@ impl LeafStore for CompactJsonlStore {
     fn scan(&self, dir: &Dir, _counter: &dyn RecordCounter) -> Result<LeafScan> {
         Self::check_interiors(dir)?;
         self.dataset_stats(dir.path())
+    }
+
+    /// Rows of the version the fingerprint names (Lance keeps old
+    /// versions until they are cleaned up), in stored order, filtered and
+    /// projected by Lance as `wanted` says; `from.offset` counts rows of
+    /// that filtered scan.
+    fn read_records(
+        &self,
+        dir: &Dir,
+        fingerprint: Option<&str>,
+        from: Resume,
+        wanted: &Wanted,
+        sink: &mut dyn RecordSink,
+    ) -> Result<ControlFlow<()>> {
+        Self::check_interiors(dir)?;
+        self.read_rows(dir, fingerprint.and_then(version_of), from, wanted, sink)
     }
 }

@@ -3,12 +3,15 @@
 //! fingerprint read from `_versions/`, but nothing that needs to open the
 //! dataset can be done, and saying so is the answer.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use super::{CompactJsonlStore, ImportMode, ImportReport};
 use crate::error::{Error, ErrorCode, Result};
+use crate::records::read::{RecordSink, Resume, Wanted};
 use crate::store::LeafScan;
 use crate::store::manifest::Manifest;
+use crate::warehouse::Dir;
 
 impl CompactJsonlStore {
     /// Without Lance the schema marker cannot be read, so a directory
@@ -27,6 +30,18 @@ impl CompactJsonlStore {
     /// Refused: publishing a manifest counts the dataset, which needs Lance.
     pub fn publish_manifest(&self, dir: &Path) -> Result<Manifest> {
         Err(not_built(dir, "publishing the manifest"))
+    }
+
+    /// Refused: reading the rows needs Lance.
+    pub(super) fn read_rows(
+        &self,
+        dir: &Dir,
+        _version: Option<u64>,
+        _from: Resume,
+        _wanted: &Wanted,
+        _sink: &mut dyn RecordSink,
+    ) -> Result<ControlFlow<()>> {
+        Err(not_built(dir.path(), "reading the records"))
     }
 
     /// Refused: writing a dataset needs Lance.

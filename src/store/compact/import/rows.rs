@@ -30,9 +30,6 @@ const BATCH_ROWS: usize = 8192;
 /// Record bytes per batch sent to Lance.
 const BATCH_BYTES: usize = 8 << 20;
 
-/// A `.json` document is parsed in memory; larger ones should be JSONL.
-const MAX_JSON_DOCUMENT: u64 = 256 << 20;
-
 /// Reads every source into batches. On a read error it sends an error into
 /// the channel (so Lance aborts the write) and returns the coded error.
 pub(super) fn produce(
@@ -267,29 +264,18 @@ impl BatchBuilder {
 /// rest of the text.
 fn import_json_document(path: &Path, rows: &mut RowWriter, progress: &Progress) -> io::Result<()> {
     let size = fs::metadata(path)?.len();
-    if size > MAX_JSON_DOCUMENT {
+    if size > crate::records::read::MAX_JSON_DOCUMENT {
         return Err(io::Error::other(format!(
             "a .json document over {} MiB is not imported; convert it to JSON Lines",
-            MAX_JSON_DOCUMENT >> 20
+            crate::records::read::MAX_JSON_DOCUMENT >> 20
         )));
     }
     let text = fs::read(path)?;
     progress.add(text.len() as u64);
-    let document = text.trim_ascii();
-    if document.is_empty() {
-        return Ok(());
+    for record in crate::records::read::document_records(&text) {
+        rows.record(record)?;
     }
-    if document.first() != Some(&b'[') {
-        return rows.record(document);
-    }
-    let (elements, rest) = crate::records::split_json_array(document);
-    for element in elements {
-        rows.record(element)?;
-    }
-    match rest {
-        Some(rest) if !rest.is_empty() => rows.record(rest),
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
 /// Counts the bytes read from the sources for the progress line.

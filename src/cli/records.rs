@@ -1,0 +1,219 @@
+//! `cat` and `query`: the records of a path out, as JSON Lines or through
+//! SQL, and the filters they share with `ls --sources` and `stats`.
+
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::WalkArgs;
+use super::browse::at_user_path;
+use crate::catalog::Catalog;
+use crate::error::{Error, ErrorCode, Result};
+use crate::extract::{Output, Plan, Position, Selection, Shape};
+use crate::query::{self, ResultFormat};
+
+/// Bytes buffered before they are written to standard output.
+const OUT_BUFFER: usize = 256 << 10;
+
+// The filters `cat`, `query`, `ls --sources` and `stats` share.
+#[derive(Args, Debug, Clone, Default)]
+pub(super) struct FilterArgs {
+    /// Only sources whose hive path attribute KEY is VALUE (a directory
+    /// `KEY=VALUE` between PATH and the source). Repeat for more keys; a
+    /// key given twice takes either value. Other sources are not opened.
+    #[arg(long = "where", value_name = "KEY=VALUE", help_heading = "Filters")]
+    where_: Vec<String>,
+    /// Only records at or after this RFC 3339 time (records without a
+    /// timestamp are left out). Sources whose known time range ends
+    /// before it are not opened.
+    #[arg(long, value_name = "TIME", help_heading = "Filters")]
+    since: Option<String>,
+    /// Only records before this RFC 3339 time.
+    #[arg(long, value_name = "TIME", help_heading = "Filters")]
+    until: Option<String>,
+    /// Only records whose `_file_` matches GLOB (`*` within one path
+    /// segment, `**` across them, `?`, `[a-z]`). Files that cannot match
+    /// are not opened.
+    #[arg(long, value_name = "GLOB", help_heading = "Filters")]
+    file: Option<String>,
+}
+
+impl FilterArgs {
+    pub(super) fn selection(&self) -> Result<Selection> {
+        let mut selection = Selection::default();
+        for text in &self.where_ {
+            selection.add_where(text)?;
+        }
+        if let Some(text) = &self.since {
+            selection.set_time(text, false)?;
+        }
+        if let Some(text) = &self.until {
+            selection.set_time(text, true)?;
+        }
+        if let Some(pattern) = &self.file {
+            selection.set_file(pattern)?;
+        }
+        if let (Some(since), Some(until)) = (selection.since, selection.until) {
+            if since >= until {
+                return Err(Error::new(
+                    ErrorCode::FilterInvalid,
+                    "--since must be earlier than --until",
+                ));
+            }
+        }
+        Ok(selection)
+    }
+}
+
+// The flags of `cat`.
+#[derive(Args, Debug)]
+pub(super) struct CatArgs {
+    /// A warehouse directory, a dataset leaf, or a record file.
+    #[arg(default_value = ".")]
+    path: PathBuf,
+    #[command(flatten)]
+    filters: FilterArgs,
+    /// Stop after N records.
+    #[arg(long, value_name = "N", help_heading = "Filters")]
+    limit: Option<u64>,
+    /// Also print failed records, each as {"_file_", "line", "failed",
+    /// "raw"} with its raw text.
+    #[arg(long)]
+    failed: bool,
+    /// Wrap each record as {"_file_", "line", "path_attrs", "timestamp",
+    /// "record"}.
+    #[arg(long)]
+    annotate: bool,
+    #[command(flatten)]
+    walk: WalkArgs,
+}
+
+impl CatArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        let mut selection = self.filters.selection()?;
+        selection.limit = self.limit;
+        selection.failed = self.failed;
+        let shape = if self.annotate {
+            Shape::Annotated
+        } else {
+            Shape::Plain
+        };
+        let (catalog, rel) = Catalog::for_path(&self.path, self.walk.options())?;
+        let plan =
+            Plan::new(&catalog, &rel, selection, shape).map_err(|e| at_user_path(e, &self.path))?;
+        super::table::warn(plan.warnings(), false);
+        if selection_is_empty(&plan) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let stdout = io::stdout();
+        let mut out = PipeOut {
+            inner: io::BufWriter::with_capacity(OUT_BUFFER, stdout.lock()),
+            closed: false,
+        };
+        let ran = plan.run(&catalog, Position::default(), &mut out);
+        let flushed = out.flush();
+        let _ = ran.map_err(|e| at_user_path(e, &self.path))?;
+        flushed.map_err(|e| Error::new(ErrorCode::Io, format!("writing the records: {e}")))?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn selection_is_empty(plan: &Plan) -> bool {
+    plan.sources().is_empty() || plan.selection().limit == Some(0)
+}
+
+/// Standard output for records: a reader that goes away (`| head`) ends
+/// the read quietly instead of failing it.
+struct PipeOut<W: Write> {
+    inner: W,
+    closed: bool,
+}
+
+impl<W: Write> PipeOut<W> {
+    fn quiet(&mut self, result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+impl<W: Write> Write for PipeOut<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(bytes.len());
+        }
+        let written = self.inner.write_all(bytes);
+        self.quiet(written).map(|()| bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let flushed = self.inner.flush();
+        self.quiet(flushed)
+    }
+}
+
+impl<W: Write> Output for PipeOut<W> {
+    fn record_end(&mut self, _after: Position) -> io::Result<ControlFlow<()>> {
+        Ok(if self.closed {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
+    }
+}
+
+// The flags of `query`.
+#[derive(Args, Debug)]
+pub(super) struct QueryArgs {
+    /// A warehouse directory, a dataset leaf, or a record file.
+    path: PathBuf,
+    /// The SQL, over the tables `records` and `sources`.
+    sql: String,
+    #[command(flatten)]
+    filters: FilterArgs,
+    /// Print each row as a JSON object (JSON Lines).
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV with a header row.
+    #[arg(long)]
+    csv: bool,
+    #[command(flatten)]
+    walk: WalkArgs,
+}
+
+impl QueryArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        let selection = self.filters.selection()?;
+        let format = if self.json {
+            ResultFormat::Json
+        } else if self.csv {
+            ResultFormat::Csv
+        } else {
+            ResultFormat::Table
+        };
+        let (catalog, rel) = Catalog::for_path(&self.path, self.walk.options())?;
+        let stdout = io::stdout();
+        let mut out = io::BufWriter::with_capacity(OUT_BUFFER, stdout.lock());
+        query::run(
+            Arc::new(catalog),
+            &rel,
+            selection,
+            &self.sql,
+            format,
+            &mut out,
+        )
+        .map_err(|e| at_user_path(e, &self.path))?;
+        Ok(ExitCode::SUCCESS)
+    }
+}

@@ -1,0 +1,323 @@
+//! Records out: the records of `open(path)` as JSON Lines.
+//!
+//! A [`Plan`] is a Snapshot narrowed by a [`Selection`]: the sources that
+//! may hold a wanted record, in `_file_` order, found without reading any
+//! record file (counts come from the count cache or a manifest when they
+//! are known, and are not computed otherwise). [`Plan::run`] reads those
+//! sources in order, each through its own reader (a record file through
+//! [`crate::records::read`], a leaf through its store), checks every
+//! record against the selection, and writes one line per record:
+//!
+//! - a valid record exactly as stored, when its stored bytes are one line
+//!   (a line of a JSONL file, a packed segment, a `record` column value or
+//!   an `_offload/` object); a record stored over several lines (an
+//!   element of a pretty-printed `.json` array) has each line break
+//!   replaced by a space, its only change;
+//! - with `failed`, a failed record as one object naming where it is and
+//!   holding its raw text;
+//! - with [`Shape::Annotated`], each record wrapped with its `_file_`,
+//!   line, path attributes and timestamp.
+//!
+//! Memory stays bounded whatever the sizes: records stream through, and
+//! one too large to buffer is copied in pieces. Each record written comes
+//! with the [`Position`] to resume after it, which is how the mount's
+//! `.records` serves a read at any offset without starting over
+//! ([`stream`]).
+//!
+//! A `_file_` of a record is relative to the opened path: a record file
+//! source's own `_file_`, or for a leaf its `_file_` joined with the file
+//! inside it (a storyline generation's file, a compact-jsonl row's
+//! `_file_` column). Inside a leaf, records come in stored order.
+
+mod output;
+pub mod select;
+pub mod stream;
+
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{Catalog, Source, SourceKind, Warning};
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::RecordFormat;
+use crate::records::read::{self, Record, RecordSink, Resume};
+pub use select::{Glob, Selection};
+
+/// What each record written looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shape {
+    /// The record as stored.
+    #[default]
+    Plain,
+    /// `{"_file_", "line", "path_attrs", "timestamp", "record"}`.
+    Annotated,
+}
+
+/// A place in a plan's output: which source, and where in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Position {
+    pub source: usize,
+    pub within: Resume,
+}
+
+/// Receives a plan's output: the bytes through `Write`, and after each
+/// whole record (its `\n` included) a call to `record_end`.
+pub trait Output: Write {
+    /// `after` resumes after the record just written.
+    fn record_end(&mut self, after: Position) -> io::Result<ControlFlow<()>>;
+}
+
+/// The sources of one read, narrowed by a selection.
+pub struct Plan {
+    /// The opened path, relative to the catalog's root.
+    base: PathBuf,
+    sources: Vec<Source>,
+    selection: Selection,
+    shape: Shape,
+    /// Sources of the Snapshot the selection left out unread.
+    pruned: usize,
+    warnings: Vec<Warning>,
+}
+
+impl Plan {
+    /// The plan for `rel`: its Snapshot (record files are not counted for
+    /// it) with every source the selection cannot match left out.
+    pub fn new(catalog: &Catalog, rel: &Path, selection: Selection, shape: Shape) -> Result<Plan> {
+        let snapshot = catalog.open_for_reading(rel)?;
+        let total = snapshot.sources.len();
+        let sources: Vec<Source> = snapshot
+            .sources
+            .into_iter()
+            .filter(|source| selection.may_match(source))
+            .collect();
+        Ok(Plan {
+            base: rel.to_path_buf(),
+            pruned: total - sources.len(),
+            sources,
+            selection,
+            shape,
+            warnings: snapshot.warnings,
+        })
+    }
+
+    /// The sources that will be read, in order.
+    pub fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+
+    /// How many sources the selection left out without reading them.
+    pub fn pruned(&self) -> usize {
+        self.pruned
+    }
+
+    /// What the Snapshot warned about (unreadable directories, bounds).
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    pub fn selection(&self) -> &Selection {
+        &self.selection
+    }
+
+    /// Replaces the selection the records are checked against (the
+    /// sources stay as they are: narrow them first with [`Plan::part`]).
+    pub fn set_selection(&mut self, selection: Selection) {
+        self.selection = selection;
+    }
+
+    /// Writes the selected records from `from` on into `out`, stopping
+    /// after `selection.limit` records or when `out` says so. A source
+    /// that cannot be read fails the run with its path (the records before
+    /// it are already written).
+    pub fn run(
+        &self,
+        catalog: &Catalog,
+        from: Position,
+        out: &mut dyn Output,
+    ) -> Result<ControlFlow<()>> {
+        let mut lines = Lines {
+            shape: self.shape,
+            out,
+        };
+        self.visit(catalog, from, true, &mut lines)
+    }
+
+    /// Hands every selected record from `from` on to `consumer`, stopping
+    /// after `selection.limit` records or when it says so. Without
+    /// `bodies`, a store may leave the records' bytes out (the consumer
+    /// then sees them empty).
+    pub fn visit(
+        &self,
+        catalog: &Catalog,
+        from: Position,
+        bodies: bool,
+        consumer: &mut dyn Selected,
+    ) -> Result<ControlFlow<()>> {
+        let mut filter = Filter {
+            selection: &self.selection,
+            consumer,
+            source: None,
+            written: 0,
+            index: from.source,
+        };
+        for (index, source) in self.sources.iter().enumerate().skip(from.source) {
+            let start = if index == from.source {
+                from.within
+            } else {
+                Resume::default()
+            };
+            filter.index = index;
+            filter.source = Some(source);
+            let flow = self.read_source(catalog, source, start, bodies, &mut filter)?;
+            if flow.is_break() {
+                return Ok(flow);
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// This plan with only the sources `keep` says yes to (a query reads
+    /// disjoint parts of a plan on several threads).
+    pub fn part(&self, keep: impl Fn(usize, &Source) -> bool) -> Plan {
+        Plan {
+            base: self.base.clone(),
+            sources: self
+                .sources
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| keep(*i, s))
+                .map(|(_, s)| s.clone())
+                .collect(),
+            selection: self.selection.clone(),
+            shape: self.shape,
+            pruned: self.pruned,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn read_source(
+        &self,
+        catalog: &Catalog,
+        source: &Source,
+        start: Resume,
+        bodies: bool,
+        filter: &mut Filter<'_>,
+    ) -> Result<ControlFlow<()>> {
+        let path = if source.file == "." {
+            self.base.clone()
+        } else {
+            self.base.join(&source.file)
+        };
+        match source.kind {
+            SourceKind::File => {
+                let format = RecordFormat::from_name(&source.file)
+                    .or_else(|| {
+                        path.file_name()
+                            .and_then(|n| n.to_str())
+                            .and_then(RecordFormat::from_name)
+                    })
+                    .ok_or_else(|| {
+                        Error::at(ErrorCode::RecordFileUnreadable, &path, "not a record file")
+                    })?;
+                let (file, _) = catalog.open_file(&path)?;
+                read::read_file(&file, format, "", start, source.size, filter)
+                    .map_err(|e| Error::reading(ErrorCode::RecordFileUnreadable, &path, &e))
+            }
+            SourceKind::Dataset => {
+                let store = catalog.stores().by_format(&source.format).ok_or_else(|| {
+                    Error::at(
+                        ErrorCode::FormatUnsupported,
+                        &path,
+                        format!("this build cannot read {} leaves", source.format),
+                    )
+                })?;
+                let leaf = catalog.open_leaf(&path)?;
+                let fingerprint = source.fingerprint.as_deref();
+                let wanted = self.selection.wanted(bodies);
+                store.read_records(&leaf, fingerprint, start, &wanted, filter)
+            }
+        }
+    }
+}
+
+/// Receives the records a plan selects.
+pub trait Selected {
+    /// `file`: the record's `_file_`; `after` resumes after it.
+    fn selected(
+        &mut self,
+        source: &Source,
+        file: &str,
+        record: Record<'_>,
+        after: Position,
+    ) -> io::Result<ControlFlow<()>>;
+}
+
+/// Applies the per-record filters and the limit.
+struct Filter<'a> {
+    selection: &'a Selection,
+    consumer: &'a mut dyn Selected,
+    source: Option<&'a Source>,
+    written: u64,
+    index: usize,
+}
+
+impl RecordSink for Filter<'_> {
+    fn record(&mut self, record: Record<'_>, next: Resume) -> io::Result<ControlFlow<()>> {
+        let Some(source) = self.source else {
+            return Ok(ControlFlow::Break(()));
+        };
+        let wanted =
+            (!record.failed || self.selection.failed) && self.selection.in_window(record.timestamp);
+        if !wanted {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let file = match (source.file.as_str(), record.file) {
+            (source, "") => source.to_string(),
+            (".", inner) => inner.to_string(),
+            (source, inner) => format!("{source}/{inner}"),
+        };
+        if !self.selection.file_matches(&file) {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let after = Position {
+            source: self.index,
+            within: next,
+        };
+        let flow = self.consumer.selected(source, &file, record, after)?;
+        self.written += 1;
+        if flow.is_break()
+            || self
+                .selection
+                .limit
+                .is_some_and(|limit| self.written >= limit)
+        {
+            return Ok(ControlFlow::Break(()));
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+}
+
+/// Records as JSON Lines.
+struct Lines<'a> {
+    shape: Shape,
+    out: &'a mut dyn Output,
+}
+
+impl Selected for Lines<'_> {
+    fn selected(
+        &mut self,
+        source: &Source,
+        file: &str,
+        record: Record<'_>,
+        after: Position,
+    ) -> io::Result<ControlFlow<()>> {
+        output::write_record(
+            &mut *self.out,
+            self.shape,
+            file,
+            Some(&source.path_attrs),
+            record,
+        )?;
+        self.out.record_end(after)
+    }
+}

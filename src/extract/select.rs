@@ -1,0 +1,386 @@
+//! Which records a reader wants: the filters `cat`, `query`, `ls --sources`
+//! and `stats` share, and how each prunes before anything is read.
+//!
+//! Every filter is checked twice. First against a source's path and what
+//! is known of it without reading it (its hive attributes, its `_file_`,
+//! the time range its count or manifest recorded), so a source that
+//! cannot match is never opened. Then against each record that is read
+//! (its timestamp, and for a leaf the `_file_` of the record inside it).
+
+use std::collections::BTreeMap;
+
+use crate::catalog::Source;
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::timestamp::{self, Micros};
+
+/// The filters of one read, all of which a record must pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Hive path attributes: a source passes when, for every key named, its
+    /// value is one of the values given for that key.
+    pub attrs: BTreeMap<String, Vec<String>>,
+    /// Records at or after this time.
+    pub since: Option<Micros>,
+    /// Records before this time.
+    pub until: Option<Micros>,
+    /// A glob over each record's `_file_`.
+    pub file: Option<Glob>,
+    /// At most this many records.
+    pub limit: Option<u64>,
+    /// Failed records are shown (as objects naming where they are).
+    pub failed: bool,
+}
+
+impl Selection {
+    /// Adds one `--where KEY=VALUE`.
+    pub fn add_where(&mut self, text: &str) -> Result<()> {
+        let invalid =
+            |why: &str| Error::new(ErrorCode::FilterInvalid, format!("--where {text:?}: {why}"));
+        let (key, value) = text
+            .split_once('=')
+            .ok_or_else(|| invalid("expected KEY=VALUE"))?;
+        if key.is_empty() || key.contains('/') {
+            return Err(invalid("the key must be a hive attribute name"));
+        }
+        self.attrs
+            .entry(key.to_string())
+            .or_default()
+            .push(value.to_string());
+        Ok(())
+    }
+
+    /// Sets `--since` (`until` false) or `--until` from RFC 3339 text.
+    pub fn set_time(&mut self, text: &str, until: bool) -> Result<()> {
+        let flag = if until { "--until" } else { "--since" };
+        let micros = timestamp::parse_rfc3339(text.trim()).ok_or_else(|| {
+            Error::new(
+                ErrorCode::FilterInvalid,
+                format!("{flag} {text:?} is not an RFC 3339 time such as 2026-01-31T12:00:00Z"),
+            )
+        })?;
+        if until {
+            self.until = Some(micros);
+        } else {
+            self.since = Some(micros);
+        }
+        Ok(())
+    }
+
+    /// Sets `--file GLOB`.
+    pub fn set_file(&mut self, pattern: &str) -> Result<()> {
+        self.file = Some(Glob::new(pattern)?);
+        Ok(())
+    }
+
+    /// What a store may leave out before reading (`bodies`: the records'
+    /// bytes are needed).
+    pub fn wanted(&self, bodies: bool) -> crate::records::read::Wanted {
+        crate::records::read::Wanted {
+            failed: self.failed,
+            bodies,
+            since: self.since,
+            until: self.until,
+        }
+    }
+
+    /// Whether a time window was asked for.
+    pub fn has_window(&self) -> bool {
+        self.since.is_some() || self.until.is_some()
+    }
+
+    /// Whether anything narrows the sources (the limit and `--failed` do
+    /// not).
+    pub fn narrows(&self) -> bool {
+        !self.attrs.is_empty() || self.has_window() || self.file.is_some()
+    }
+
+    /// Whether a record at `ts` is inside the window. With a window, a
+    /// record without a timestamp is outside it.
+    pub fn in_window(&self, ts: Option<Micros>) -> bool {
+        if !self.has_window() {
+            return true;
+        }
+        let Some(ts) = ts else {
+            return false;
+        };
+        self.since.is_none_or(|since| ts >= since) && self.until.is_none_or(|until| ts < until)
+    }
+
+    /// Whether a record whose `_file_` is `file` passes the glob.
+    pub fn file_matches(&self, file: &str) -> bool {
+        self.file.as_ref().is_none_or(|glob| glob.matches(file))
+    }
+
+    /// Whether `source` may hold a record this selection wants, judged
+    /// without reading it: its attributes, its path (a leaf's records
+    /// have `_file_` below the leaf's path) and its known time range.
+    pub fn may_match(&self, source: &Source) -> bool {
+        for (key, values) in &self.attrs {
+            match source.path_attrs.get(key) {
+                Some(value) if values.contains(value) => {}
+                _ => return false,
+            }
+        }
+        if let Some(glob) = &self.file {
+            let path_fits = match source.kind {
+                crate::catalog::SourceKind::File => glob.matches(&source.file),
+                crate::catalog::SourceKind::Dataset if source.file == "." => true,
+                crate::catalog::SourceKind::Dataset => {
+                    glob.may_match_below(&format!("{}/", source.file))
+                }
+            };
+            if !path_fits {
+                return false;
+            }
+        }
+        if self.has_window() && source.trusted {
+            let counts = &source.counts;
+            match (counts.min_timestamp, counts.max_timestamp) {
+                (Some(min), Some(max)) => {
+                    if self.since.is_some_and(|since| max.0 < since)
+                        || self.until.is_some_and(|until| min.0 >= until)
+                    {
+                        return false;
+                    }
+                }
+                // Counted, and no record carries a time: none is inside.
+                (None, None) if counts.record_count.is_some() => return false,
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// The filters as JSON, for answers that report what they selected.
+    pub fn describe(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        if !self.attrs.is_empty() {
+            out.insert("where".into(), serde_json::json!(self.attrs));
+        }
+        if let Some(since) = self.since {
+            out.insert("since".into(), timestamp::format_rfc3339(since).into());
+        }
+        if let Some(until) = self.until {
+            out.insert("until".into(), timestamp::format_rfc3339(until).into());
+        }
+        if let Some(glob) = &self.file {
+            out.insert("file".into(), glob.pattern.clone().into());
+        }
+        serde_json::Value::Object(out)
+    }
+}
+
+/// A shell-style glob over `_file_` paths: `*` is any run of characters
+/// but `/`, `**` any run including `/`, `?` one character but `/`,
+/// `[abc]`/`[a-z]`/`[!a]` one character of a class; `\` quotes the next
+/// character.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob {
+    pattern: String,
+    tokens: Vec<Token>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Literal(char),
+    /// `?`
+    One,
+    /// `*`
+    Star,
+    /// `**`
+    Stars,
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+impl Glob {
+    pub fn new(pattern: &str) -> Result<Glob> {
+        let invalid = |why: &str| {
+            Error::new(
+                ErrorCode::FilterInvalid,
+                format!("--file {pattern:?}: {why}"),
+            )
+        };
+        let mut tokens = Vec::new();
+        let mut chars = pattern.chars().peekable();
+        while let Some(c) = chars.next() {
+            tokens.push(match c {
+                '\\' => Token::Literal(chars.next().ok_or_else(|| invalid("ends with `\\`"))?),
+                '?' => Token::One,
+                '*' if chars.peek() == Some(&'*') => {
+                    chars.next();
+                    while chars.peek() == Some(&'*') {
+                        chars.next();
+                    }
+                    Token::Stars
+                }
+                '*' => Token::Star,
+                '[' => {
+                    let negated = matches!(chars.peek(), Some('!' | '^'));
+                    if negated {
+                        chars.next();
+                    }
+                    let mut ranges = Vec::new();
+                    let mut first = true;
+                    loop {
+                        let c = chars.next().ok_or_else(|| invalid("a `[` is not closed"))?;
+                        if c == ']' && !first {
+                            break;
+                        }
+                        first = false;
+                        let low = if c == '\\' {
+                            chars.next().ok_or_else(|| invalid("ends with `\\`"))?
+                        } else {
+                            c
+                        };
+                        let mut ahead = chars.clone();
+                        if ahead.next() == Some('-') && ahead.peek().is_some_and(|&h| h != ']') {
+                            chars.next();
+                            let high =
+                                chars.next().ok_or_else(|| invalid("a `[` is not closed"))?;
+                            ranges.push((low, high));
+                        } else {
+                            ranges.push((low, low));
+                        }
+                    }
+                    Token::Class { negated, ranges }
+                }
+                c => Token::Literal(c),
+            });
+        }
+        Ok(Glob {
+            pattern: pattern.to_string(),
+            tokens,
+        })
+    }
+
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Whether `text` matches the whole pattern.
+    pub fn matches(&self, text: &str) -> bool {
+        let text: Vec<char> = text.chars().collect();
+        self.match_from(0, &text, 0, false)
+    }
+
+    /// Whether some path that starts with `prefix` could match: the walk
+    /// prunes a leaf whose records (`_file_` below it) cannot.
+    pub fn may_match_below(&self, prefix: &str) -> bool {
+        let text: Vec<char> = prefix.chars().collect();
+        self.match_from(0, &text, 0, true)
+    }
+
+    /// Backtracking match of `tokens[t..]` against `text[i..]`. With
+    /// `prefix`, running out of text is a match (more text may follow).
+    fn match_from(&self, t: usize, text: &[char], i: usize, prefix: bool) -> bool {
+        let (mut t, mut i) = (t, i);
+        loop {
+            if i == text.len() && prefix {
+                return true;
+            }
+            let Some(token) = self.tokens.get(t) else {
+                return i == text.len();
+            };
+            match token {
+                Token::Star | Token::Stars => {
+                    let crosses = matches!(token, Token::Stars);
+                    // Try every length this wildcard may take.
+                    let mut j = i;
+                    loop {
+                        if self.match_from(t + 1, text, j, prefix) {
+                            return true;
+                        }
+                        if j == text.len() || (!crosses && text[j] == '/') {
+                            return false;
+                        }
+                        j += 1;
+                    }
+                }
+                _ => {
+                    let Some(&c) = text.get(i) else {
+                        return false;
+                    };
+                    let fits = match token {
+                        Token::Literal(l) => c == *l,
+                        Token::One => c != '/',
+                        Token::Class { negated, ranges } => {
+                            c != '/'
+                                && ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
+                        }
+                        Token::Star | Token::Stars => unreachable!("handled above"),
+                    };
+                    if !fits {
+                        return false;
+                    }
+                    t += 1;
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn glob(p: &str) -> Glob {
+        Glob::new(p).unwrap()
+    }
+
+    #[test]
+    fn glob_star_stays_in_one_segment_and_double_star_crosses() {
+        assert!(glob("*.jsonl").matches("a.jsonl"));
+        assert!(!glob("*.jsonl").matches("team/a.jsonl"));
+        assert!(glob("**.jsonl").matches("team/a.jsonl"));
+        assert!(glob("team/**/x.jsonl").matches("team/a/b/x.jsonl"));
+        assert!(glob("s?.json").matches("s1.json"));
+        assert!(!glob("s?.json").matches("s/.json"));
+        assert!(glob("[ab]*").matches("b.jsonl"));
+        assert!(!glob("[!ab]*").matches("b.jsonl"));
+        assert!(glob("[a-c]x").matches("bx"));
+        assert!(glob(r"\*").matches("*"));
+        assert!(!glob(r"\*").matches("a"));
+        assert!(Glob::new("[ab").is_err());
+        assert!(Glob::new("a\\").is_err());
+    }
+
+    #[test]
+    fn glob_prefix_match_prunes_leaves_that_cannot_hold_a_match() {
+        assert!(glob("team/*/a.jsonl").may_match_below("team/leaf/"));
+        assert!(!glob("other/**").may_match_below("team/leaf/"));
+        assert!(glob("**").may_match_below("anything/"));
+        assert!(!glob("*.jsonl").may_match_below("team/"));
+    }
+
+    #[test]
+    fn window_is_half_open_and_excludes_untimed_records() {
+        let mut s = Selection::default();
+        assert!(s.in_window(None));
+        s.set_time("2026-01-01T00:00:00Z", false).unwrap();
+        s.set_time("2026-01-02T00:00:00Z", true).unwrap();
+        let day = 86_400_000_000;
+        let start = timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        assert!(s.in_window(Some(start)));
+        assert!(s.in_window(Some(start + day - 1)));
+        assert!(!s.in_window(Some(start + day)));
+        assert!(!s.in_window(Some(start - 1)));
+        assert!(!s.in_window(None));
+        assert_eq!(
+            s.set_time("yesterday", true).unwrap_err().code,
+            ErrorCode::FilterInvalid
+        );
+    }
+
+    #[test]
+    fn where_needs_key_and_value() {
+        let mut s = Selection::default();
+        s.add_where("session=a=b").unwrap();
+        assert_eq!(s.attrs["session"], vec!["a=b".to_string()]);
+        assert!(s.add_where("novalue").is_err());
+        assert!(s.add_where("=x").is_err());
+    }
+}

@@ -1,0 +1,336 @@
+//! A plan's output read at any offset without holding it: what the
+//! mount's `.records` serves.
+//!
+//! A [`RecordsStream`] runs the plan on a producer thread that hands its
+//! output over in pieces through a two-piece channel, so a reader that
+//! pauses pauses the producer, and memory stays at a few pieces however
+//! long the output is. A read at the offset the producer has reached (the
+//! common case: `cat`, `head`, `wc -l`, `grep`, `jq` and Python all read
+//! front to back) takes the next bytes. A read further on skips ahead; a
+//! read behind restarts a producer from the nearest checkpoint at or
+//! before it. Checkpoints are taken as the output goes by: every
+//! [`CHECKPOINT_EVERY`] bytes, the [`Position`] that resumes there.
+//!
+//! Producers are threads, so how many run at once is bounded
+//! ([`Producers`]): starting one past the bound stops the least recently
+//! used one of another stream, which restarts from its checkpoints when
+//! it is read again.
+//!
+//! The bytes are the same on every restart because the plan reads a
+//! snapshot: a record file up to the size it had when the plan was made,
+//! a leaf at the revision its fingerprint names.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::{Output, Plan, Position};
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+
+/// Output bytes per piece handed from a producer to readers.
+const PIECE: usize = 128 << 10;
+/// Output bytes between checkpoints.
+pub const CHECKPOINT_EVERY: u64 = 4 << 20;
+/// Checkpoints kept per stream; past it every other one is dropped and
+/// the spacing doubles.
+const MAX_CHECKPOINTS: usize = 4096;
+/// Bytes already read kept for a read slightly behind (the kernel may
+/// split or repeat a request).
+const KEPT_BEHIND: usize = 1 << 20;
+
+/// What a producer sends.
+enum Piece {
+    /// Output bytes; when they end after a whole record, the position
+    /// that resumes there.
+    Bytes(Vec<u8>, Option<Position>),
+    /// The output ended here.
+    End,
+    Failed(Error),
+}
+
+/// Producer threads running at once, across streams.
+pub struct Producers {
+    limit: usize,
+    /// Streams with a running producer, least recently used first.
+    running: Mutex<VecDeque<Weak<Mutex<State>>>>,
+}
+
+impl Producers {
+    pub fn new(limit: usize) -> Arc<Producers> {
+        Arc::new(Producers {
+            limit: limit.max(1),
+            running: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Notes that `state` (locked by the caller) starts or uses a
+    /// producer, stopping the least recently used others past the limit.
+    fn touch(&self, state: &Arc<Mutex<State>>) {
+        let mut running = self.running.lock();
+        running.retain(|w| w.strong_count() > 0 && !w.ptr_eq(&Arc::downgrade(state)));
+        running.push_back(Arc::downgrade(state));
+        let mut i = 0;
+        while running.len() > self.limit && i < running.len() - 1 {
+            let other = running[i].upgrade();
+            // A stream being read right now keeps its producer.
+            let stopped = match other.as_ref().map(|o| o.try_lock()) {
+                Some(Some(mut other)) => {
+                    other.producer = None;
+                    true
+                }
+                Some(None) => false,
+                None => true,
+            };
+            if stopped {
+                running.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// A plan's output, readable at any offset.
+pub struct RecordsStream {
+    plan: Arc<Plan>,
+    catalog: Arc<Catalog>,
+    producers: Arc<Producers>,
+    state: Arc<Mutex<State>>,
+}
+
+struct State {
+    producer: Option<Producer>,
+    /// (output offset, position resuming there), ascending.
+    checkpoints: Vec<(u64, Position)>,
+    spacing: u64,
+    /// The output's length, once a producer reached its end.
+    end: Option<u64>,
+}
+
+struct Producer {
+    pieces: Receiver<Piece>,
+    /// Bytes received and not yet dropped, ending at `reached`.
+    window: VecDeque<u8>,
+    /// Output offset just past the last byte received.
+    reached: u64,
+    done: bool,
+}
+
+impl RecordsStream {
+    pub fn new(plan: Plan, catalog: Arc<Catalog>, producers: Arc<Producers>) -> RecordsStream {
+        RecordsStream {
+            plan: Arc::new(plan),
+            catalog,
+            producers,
+            state: Arc::new(Mutex::new(State {
+                producer: None,
+                checkpoints: vec![(0, Position::default())],
+                spacing: CHECKPOINT_EVERY,
+                end: None,
+            })),
+        }
+    }
+
+    /// The output's length, when a read has reached its end.
+    pub fn known_len(&self) -> Option<u64> {
+        self.state.lock().end
+    }
+
+    /// Up to `size` bytes at `offset` (fewer only at the end).
+    pub fn read(&self, offset: u64, size: usize) -> Result<Vec<u8>> {
+        let mut state = self.state.lock();
+        if state.end.is_some_and(|end| offset >= end) {
+            return Ok(Vec::new());
+        }
+        let usable = state.producer.as_ref().is_some_and(|p| {
+            let start = p.reached - p.window.len() as u64;
+            offset >= start
+        });
+        if !usable {
+            let (at, position) = *state
+                .checkpoints
+                .iter()
+                .rev()
+                .find(|(at, _)| *at <= offset)
+                .expect("the checkpoint at offset 0 is never dropped");
+            state.producer = Some(self.start(position, at));
+        }
+        self.producers.touch(&self.state);
+        let mut out = Vec::with_capacity(size.min(PIECE * 2));
+        let wanted_end = offset.saturating_add(size as u64);
+        loop {
+            let producer = state.producer.as_mut().expect("started above");
+            // The window holds output [reached - len, reached); what lies
+            // more than KEPT_BEHIND before the offset is dropped.
+            let start = producer.reached - producer.window.len() as u64;
+            let keep_from = offset.saturating_sub(KEPT_BEHIND as u64);
+            if keep_from > start {
+                let n = ((keep_from - start) as usize).min(producer.window.len());
+                producer.window.drain(..n);
+            }
+            let start = producer.reached - producer.window.len() as u64;
+            if producer.reached >= wanted_end || producer.done {
+                if offset < producer.reached {
+                    let from = (offset - start) as usize;
+                    let to = (wanted_end.min(producer.reached) - start) as usize;
+                    out.extend(producer.window.range(from..to));
+                }
+                return Ok(out);
+            }
+            match producer.pieces.recv() {
+                Ok(Piece::Bytes(bytes, after)) => {
+                    producer.reached += bytes.len() as u64;
+                    producer.window.extend(bytes);
+                    let reached = producer.reached;
+                    if let Some(after) = after {
+                        state.note_checkpoint(reached, after);
+                    }
+                }
+                Ok(Piece::End) | Err(_) => {
+                    producer.done = true;
+                    let reached = producer.reached;
+                    state.end = Some(reached);
+                }
+                Ok(Piece::Failed(e)) => {
+                    state.producer = None;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Starts a producer writing the plan's output from `position`, which
+    /// is output offset `at`.
+    fn start(&self, position: Position, at: u64) -> Producer {
+        let (sender, pieces) = sync_channel(2);
+        let plan = Arc::clone(&self.plan);
+        let catalog = Arc::clone(&self.catalog);
+        let spawned = std::thread::Builder::new()
+            .name("pchronicle-records".into())
+            .spawn(move || produce(&plan, &catalog, position, sender));
+        if let Err(e) = spawned {
+            let (failed, pieces) = sync_channel(1);
+            let _ = failed.send(Piece::Failed(Error::io(
+                std::path::Path::new("."),
+                &io::Error::other(format!("cannot start a reader thread: {e}")),
+            )));
+            return Producer {
+                pieces,
+                window: VecDeque::new(),
+                reached: at,
+                done: false,
+            };
+        }
+        Producer {
+            pieces,
+            window: VecDeque::new(),
+            reached: at,
+            done: false,
+        }
+    }
+}
+
+impl State {
+    fn note_checkpoint(&mut self, at: u64, position: Position) {
+        let last = self.checkpoints.last().map_or(0, |c| c.0);
+        if at < last + self.spacing {
+            return;
+        }
+        self.checkpoints.push((at, position));
+        if self.checkpoints.len() > MAX_CHECKPOINTS {
+            let mut i = 0;
+            self.checkpoints.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.spacing *= 2;
+        }
+    }
+}
+
+fn produce(plan: &Plan, catalog: &Catalog, from: Position, sender: SyncSender<Piece>) {
+    let mut out = ChannelOutput {
+        sender: &sender,
+        buf: Vec::with_capacity(PIECE),
+        last: None,
+        hung_up: false,
+    };
+    let result = plan.run(catalog, from, &mut out);
+    if out.hung_up {
+        return;
+    }
+    let last = match result {
+        Ok(ControlFlow::Break(())) => return,
+        Ok(ControlFlow::Continue(())) => Piece::End,
+        Err(e) => Piece::Failed(e),
+    };
+    let last_record = out.last;
+    if !out.buf.is_empty() && out.send(last_record).is_err() {
+        return;
+    }
+    let _ = sender.send(last);
+}
+
+/// Gathers output into pieces for the channel.
+struct ChannelOutput<'s> {
+    sender: &'s SyncSender<Piece>,
+    buf: Vec<u8>,
+    /// Where the last whole record in `buf` ends, if one does.
+    last: Option<Position>,
+    hung_up: bool,
+}
+
+impl ChannelOutput<'_> {
+    /// Sends what is buffered, with `after` when it ends after a record.
+    fn send(&mut self, after: Option<Position>) -> io::Result<()> {
+        let piece = std::mem::replace(&mut self.buf, Vec::with_capacity(PIECE));
+        self.last = None;
+        if self.sender.send(Piece::Bytes(piece, after)).is_err() {
+            self.hung_up = true;
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the reader went away",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Write for ChannelOutput<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        // A record larger than a piece goes out in pieces as it is
+        // written (no checkpoint inside it), so memory stays bounded.
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= PIECE {
+            // A checkpoint must be where a record ends, which is not
+            // where this piece does.
+            self.send(None)?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Output for ChannelOutput<'_> {
+    fn record_end(&mut self, after: Position) -> io::Result<ControlFlow<()>> {
+        if self.hung_up {
+            return Ok(ControlFlow::Break(()));
+        }
+        if self.buf.len() + (PIECE >> 3) >= PIECE {
+            if self.send(Some(after)).is_err() {
+                return Ok(ControlFlow::Break(()));
+            }
+        } else {
+            self.last = Some(after);
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+}

@@ -1,0 +1,142 @@
+//! `.records`: a leaf's records, streamed, read at any offset.
+
+use std::os::unix::fs::PermissionsExt;
+
+use nix::errno::Errno;
+use pchronicle::catalog::Catalog;
+use pchronicle::extract::{Selection, Shape};
+use pchronicle::fs::Caller;
+
+use super::driver::*;
+use crate::extract::cat as cat_plan;
+use crate::support::Warehouse;
+
+/// A storyline leaf of about 9 MiB (so reads cross several checkpoints)
+/// next to a plain directory.
+fn warehouse() -> Warehouse {
+    let wh = Warehouse::new();
+    wh.storyline("team/planner", 200_000);
+    wh.file("team/loose/s.jsonl", "{\"a\":1}\n");
+    wh
+}
+
+fn expected(wh: &Warehouse, leaf: &str) -> Vec<u8> {
+    let catalog = Catalog::new(wh.path(), Default::default()).unwrap();
+    cat_plan(&catalog, leaf, Selection::default(), Shape::Plain)
+}
+
+#[test]
+fn records_is_in_leaves_only() {
+    let wh = warehouse();
+    let fs = fs_of(&wh);
+    let leaf = ino(&fs, "team/planner");
+    assert_eq!(
+        names(&list(&fs, leaf, 100, false)),
+        vec![".", "..", ".stats", ".sources", ".records"]
+    );
+    let plain = ino(&fs, "team/loose");
+    assert!(!names(&list(&fs, plain, 100, true)).contains(&".records".to_string()));
+    assert_eq!(errno(walk(&fs, "team/loose/.records")), Errno::ENOENT);
+    assert_eq!(errno(walk(&fs, ".records")), Errno::ENOENT);
+    let entry = walk(&fs, "team/planner/.records").unwrap();
+    assert_eq!(entry.attr.size, 0, "its length is known only once produced");
+}
+
+#[test]
+fn records_streams_exactly_what_cat_writes_in_any_request_size() {
+    let wh = warehouse();
+    let fs = fs_of(&wh);
+    let want = expected(&wh, "team/planner");
+    assert!(want.len() > 2 * pchronicle::extract::stream::CHECKPOINT_EVERY as usize);
+    let records = ino(&fs, "team/planner/.records");
+    for chunk in [4096, 128 << 10, 1 << 20, 3000] {
+        let got = read_all_as(&fs, &ROOT_CALLER, records, chunk);
+        assert!(
+            got == want,
+            "chunk {chunk}: {} bytes, want {}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+#[test]
+fn random_preads_equal_slices_of_cat() {
+    let wh = warehouse();
+    let fs = fs_of(&wh);
+    let want = expected(&wh, "team/planner");
+    let records = ino(&fs, "team/planner/.records");
+    let opened = fs.open(&ROOT_CALLER, records, false).unwrap();
+    // A fixed pseudo-random walk: forward, backward, past the end.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..200 {
+        let offset = next() % (want.len() as u64 + 4096);
+        let size = (next() % (256 << 10)) as u32 + 1;
+        let got = fs.read(opened.fh, offset, size).unwrap();
+        let start = (offset as usize).min(want.len());
+        let end = (start + size as usize).min(want.len());
+        assert!(
+            got.as_slice() == &want[start..end],
+            "pread {size} at {offset}"
+        );
+    }
+    fs.release(opened.fh);
+}
+
+#[test]
+fn many_open_records_streams_share_a_bounded_set_of_producers() {
+    let wh = warehouse();
+    let fs = fs_of(&wh);
+    let want = expected(&wh, "team/planner");
+    let records = ino(&fs, "team/planner/.records");
+    let handles: Vec<u64> = (0..40)
+        .map(|_| fs.open(&ROOT_CALLER, records, false).unwrap().fh)
+        .collect();
+    // Round-robin reads: every stream is paused and resumed many times.
+    let step = 64 << 10;
+    let mut offsets = vec![0usize; handles.len()];
+    for round in 0..6 {
+        for (i, fh) in handles.iter().enumerate() {
+            let got = fs.read(*fh, offsets[i] as u64, step as u32).unwrap();
+            let end = (offsets[i] + step).min(want.len());
+            assert!(
+                got.as_slice() == &want[offsets[i]..end],
+                "round {round} handle {i}"
+            );
+            offsets[i] = end + (i * 4096) % (1 << 20);
+        }
+    }
+    for fh in handles {
+        fs.release(fh);
+    }
+}
+
+#[test]
+fn another_user_cannot_read_records_they_could_not_read_natively() {
+    let wh = warehouse();
+    let part = wh.abs("team/planner/generations/g2/part-0.jsonl");
+    std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let fs = fs_of(&wh);
+    let nobody = Caller {
+        uid: 65534,
+        gid: 65534,
+        pid: 1,
+    };
+    let records = walk_as(&fs, &nobody, "team/planner/.records")
+        .unwrap()
+        .attr
+        .ino
+        .0;
+    let failed = fs
+        .open(&nobody, records, false)
+        .and_then(|opened| fs.read(opened.fh, 0, 4096));
+    assert_eq!(errno(failed), Errno::EACCES);
+    // Root (the daemon's own view) still reads it.
+    assert!(!cat(&fs, "team/planner/.records").is_empty());
+}
