@@ -4,6 +4,7 @@ python3 benches/fixtures.py leaves DIR N        N storyline leaves in 10 partiti
 python3 benches/fixtures.py jsonl DIR MIB       MIB of JSONL in files of up to 128 MiB
 python3 benches/fixtures.py shard DIR MIB       one line shard of MIB
 python3 benches/fixtures.py walk-tree DIR N     N one-record files in directories of 1,000
+python3 benches/fixtures.py dialogue DIR MIB    MIB of JSONL turns (four roles) in files of 128 MiB
 python3 benches/fixtures.py median-ms RUNS CMD...   median wall time of CMD
 python3 benches/fixtures.py read-mib-s FILE     sequential read throughput
 python3 benches/fixtures.py poll MNT PID SECONDS    daemon CPU while polling
@@ -68,6 +69,32 @@ def shard(root, mib):
     with open(os.path.join(root, "agent.0a1b2c3d.jsonl"), "wb") as f:
         for _ in range(mib):
             f.write(block)
+
+
+ROLES = ("user", "assistant", "tool", "system")
+
+
+def dialogue(root, mib, per_file=128):
+    """Agent turns of four roles and varied lengths, in files of `per_file` MiB."""
+    os.makedirs(root, exist_ok=True)
+    block, size, i = [], 0, 0
+    while size < MIB:
+        line = ('{"id":"t%08d","session":"s%04d","ts":"2026-11-%02dT%02d:%02d:00Z",'
+                '"role":"%s","tokens":%d,"content":"%s"}\n'
+                % (i, i % 997, i % 28 + 1, i % 24, i % 60, ROLES[i % 7 % 4], i % 500,
+                   "w" * (40 + i * 37 % 200)))
+        block.append(line)
+        size += len(line)
+        i += 1
+    block = "".join(block).encode()
+    written, n = 0, 0
+    while written < mib:
+        count = min(per_file, mib - written)
+        with open(os.path.join(root, "turns-%03d.jsonl" % n), "wb") as f:
+            for _ in range(count):
+                f.write(block)
+        written += count
+        n += 1
 
 
 def walk_tree(root, n):
@@ -163,6 +190,8 @@ def main():
         shard(args[0], int(args[1]))
     elif what == "walk-tree":
         walk_tree(args[0], int(args[1]))
+    elif what == "dialogue":
+        dialogue(args[0], int(args[1]))
     elif what == "median-ms":
         median_ms(int(args[0]), args[1:])
     elif what == "read-mib-s":

@@ -17,6 +17,8 @@ use crate::harness::{Mounted, errno_of, getxattr, run};
 use crate::support::{Warehouse, jsonl};
 
 const SYNTHETIC: [&str; 2] = [".stats", ".sources"];
+/// The synthetic file of dataset leaves only.
+const RECORDS: &str = ".records";
 
 fn join(rel: &str, name: &str) -> String {
     if rel.is_empty() {
@@ -63,7 +65,7 @@ pub fn mount_tree(root: &Path) -> BTreeSet<String> {
 }
 
 /// Every path the mount should show, from `list` alone: each directory's
-/// children and two synthetic files, each leaf's two synthetic files.
+/// children and two synthetic files, each leaf's three synthetic files.
 fn expected_tree(catalog: &Catalog) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut stack = vec![String::new()];
@@ -73,6 +75,7 @@ fn expected_tree(catalog: &Catalog) -> BTreeSet<String> {
         }
         let listing = catalog.list(Path::new(&rel)).unwrap();
         if listing.kind == NodeKind::Dataset {
+            out.insert(join(&rel, RECORDS));
             continue;
         }
         for entry in &listing.entries {
@@ -136,7 +139,11 @@ fn rfc6_mount_children_match_ls_for_every_prefix() {
                 .collect();
             assert_eq!(
                 names,
-                SYNTHETIC.iter().map(|s| s.to_string()).collect(),
+                SYNTHETIC
+                    .iter()
+                    .chain([&RECORDS])
+                    .map(|s| s.to_string())
+                    .collect(),
                 "leaf {rel}"
             );
             let preview = &listing["entries"][0];
@@ -334,7 +341,7 @@ fn differential_walk_shows_exactly_what_list_says() {
     for rel in &shown {
         let name = rel.rsplit('/').next().unwrap();
         let meta = fs::metadata(m.at(rel)).unwrap();
-        if meta.is_file() && !SYNTHETIC.contains(&name) {
+        if meta.is_file() && !SYNTHETIC.contains(&name) && name != RECORDS {
             assert_eq!(
                 fs::read(m.at(rel)).unwrap(),
                 fs::read(wh.abs(rel)).unwrap(),

@@ -28,6 +28,7 @@ mod document;
 mod format;
 mod parallel;
 pub mod read;
+mod read_parallel;
 pub mod scan;
 mod segments;
 pub mod timestamp;

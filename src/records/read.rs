@@ -14,6 +14,7 @@ use std::io::{self, Read};
 use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 
+use super::read_parallel::Ended;
 use super::scan::RecordScanner;
 use super::segments::{OversizeSegment, SegmentVisitor, for_each_segment_sized};
 use super::timestamp::Micros;
@@ -108,6 +109,28 @@ pub fn read_file(
     if from.offset >= size {
         return Ok(ControlFlow::Continue(()));
     }
+    let mut from = from;
+    let threads = parallel_threads(size - from.offset);
+    // A file that shrank below the offset reads as ended.
+    if threads > 1 {
+        match super::read_parallel::read_parallel(file, name, from, size, threads, sink)? {
+            Ended::Stopped => return Ok(ControlFlow::Break(())),
+            Ended::Done => return Ok(ControlFlow::Continue(())),
+            // A segment longer than a chunk: read on serially.
+            Ended::Oversize(resume) => from = resume,
+        }
+    }
+    read_serial(file, name, from, size, sink)
+}
+
+/// Reads the records of `[from.offset, size)` on this thread alone.
+pub(super) fn read_serial(
+    file: &File,
+    name: &str,
+    from: Resume,
+    size: u64,
+    sink: &mut dyn RecordSink,
+) -> io::Result<ControlFlow<()>> {
     let mut reader = SegmentReader {
         file,
         name,
@@ -131,6 +154,19 @@ pub fn read_file(
         Err(e) => Err(e),
         Ok(()) => Ok(ControlFlow::Continue(())),
     }
+}
+
+/// Files with at least this much left to read are validated on several
+/// threads.
+const PARALLEL_MIN_BYTES: u64 = 16 << 20;
+
+/// Scanning threads worth using for `left` bytes: one below
+/// [`PARALLEL_MIN_BYTES`], else one per core, at most four.
+fn parallel_threads(left: u64) -> usize {
+    if left < PARALLEL_MIN_BYTES {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 /// Reads a file from a byte offset up to `end` with `pread`, so the

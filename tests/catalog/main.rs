@@ -18,6 +18,8 @@ mod hostile;
 mod lance_surface_guards;
 mod malformed;
 mod open;
+#[cfg(feature = "compact-jsonl")]
+mod records_out;
 mod rfc;
 mod shapes;
 mod shards;

@@ -5,7 +5,7 @@
 //! What needs the kernel (its caches, `ls`/`cat` through the mount,
 //! signals, permission checks) stays in `mount-tests/`.
 
-mod driver;
+pub mod driver;
 mod lifetimes;
 mod operations;
 mod records;

@@ -38,6 +38,7 @@ pub mod versions;
 mod without_lance;
 
 use std::ops::ControlFlow;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
@@ -166,6 +167,42 @@ impl CompactJsonlStore {
     }
 }
 
+impl CompactJsonlStore {
+    /// Refuses (`EACCES`) to read a leaf's rows for a viewer who could not
+    /// read every file Lance will open: Lance reads as the daemon, so the
+    /// viewer's permissions are checked here, on each file of the Lance
+    /// interiors (and one level into `_indices`).
+    fn check_viewer_reads(dir: &Dir) -> Result<()> {
+        for name in LANCE_INTERIORS {
+            let path = dir.path().join(name);
+            let interior = match dir.open_dir(name) {
+                Ok(interior) => interior,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(&path, &e)),
+            };
+            let mut dirs = vec![interior];
+            while let Some(current) = dirs.pop() {
+                let entries = current
+                    .entries()
+                    .map_err(|e| Error::io(current.path(), &e))?;
+                for entry in entries {
+                    let entry_name = std::ffi::OsStr::from_bytes(&entry.name);
+                    let checked = current.stat_at(entry_name).and_then(|stat| {
+                        if stat.is_dir() && name == "_indices" && current.path() == path {
+                            dirs.push(current.open_dir(entry_name)?);
+                            Ok(())
+                        } else {
+                            current.check_readable(&stat)
+                        }
+                    });
+                    checked.map_err(|e| Error::io(current.path().join(entry_name), &e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 fn fingerprint_of(version: u64) -> String {
     format!("lance:version:{version}")
 }
@@ -217,6 +254,9 @@ impl LeafStore for CompactJsonlStore {
         sink: &mut dyn RecordSink,
     ) -> Result<ControlFlow<()>> {
         Self::check_interiors(dir)?;
+        if dir.is_viewed() {
+            Self::check_viewer_reads(dir)?;
+        }
         self.read_rows(dir, fingerprint.and_then(version_of), from, wanted, sink)
     }
 }
