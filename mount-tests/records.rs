@@ -8,7 +8,8 @@ use std::process::Command;
 use crate::harness::{Mounted, run};
 use crate::tree::demo_warehouse;
 
-/// The dataset leaves of the demo warehouse, by their `.sources`.
+/// The dataset leaves of the demo warehouse this build reads records of,
+/// by their `.sources`.
 fn demo_leaves(wh: &std::path::Path) -> Vec<String> {
     let out = run(&[
         OsStr::new("ls"),
@@ -22,6 +23,7 @@ fn demo_leaves(wh: &std::path::Path) -> Vec<String> {
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|s| s["kind"] == "dataset")
+        .filter(|s| s["format"] == "storyline/v1" || s["format"] == "compact-jsonl/v1")
         .map(|s| s["_file_"].as_str().unwrap().to_string())
         .collect()
 }

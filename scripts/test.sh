@@ -15,8 +15,9 @@ export PCHRONICLE_REQUIRE_FUSE="${PCHRONICLE_REQUIRE_FUSE:-1}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # The mount tests drive these tools against a real mount.
 # util-linux brings setpriv and passwd brings useradd: the hostile mount
-# tests read the mount as a second, unprivileged user.
-extra_packages=(attr jq python3 coreutils findutils procps util-linux passwd)
+# tests read the mount as a second, unprivileged user. python3-venv holds
+# the records benchmark's peers (pylance, duckdb).
+extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux passwd)
 source scripts/setup.sh
 
 step() { printf '\n== %s\n' "$*"; }
@@ -36,6 +37,8 @@ PCHRONICLE_BENCH_INDEX_RECORDS=50000 \
 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_RUNS=5 PCHRONICLE_BENCH_LEAVES=200 \
   PCHRONICLE_BENCH_JSONL_MIB=256 PCHRONICLE_BENCH_SHARD_MIB=128 \
   PCHRONICLE_BENCH_POLL_SECONDS=3 PCHRONICLE_BENCH_WALK_ENTRIES=5000 bash benches/run.sh
+# Installs its peers (pylance, duckdb) from PyPI into a virtualenv once.
+PCHRONICLE_BENCH_RECORDS_MIB=64 PCHRONICLE_BENCH_RUNS=1 bash benches/records.sh
 
 step "test"
 cargo test --release --locked

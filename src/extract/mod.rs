@@ -82,21 +82,38 @@ pub struct Plan {
 impl Plan {
     /// The plan for `rel`: its Snapshot (record files are not counted for
     /// it) with every source the selection cannot match left out.
+    /// A leaf of a format this build cannot read is left out with a
+    /// warning (`PCHRONICLE_FORMAT_UNSUPPORTED`), or refused when it is
+    /// the opened path itself.
     pub fn new(catalog: &Catalog, rel: &Path, selection: Selection, shape: Shape) -> Result<Plan> {
         let snapshot = catalog.open_for_reading(rel)?;
         let total = snapshot.sources.len();
-        let sources: Vec<Source> = snapshot
-            .sources
-            .into_iter()
-            .filter(|source| selection.may_match(source))
-            .collect();
+        let mut warnings = snapshot.warnings;
+        let mut sources = Vec::with_capacity(total);
+        for source in snapshot.sources {
+            let readable = source.kind == SourceKind::File
+                || catalog.stores().by_format(&source.format).is_some();
+            if !readable {
+                let message = format!("this build cannot read {} leaves", source.format);
+                if source.file == "." {
+                    return Err(Error::at(ErrorCode::FormatUnsupported, rel, message));
+                }
+                warnings.push(Warning {
+                    code: ErrorCode::FormatUnsupported,
+                    path: source.file.clone(),
+                    message: format!("{message}; its records are left out"),
+                });
+            } else if selection.may_match(&source) {
+                sources.push(source);
+            }
+        }
         Ok(Plan {
             base: rel.to_path_buf(),
             pruned: total - sources.len(),
             sources,
             selection,
             shape,
-            warnings: snapshot.warnings,
+            warnings,
         })
     }
 

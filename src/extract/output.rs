@@ -73,13 +73,24 @@ fn write_one_line(out: &mut dyn Write, body: Body<'_>) -> io::Result<()> {
         Body::Bytes(bytes) => write_flat(out, bytes),
         Body::Stream { reader, len } => {
             let mut buf = vec![0u8; COPY_CHUNK.min(len.max(1) as usize)];
+            let mut copied = 0u64;
             loop {
                 let n = match reader.read(&mut buf) {
-                    Ok(0) => return Ok(()),
+                    Ok(0) if copied == len => return Ok(()),
+                    // Never a record cut short (or grown) without a word.
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!(
+                                "a record of {len} bytes changed while it was read ({copied} bytes)"
+                            ),
+                        ));
+                    }
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 };
+                copied += n as u64;
                 write_flat(out, &buf[..n])?;
             }
         }

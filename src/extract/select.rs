@@ -262,63 +262,59 @@ impl Glob {
 
     /// Whether `text` matches the whole pattern.
     pub fn matches(&self, text: &str) -> bool {
-        let text: Vec<char> = text.chars().collect();
-        self.match_from(0, &text, 0, false)
+        self.run(text, false)
     }
 
     /// Whether some path that starts with `prefix` could match: the walk
     /// prunes a leaf whose records (`_file_` below it) cannot.
     pub fn may_match_below(&self, prefix: &str) -> bool {
-        let text: Vec<char> = prefix.chars().collect();
-        self.match_from(0, &text, 0, true)
+        self.run(prefix, true)
     }
 
-    /// Backtracking match of `tokens[t..]` against `text[i..]`. With
-    /// `prefix`, running out of text is a match (more text may follow).
-    fn match_from(&self, t: usize, text: &[char], i: usize, prefix: bool) -> bool {
-        let (mut t, mut i) = (t, i);
-        loop {
-            if i == text.len() && prefix {
-                return true;
-            }
-            let Some(token) = self.tokens.get(t) else {
-                return i == text.len();
-            };
+    /// Matches by dynamic programming over (token, character), so time is
+    /// the product of the two lengths whatever the pattern (no
+    /// backtracking that a hostile path could make exponential). With
+    /// `prefix`, consuming the whole text with any leading part of the
+    /// pattern is a match: every rest of a glob matches some text.
+    fn run(&self, text: &str, prefix: bool) -> bool {
+        let text: Vec<char> = text.chars().collect();
+        // reach[j]: the tokens so far can consume exactly text[..j].
+        let mut reach = vec![false; text.len() + 1];
+        reach[0] = true;
+        let mut any_whole = reach[text.len()];
+        for token in &self.tokens {
+            let mut next = vec![false; text.len() + 1];
             match token {
                 Token::Star | Token::Stars => {
                     let crosses = matches!(token, Token::Stars);
-                    // Try every length this wildcard may take.
-                    let mut j = i;
-                    loop {
-                        if self.match_from(t + 1, text, j, prefix) {
-                            return true;
-                        }
-                        if j == text.len() || (!crosses && text[j] == '/') {
-                            return false;
-                        }
-                        j += 1;
+                    for j in 0..=text.len() {
+                        next[j] =
+                            reach[j] || (j > 0 && next[j - 1] && (crosses || text[j - 1] != '/'));
                     }
                 }
                 _ => {
-                    let Some(&c) = text.get(i) else {
-                        return false;
-                    };
-                    let fits = match token {
-                        Token::Literal(l) => c == *l,
-                        Token::One => c != '/',
-                        Token::Class { negated, ranges } => {
-                            c != '/'
-                                && ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
-                        }
-                        Token::Star | Token::Stars => unreachable!("handled above"),
-                    };
-                    if !fits {
-                        return false;
+                    for j in 1..=text.len() {
+                        next[j] = reach[j - 1] && token.fits(text[j - 1]);
                     }
-                    t += 1;
-                    i += 1;
                 }
             }
+            reach = next;
+            any_whole |= reach[text.len()];
+        }
+        if prefix { any_whole } else { reach[text.len()] }
+    }
+}
+
+impl Token {
+    /// Whether this one-character token takes `c`.
+    fn fits(&self, c: char) -> bool {
+        match self {
+            Token::Literal(l) => c == *l,
+            Token::One => c != '/',
+            Token::Class { negated, ranges } => {
+                c != '/' && ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
+            }
+            Token::Star | Token::Stars => false,
         }
     }
 }
@@ -354,6 +350,18 @@ mod tests {
         assert!(!glob("other/**").may_match_below("team/leaf/"));
         assert!(glob("**").may_match_below("anything/"));
         assert!(!glob("*.jsonl").may_match_below("team/"));
+        assert!(glob("team/a.jsonl").may_match_below("team/"));
+        assert!(!glob("team").may_match_below("team/"));
+    }
+
+    #[test]
+    fn glob_time_stays_linear_in_hostile_paths() {
+        let path = "a".repeat(4000);
+        let started = std::time::Instant::now();
+        for _ in 0..100 {
+            assert!(!glob("**a**a**a**a**a**a**b").matches(&path));
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]

@@ -23,14 +23,15 @@
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::{Output, Plan, Position};
 use crate::catalog::Catalog;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 
 /// Output bytes per piece handed from a producer to readers.
 const PIECE: usize = 128 << 10;
@@ -42,6 +43,11 @@ const MAX_CHECKPOINTS: usize = 4096;
 /// Bytes already read kept for a read slightly behind (the kernel may
 /// split or repeat a request).
 const KEPT_BEHIND: usize = 1 << 20;
+/// Longest one read waits for the producer; past it the read fails (the
+/// producer keeps its place, so a retry goes on from there). A read far
+/// ahead, or over a leaf whose records are all left out, must not hold a
+/// serving thread for good.
+pub const READ_BUDGET: Duration = Duration::from_secs(30);
 
 /// What a producer sends.
 enum Piece {
@@ -80,7 +86,7 @@ impl Producers {
             // A stream being read right now keeps its producer.
             let stopped = match other.as_ref().map(|o| o.try_lock()) {
                 Some(Some(mut other)) => {
-                    other.producer = None;
+                    other.pause();
                     true
                 }
                 Some(None) => false,
@@ -110,6 +116,10 @@ struct State {
     spacing: u64,
     /// The output's length, once a producer reached its end.
     end: Option<u64>,
+    /// Where the last piece received ended after a whole record, and the
+    /// position that resumes there: kept as a checkpoint when the producer
+    /// is paused, so it resumes where it was.
+    latest: Option<(u64, Position)>,
 }
 
 struct Producer {
@@ -132,6 +142,7 @@ impl RecordsStream {
                 checkpoints: vec![(0, Position::default())],
                 spacing: CHECKPOINT_EVERY,
                 end: None,
+                latest: None,
             })),
         }
     }
@@ -163,6 +174,7 @@ impl RecordsStream {
         self.producers.touch(&self.state);
         let mut out = Vec::with_capacity(size.min(PIECE * 2));
         let wanted_end = offset.saturating_add(size as u64);
+        let deadline = Instant::now() + READ_BUDGET;
         loop {
             let producer = state.producer.as_mut().expect("started above");
             // The window holds output [reached - len, reached); what lies
@@ -182,16 +194,18 @@ impl RecordsStream {
                 }
                 return Ok(out);
             }
-            match producer.pieces.recv() {
+            let waited = deadline.saturating_duration_since(Instant::now());
+            match producer.pieces.recv_timeout(waited) {
                 Ok(Piece::Bytes(bytes, after)) => {
                     producer.reached += bytes.len() as u64;
                     producer.window.extend(bytes);
                     let reached = producer.reached;
                     if let Some(after) = after {
                         state.note_checkpoint(reached, after);
+                        state.latest = Some((reached, after));
                     }
                 }
-                Ok(Piece::End) | Err(_) => {
+                Ok(Piece::End) => {
                     producer.done = true;
                     let reached = producer.reached;
                     state.end = Some(reached);
@@ -199,6 +213,23 @@ impl RecordsStream {
                 Ok(Piece::Failed(e)) => {
                     state.producer = None;
                     return Err(e);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(Error::new(
+                        ErrorCode::RequestFailed,
+                        format!(
+                            "`.records` produced nothing for this read within {} s (a read far ahead, or records all left out); retry to go on",
+                            READ_BUDGET.as_secs()
+                        ),
+                    ));
+                }
+                // The producer ended without saying so: it panicked.
+                Err(RecvTimeoutError::Disconnected) => {
+                    state.producer = None;
+                    return Err(Error::new(
+                        ErrorCode::RequestFailed,
+                        "the reader of `.records` stopped unexpectedly",
+                    ));
                 }
             }
         }
@@ -236,6 +267,16 @@ impl RecordsStream {
 }
 
 impl State {
+    /// Stops the producer, keeping where it was as a checkpoint.
+    fn pause(&mut self) {
+        self.producer = None;
+        if let Some((at, position)) = self.latest.take() {
+            if self.checkpoints.last().is_none_or(|last| last.0 < at) {
+                self.checkpoints.push((at, position));
+            }
+        }
+    }
+
     fn note_checkpoint(&mut self, at: u64, position: Position) {
         let last = self.checkpoints.last().map_or(0, |c| c.0);
         if at < last + self.spacing {
@@ -258,17 +299,26 @@ fn produce(plan: &Plan, catalog: &Catalog, from: Position, sender: SyncSender<Pi
         sender: &sender,
         buf: Vec::with_capacity(PIECE),
         last: None,
+        last_end: 0,
         hung_up: false,
     };
-    let result = plan.run(catalog, from, &mut out);
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        plan.run(catalog, from, &mut out)
+    }));
     if out.hung_up {
         return;
     }
-    let last = match result {
-        Ok(ControlFlow::Break(())) => return,
-        Ok(ControlFlow::Continue(())) => Piece::End,
-        Err(e) => Piece::Failed(e),
+    let last = match run {
+        Ok(Ok(ControlFlow::Break(()))) => return,
+        Ok(Ok(ControlFlow::Continue(()))) => Piece::End,
+        Ok(Err(e)) => Piece::Failed(e),
+        Err(_) => Piece::Failed(Error::new(
+            ErrorCode::RequestFailed,
+            "reading the records failed (a bug); see the daemon's log",
+        )),
     };
+    // Only whole records go out: a record cut by a failure is dropped.
+    out.buf.truncate(out.last_end);
     let last_record = out.last;
     if !out.buf.is_empty() && out.send(last_record).is_err() {
         return;
@@ -280,8 +330,10 @@ fn produce(plan: &Plan, catalog: &Catalog, from: Position, sender: SyncSender<Pi
 struct ChannelOutput<'s> {
     sender: &'s SyncSender<Piece>,
     buf: Vec<u8>,
-    /// Where the last whole record in `buf` ends, if one does.
+    /// Where the last whole record in `buf` ends, if one does, and the
+    /// length of `buf` there.
     last: Option<Position>,
+    last_end: usize,
     hung_up: bool,
 }
 
@@ -290,6 +342,7 @@ impl ChannelOutput<'_> {
     fn send(&mut self, after: Option<Position>) -> io::Result<()> {
         let piece = std::mem::replace(&mut self.buf, Vec::with_capacity(PIECE));
         self.last = None;
+        self.last_end = 0;
         if self.sender.send(Piece::Bytes(piece, after)).is_err() {
             self.hung_up = true;
             return Err(io::Error::new(
@@ -304,14 +357,17 @@ impl ChannelOutput<'_> {
 impl Write for ChannelOutput<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         // A record larger than a piece goes out in pieces as it is
-        // written (no checkpoint inside it), so memory stays bounded.
-        self.buf.extend_from_slice(bytes);
+        // written (no checkpoint inside it), so memory stays bounded
+        // however large one write is.
+        let room = PIECE.saturating_sub(self.buf.len()).max(1);
+        let taken = bytes.len().min(room);
+        self.buf.extend_from_slice(&bytes[..taken]);
         if self.buf.len() >= PIECE {
             // A checkpoint must be where a record ends, which is not
             // where this piece does.
             self.send(None)?;
         }
-        Ok(bytes.len())
+        Ok(taken)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -330,6 +386,7 @@ impl Output for ChannelOutput<'_> {
             }
         } else {
             self.last = Some(after);
+            self.last_end = self.buf.len();
         }
         Ok(ControlFlow::Continue(()))
     }

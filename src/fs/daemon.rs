@@ -247,6 +247,9 @@ fn serve(
     let catalog = Arc::new(catalog);
     spawn_count_saver(Arc::downgrade(&catalog));
     let catalog_at_exit = Arc::downgrade(&catalog);
+    // Every `.records` reader is one thread: the daemon's memory stays
+    // bounded by how many run, not by their read-ahead.
+    crate::records::read::limit_threads(1);
     let filesystem = FuseAdapter::new(WarehouseFs::new(catalog, config.fs.clone()));
     let mut session = Session::new(filesystem, mount_point, &fuse_config).map_err(|e| {
         Error::at(

@@ -98,12 +98,9 @@ impl<'o> Printer<'o> {
     fn table(&mut self) -> io::Result<()> {
         let batches = std::mem::take(&mut self.held);
         self.held_rows = 0;
-        let shown = if batches.is_empty() {
-            arrow::util::pretty::pretty_format_batches_with_schema(self.schema.clone(), &[])
-        } else {
-            arrow::util::pretty::pretty_format_batches(&batches)
-        };
-        let shown = shown.map_err(arrow_io)?;
+        let shown =
+            arrow::util::pretty::pretty_format_batches_with_schema(self.schema.clone(), &batches)
+                .map_err(arrow_io)?;
         writeln!(self.out, "{shown}")
     }
 

@@ -18,12 +18,12 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
-use std::io;
+use std::io::{self, Read};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, LargeStringBuilder, RecordBatch, StringBuilder,
+    ArrayRef, BooleanBuilder, LargeStringBuilder, RecordBatch, RecordBatchOptions, StringBuilder,
     TimestampMicrosecondBuilder, UInt64Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -47,6 +47,8 @@ use crate::records::read::{Body, Record};
 const BATCH_ROWS: usize = 8192;
 /// Record text per batch.
 const BATCH_BYTES: usize = 8 << 20;
+/// The largest record a query holds as text.
+const MAX_RECORD_TEXT: u64 = 256 << 20;
 
 /// The columns every `records` table has, around the hive attributes.
 const FIXED: [&str; 5] = ["_file_", "line", "timestamp", "failed", "record"];
@@ -244,15 +246,17 @@ fn micros_of(value: &ScalarValue) -> Option<i64> {
 }
 
 /// A SQL `LIKE` pattern as a glob (`%` is any run, `/` included). `_`
-/// is one character of any kind, `/` included, which no glob token is:
-/// such a pattern is left to DataFusion alone.
+/// is one character of any kind, `/` included, which no glob token is,
+/// and `\` escapes the next character: such patterns are left to
+/// DataFusion alone.
 fn like_to_glob(pattern: &str) -> Option<String> {
     let mut glob = String::new();
     for c in pattern.chars() {
         match c {
             '%' => glob.push_str("**"),
-            '_' => return None,
-            '*' | '?' | '[' | ']' | '\\' => {
+            // `\` escapes in LIKE (its default escape character).
+            '_' | '\\' => return None,
+            '*' | '?' | '[' | ']' => {
                 glob.push('\\');
                 glob.push(c);
             }
@@ -488,9 +492,11 @@ impl Batches {
                 }
             })
             .collect();
+        // A projection of no columns (`count(*)`) still has rows.
+        let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
         self.rows = 0;
         self.bytes = 0;
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)
+        let batch = RecordBatch::try_new_with_options(Arc::clone(&self.schema), arrays, &options)
             .map_err(|e| DataFusionError::ArrowError(Box::new(e), None));
         if self.sender.blocking_send(batch).is_err() {
             self.hung_up = true;
@@ -536,9 +542,15 @@ impl Selected for Batches {
 fn append_text(column: &mut LargeStringBuilder, body: Body<'_>) -> io::Result<usize> {
     let bytes = match body {
         Body::Bytes(bytes) => Cow::Borrowed(bytes),
+        Body::Stream { len, .. } if len > MAX_RECORD_TEXT => {
+            return Err(io::Error::other(format!(
+                "a record of {len} bytes is larger than a query holds ({} MiB); `pchronicle cat` streams it",
+                MAX_RECORD_TEXT >> 20
+            )));
+        }
         Body::Stream { reader, len } => {
-            let mut all = Vec::with_capacity(len.min(64 << 20) as usize);
-            reader.read_to_end(&mut all)?;
+            let mut all = Vec::with_capacity(len as usize);
+            reader.take(MAX_RECORD_TEXT).read_to_end(&mut all)?;
             Cow::Owned(all)
         }
     };

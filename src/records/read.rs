@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::read_parallel::Ended;
 use super::scan::RecordScanner;
@@ -160,13 +161,24 @@ pub(super) fn read_serial(
 /// threads.
 const PARALLEL_MIN_BYTES: u64 = 16 << 20;
 
+/// The most scanning threads one read may use (see [`limit_threads`]).
+static MAX_THREADS: AtomicUsize = AtomicUsize::new(4);
+
+/// Caps the scanning threads of every later read in this process: a
+/// daemon serving many readers at once keeps each to one thread and the
+/// memory of its read-ahead.
+pub fn limit_threads(threads: usize) {
+    MAX_THREADS.store(threads.max(1), Ordering::Relaxed);
+}
+
 /// Scanning threads worth using for `left` bytes: one below
-/// [`PARALLEL_MIN_BYTES`], else one per core, at most four.
+/// [`PARALLEL_MIN_BYTES`], else one per core, at most the limit.
 fn parallel_threads(left: u64) -> usize {
     if left < PARALLEL_MIN_BYTES {
         return 1;
     }
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+    let cap = MAX_THREADS.load(Ordering::Relaxed);
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(cap))
 }
 
 /// Reads a file from a byte offset up to `end` with `pread`, so the
@@ -285,8 +297,17 @@ impl SegmentVisitor for SegmentReader<'_> {
             inner: &mut *segment,
             n: 0,
         };
-        let probed = super::probe_stream(&mut counted)?;
-        let len = counted.n + io::copy(segment, &mut io::sink())?;
+        let probed = super::probe_stream(&mut counted);
+        let probed_len = counted.n;
+        // A read error inside the segment is that, not bad JSON.
+        if let Some(e) = segment.take_io_error() {
+            return Err(e);
+        }
+        let probed = probed?;
+        let len = probed_len + io::copy(segment, &mut io::sink())?;
+        if let Some(e) = segment.take_io_error() {
+            return Err(e);
+        }
         let next = start + len + 1;
         self.offset = next;
         let Some(probed) = probed else {

@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -44,6 +43,8 @@ struct Scanned {
     offset: u64,
     bytes: Vec<u8>,
     found: Vec<Found>,
+    /// Its scan failed (a panic); reading stops with an error.
+    failed: bool,
 }
 
 /// How reading stopped.
@@ -81,15 +82,19 @@ pub(super) fn read_parallel(
                     let Ok(Ok((offset, bytes))) = job else {
                         return;
                     };
-                    let found = scan_chunk(&bytes, &mut scanner);
-                    if results
-                        .send(Scanned {
-                            offset,
-                            bytes,
-                            found,
-                        })
-                        .is_err()
-                    {
+                    // A panic (a bug) is sent on as a failed chunk, never
+                    // left for the reader to wait on.
+                    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        scan_chunk(&bytes, &mut scanner)
+                    }));
+                    let failed = found.is_err();
+                    let scanned = Scanned {
+                        offset,
+                        bytes,
+                        found: found.unwrap_or_default(),
+                        failed,
+                    };
+                    if results.send(scanned).is_err() || failed {
                         return;
                     }
                 }
@@ -155,6 +160,9 @@ fn deliver(
             pending.insert(chunk.offset, chunk);
         }
         let chunk = pending.remove(&next_offset).expect("just checked");
+        if chunk.failed {
+            return Err(io::Error::other("scanning the records failed (a bug)"));
+        }
         delivered += 1;
         next_offset = chunk.offset + chunk.bytes.len() as u64;
         for found in &chunk.found {
@@ -260,6 +268,7 @@ mod tests {
     use super::*;
     use crate::records::read::read_serial;
     use std::io::Write;
+    use std::ops::ControlFlow;
 
     type Seen = Vec<(u64, bool, Option<Micros>, Vec<u8>, Resume)>;
 

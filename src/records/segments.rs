@@ -169,6 +169,12 @@ impl<'a> OversizeSegment<'a> {
         }
     }
 
+    /// The read error met inside the segment, if any (it reads as the
+    /// segment's end to whoever reads it as a stream).
+    pub fn take_io_error(&mut self) -> Option<io::Error> {
+        self.io_error.take()
+    }
+
     /// Reads the rest of the segment through a streaming JSON parser.
     /// `None` when the segment was blank.
     pub fn probe(&mut self) -> io::Result<Option<ProbedSegment>> {

@@ -105,17 +105,20 @@ impl LeafStore for StorylineStore {
         _wanted: &Wanted,
         sink: &mut dyn RecordSink,
     ) -> Result<ControlFlow<()>> {
-        let named = fingerprint
-            .and_then(|f| f.strip_prefix("storyline:generation:"))
-            .filter(|name| warehouse::is_plain_name(name.as_bytes()))
-            .and_then(|name| {
-                dir.open_dir(GENERATIONS_DIR)
-                    .and_then(|generations| generations.open_dir(name))
-                    .ok()
-            });
-        let generation = match named {
-            Some(generation) => generation,
-            None => Self::current_generation(dir)?.1,
+        // A snapshot reads the generation it named or nothing: another
+        // generation would not resume at the same places.
+        let generation = match fingerprint.and_then(|f| f.strip_prefix("storyline:generation:")) {
+            Some(name) if warehouse::is_plain_name(name.as_bytes()) => dir
+                .open_dir(GENERATIONS_DIR)
+                .and_then(|generations| generations.open_dir(name))
+                .map_err(|e| {
+                    Error::reading(
+                        ErrorCode::StorylineGenerationMissing,
+                        dir.path().join(GENERATIONS_DIR).join(name),
+                        &e,
+                    )
+                })?,
+            _ => Self::current_generation(dir)?.1,
         };
         for (part, (file_name, format)) in record_files(&generation)?.into_iter().enumerate() {
             let part = part as u64;

@@ -365,9 +365,11 @@ fn head_of_a_gib_leaf_returns_at_once() {
             f.write_all(line.as_bytes()).unwrap();
         }
     }
-    CompactJsonlStore::default()
+    let report = CompactJsonlStore::default()
         .import_path(&w.abs("in/big.jsonl"), &w.abs("wh/big"), ImportMode::Create)
         .unwrap();
+    assert_eq!(report.record_count, count as u64);
+    assert!(report.source_bytes >= (1u64 << 30) - 4096);
     std::fs::remove_file(w.abs("in/big.jsonl")).unwrap();
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_pchronicle"))

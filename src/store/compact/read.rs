@@ -29,7 +29,7 @@ const BATCH_ROWS: usize = 1024;
 const BATCH_BYTES: u64 = 8 << 20;
 
 impl CompactJsonlStore {
-    /// Hands the rows of `version` (the newest when `None` or gone) from
+    /// Hands the rows of `version` (the newest when `None`) from
     /// row `from.offset` of the scan to `sink`. Lance leaves out the rows
     /// `wanted` does not ask for (failed ones, those outside the time
     /// window) and, without `bodies`, the record columns; offsets count
@@ -45,19 +45,12 @@ impl CompactJsonlStore {
         let path = dir.path();
         let uri = uri_of(path)?;
         let session = self.session();
+        // A snapshot reads the version it named or nothing: another
+        // version would not resume at the same rows.
         let opened = self.block_on(async {
-            let builder = DatasetBuilder::from_uri(&uri).with_session(session.clone());
+            let builder = DatasetBuilder::from_uri(&uri).with_session(session);
             match version {
-                Some(v) => match builder.with_version(v).load().await {
-                    Ok(dataset) => Ok(dataset),
-                    // That version was cleaned up: read the newest.
-                    Err(_) => {
-                        DatasetBuilder::from_uri(&uri)
-                            .with_session(session)
-                            .load()
-                            .await
-                    }
-                },
+                Some(v) => builder.with_version(v).load().await,
                 None => builder.load().await,
             }
         })?;
@@ -137,7 +130,7 @@ fn row_filter(wanted: &Wanted) -> Option<Expr> {
     };
     let mut terms = Vec::new();
     if !wanted.failed {
-        terms.push(col("failed").eq(lit(false)));
+        terms.push(col("failed").is_not_true());
     }
     if let Some(since) = wanted.since {
         terms.push(col("timestamp").gt_eq(at(since)));
@@ -163,13 +156,21 @@ impl<'b> Rows<'b> {
         fn column<'b, T: 'static>(batch: &'b RecordBatch, name: &str) -> Option<&'b T> {
             batch.column_by_name(name)?.as_any().downcast_ref::<T>()
         }
+        /// `Some(None)` when not projected; `None` (a schema error) when
+        /// present with another type.
+        fn optional<'b, T: 'static>(batch: &'b RecordBatch, name: &str) -> Option<Option<&'b T>> {
+            match batch.column_by_name(name) {
+                None => Some(None),
+                Some(c) => c.as_any().downcast_ref::<T>().map(Some),
+            }
+        }
         Some(Rows {
             file: column(batch, "_file_")?,
             line: column(batch, "line")?,
             timestamp: column(batch, "timestamp")?,
             failed: column(batch, "failed")?,
-            record: column(batch, "record"),
-            offload: column(batch, "offload_sha256"),
+            record: optional(batch, "record")?,
+            offload: optional(batch, "offload_sha256")?,
         })
     }
 
