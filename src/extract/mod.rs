@@ -176,6 +176,7 @@ impl Plan {
             source: None,
             written: 0,
             index: from.source,
+            named: None,
         };
         for (index, source) in self.sources.iter().enumerate().skip(from.source) {
             let start = if index == from.source {
@@ -276,6 +277,16 @@ struct Filter<'a> {
     source: Option<&'a Source>,
     written: u64,
     index: usize,
+    /// The `_file_` of the last record's file.
+    named: Option<Named>,
+}
+
+/// A record file's `_file_` and whether it passes the glob.
+struct Named {
+    index: usize,
+    inner: String,
+    file: String,
+    passes: bool,
 }
 
 impl RecordSink for Filter<'_> {
@@ -288,19 +299,34 @@ impl RecordSink for Filter<'_> {
         if !wanted {
             return Ok(ControlFlow::Continue(()));
         }
-        let file = match (source.file.as_str(), record.file) {
-            (source, "") => source.to_string(),
-            (".", inner) => inner.to_string(),
-            (source, inner) => format!("{source}/{inner}"),
-        };
-        if !self.selection.file_matches(&file) {
+        // Consecutive records mostly share their file: its `_file_` (and
+        // whether it passes the glob) is worked out once per run of them.
+        if self
+            .named
+            .as_ref()
+            .is_none_or(|n| n.index != self.index || n.inner != record.file)
+        {
+            let file = match (source.file.as_str(), record.file) {
+                (source, "") => source.to_string(),
+                (".", inner) => inner.to_string(),
+                (source, inner) => format!("{source}/{inner}"),
+            };
+            self.named = Some(Named {
+                index: self.index,
+                inner: record.file.to_string(),
+                passes: self.selection.file_matches(&file),
+                file,
+            });
+        }
+        let named = self.named.as_ref().expect("set just above");
+        if !named.passes {
             return Ok(ControlFlow::Continue(()));
         }
         let after = Position {
             source: self.index,
             within: next,
         };
-        let flow = self.consumer.selected(source, &file, record, after)?;
+        let flow = self.consumer.selected(source, &named.file, record, after)?;
         self.written += 1;
         if flow.is_break()
             || self

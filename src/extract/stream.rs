@@ -190,7 +190,12 @@ impl RecordsStream {
                 if offset < producer.reached {
                     let from = (offset - start) as usize;
                     let to = (wanted_end.min(producer.reached) - start) as usize;
-                    out.extend(producer.window.range(from..to));
+                    let (front, back) = producer.window.as_slices();
+                    for (part, base) in [(front, 0), (back, front.len())] {
+                        let lo = from.clamp(base, base + part.len()) - base;
+                        let hi = to.clamp(base, base + part.len()) - base;
+                        out.extend_from_slice(&part[lo..hi]);
+                    }
                 }
                 return Ok(out);
             }
@@ -198,7 +203,7 @@ impl RecordsStream {
             match producer.pieces.recv_timeout(waited) {
                 Ok(Piece::Bytes(bytes, after)) => {
                     producer.reached += bytes.len() as u64;
-                    producer.window.extend(bytes);
+                    producer.window.extend(bytes.iter());
                     let reached = producer.reached;
                     if let Some(after) = after {
                         state.note_checkpoint(reached, after);

@@ -22,8 +22,9 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::records::read::{Body, Record, RecordSink, Resume, Wanted};
 use crate::warehouse::Dir;
 
-/// Rows per batch read from Lance.
-const BATCH_ROWS: usize = 1024;
+/// Rows per batch read from Lance (each batch is one hop from Lance's
+/// runtime to the reading thread).
+const BATCH_ROWS: usize = 8192;
 /// About this many bytes per batch (records are at most the offload
 /// threshold each, so a batch of large ones is cut short).
 const BATCH_BYTES: u64 = 8 << 20;
