@@ -297,52 +297,55 @@ impl Catalog {
         counting: Counting,
     ) -> (Source, Vec<Warning>, Counted) {
         let id = FileId::of(meta);
-        if counting == Counting::CachedOnly {
+        let (counts, trusted, origin, warnings, counted) = if counting == Counting::CachedOnly {
+            // A reader about to read the file anyway: only what the cache
+            // holds (for a viewer, only when it may read the file).
             let cached = self
                 .cache_key(dir, name)
                 .and_then(|key| self.files.get(&key, id))
                 .filter(|_| dir.check_readable(meta).is_ok());
-            let (counts, trusted, origin) = match cached {
-                Some(stats) => (Counts::from(stats), true, StatsOrigin::Scan),
-                None => (Counts::default(), false, StatsOrigin::Uncounted),
-            };
-            let source = Source {
-                file: rel.to_string(),
-                kind: SourceKind::File,
-                format: format.as_str().to_string(),
-                counts,
-                fingerprint: Some(format!("file:{}:{}", id.size, id.mtime_ns)),
-                trusted,
-                stats_origin: origin,
-                size: Some(id.size),
-                path_attrs,
-            };
-            return (source, Vec::new(), Counted::Cached);
-        }
-        // A viewer who could not read the file natively gets no count,
-        // cached or not.
-        let counted = dir
-            .check_readable(meta)
-            .and_then(|()| self.count_identified(dir, name, meta, format, Some(renames)));
-        let (counts, trusted, origin, warnings, counted) = match counted {
-            Ok((stats, counted)) => (
-                Counts::from(stats),
-                true,
-                StatsOrigin::Scan,
-                Vec::new(),
-                counted,
-            ),
-            Err(e) => (
-                Counts::default(),
-                false,
-                StatsOrigin::Unavailable,
-                vec![Warning {
-                    code: ErrorCode::RecordFileUnreadable,
-                    path: display_rel(rel),
-                    message: e.to_string(),
-                }],
-                Counted::Read,
-            ),
+            match cached {
+                Some(stats) => (
+                    Counts::from(stats),
+                    true,
+                    StatsOrigin::Scan,
+                    Vec::new(),
+                    Counted::Cached,
+                ),
+                None => (
+                    Counts::default(),
+                    false,
+                    StatsOrigin::Uncounted,
+                    Vec::new(),
+                    Counted::Cached,
+                ),
+            }
+        } else {
+            // A viewer who could not read the file natively gets no
+            // count, cached or not.
+            let counted = dir
+                .check_readable(meta)
+                .and_then(|()| self.count_identified(dir, name, meta, format, Some(renames)));
+            match counted {
+                Ok((stats, counted)) => (
+                    Counts::from(stats),
+                    true,
+                    StatsOrigin::Scan,
+                    Vec::new(),
+                    counted,
+                ),
+                Err(e) => (
+                    Counts::default(),
+                    false,
+                    StatsOrigin::Unavailable,
+                    vec![Warning {
+                        code: ErrorCode::RecordFileUnreadable,
+                        path: display_rel(rel),
+                        message: e.to_string(),
+                    }],
+                    Counted::Read,
+                ),
+            }
         };
         let source = Source {
             file: rel.to_string(),

@@ -313,29 +313,25 @@ impl TableProvider for RecordsTable {
         let schema = Arc::new(self.schema.project(&columns)?);
         let bodies = schema.field_with_name("record").is_ok();
         let narrowed = self.plan.part(|_, source| selection.may_match(source));
-        let groups = balance(narrowed.sources(), self.partitions);
-        let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::new();
-        for group in groups {
-            let mut part = narrowed.part(|i, _| group.contains(&i));
+        let partition = |keep: &dyn Fn(usize) -> bool| -> Arc<dyn PartitionStream> {
+            let mut part = narrowed.part(|i, _| keep(i));
             part.set_selection(selection.clone());
-            partitions.push(Arc::new(RecordsPartition {
+            Arc::new(RecordsPartition {
                 plan: Arc::new(part),
                 catalog: Arc::clone(&self.catalog),
                 schema: Arc::clone(&schema),
                 attrs: self.attrs.clone(),
                 bodies,
-            }));
-        }
+            })
+        };
+        let mut partitions: Vec<Arc<dyn PartitionStream>> =
+            balance(narrowed.sources(), self.partitions)
+                .into_iter()
+                .map(|group| partition(&|i| group.binary_search(&i).is_ok()))
+                .collect();
         if partitions.is_empty() {
-            let mut part = narrowed.part(|_, _| false);
-            part.set_selection(selection);
-            partitions.push(Arc::new(RecordsPartition {
-                plan: Arc::new(part),
-                catalog: Arc::clone(&self.catalog),
-                schema: Arc::clone(&schema),
-                attrs: self.attrs.clone(),
-                bodies,
-            }));
+            // No source: one partition that yields no rows.
+            partitions.push(partition(&|_| false));
         }
         Ok(Arc::new(StreamingTableExec::try_new(
             schema,
