@@ -33,6 +33,23 @@ pub(super) enum Access {
 }
 
 impl Viewer {
+    /// Gives the calling thread this viewer's credentials (groups, then
+    /// gid, then uid, real, effective and saved alike, so the thread
+    /// cannot take the daemon's back). Linux keeps credentials per thread
+    /// and these are the raw calls, which change this thread only. Needs
+    /// the privilege to change them (a daemon running as root).
+    pub fn become_on_this_thread(&self) -> io::Result<()> {
+        use rustix::process::{Gid, Uid};
+        use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+        let groups: Vec<Gid> = self.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+        let gid = Gid::from_raw(self.gid);
+        let uid = Uid::from_raw(self.uid);
+        set_thread_groups(&groups)?;
+        set_thread_res_gid(gid, gid, gid)?;
+        set_thread_res_uid(uid, uid, uid)?;
+        Ok(())
+    }
+
     /// Whether the viewer may access a file with this stat.
     fn may(&self, stat: &Stat, access: Access) -> bool {
         if self.uid == 0 {
@@ -75,6 +92,11 @@ impl Dir {
     /// Whether this directory is seen as another user (a [`Viewer`]).
     pub fn is_viewed(&self) -> bool {
         self.viewer.is_some()
+    }
+
+    /// The user this directory is seen as, if another.
+    pub fn viewer(&self) -> Option<&Viewer> {
+        self.viewer.as_deref()
     }
 
     /// Whether this directory's viewer may read the file `stat` (always,

@@ -13,14 +13,18 @@ use arrow::array::{
 };
 use datafusion::prelude::{Expr, col, lit};
 use datafusion::scalar::ScalarValue;
+use std::sync::{Arc, mpsc};
+
 use futures::TryStreamExt;
 use lance::dataset::builder::DatasetBuilder;
+use lance::dataset::scanner::DatasetRecordBatchStream;
+use lance::session::Session;
 
 use super::engine::{lance_error, uri_of};
 use super::{CompactJsonlStore, OFFLOAD_DIR};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::read::{Body, Record, RecordSink, Resume, Wanted};
-use crate::warehouse::Dir;
+use crate::warehouse::{Dir, Viewer};
 
 /// Rows per batch read from Lance (each batch is one hop from Lance's
 /// runtime to the reading thread).
@@ -44,22 +48,77 @@ impl CompactJsonlStore {
         sink: &mut dyn RecordSink,
     ) -> Result<ControlFlow<()>> {
         let path = dir.path();
-        let uri = uri_of(path)?;
-        let session = self.session();
-        // A snapshot reads the version it named or nothing: another
-        // version would not resume at the same rows.
-        let opened = self.block_on(async {
-            let builder = DatasetBuilder::from_uri(&uri).with_session(session);
-            match version {
-                Some(v) => builder.with_version(v).load().await,
-                None => builder.load().await,
-            }
-        })?;
+        let scan = Scan {
+            uri: uri_of(path)?,
+            version,
+            offset: from.offset,
+            wanted: *wanted,
+        };
         self.opens
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dataset = opened.map_err(|e| lance_error(path, e))?;
+        let mut deliver = |batches: &mut dyn FnMut() -> Result<Option<RecordBatch>>| {
+            let mut offload: Option<Dir> = None;
+            let mut row = from.offset;
+            loop {
+                let Some(batch) = batches()? else {
+                    return Ok(ControlFlow::Continue(()));
+                };
+                let rows = Rows::of(&batch).ok_or_else(|| {
+                    Error::at(
+                        ErrorCode::NotCompactJsonl,
+                        path,
+                        "a column of the compact-jsonl schema has another type",
+                    )
+                })?;
+                for i in 0..batch.num_rows() {
+                    row += 1;
+                    let next = Resume {
+                        part: 0,
+                        offset: row,
+                        line: 0,
+                    };
+                    let flow = rows.deliver(i, dir, &mut offload, next, sink)?;
+                    if flow.is_break() {
+                        return Ok(flow);
+                    }
+                }
+            }
+        };
+        match dir.viewer() {
+            None => {
+                let session = self.session();
+                let mut batches = self
+                    .block_on(scan.open(session))?
+                    .map_err(|e| lance_error(path, e))?;
+                deliver(&mut || {
+                    self.block_on(batches.try_next())?
+                        .map_err(|e| lance_error(path, e))
+                })
+            }
+            Some(viewer) => as_viewer(viewer, &scan, path, deliver),
+        }
+    }
+}
+
+/// One scan of a leaf, as `read_rows` asks for it.
+struct Scan {
+    uri: String,
+    version: Option<u64>,
+    offset: u64,
+    wanted: Wanted,
+}
+
+impl Scan {
+    /// Opens the dataset (the version named or nothing: another version
+    /// would not resume at the same rows) and starts the scan.
+    async fn open(&self, session: Arc<Session>) -> lance::Result<DatasetRecordBatchStream> {
+        let builder = DatasetBuilder::from_uri(&self.uri).with_session(session);
+        let dataset = match self.version {
+            Some(v) => builder.with_version(v).load().await?,
+            None => builder.load().await?,
+        };
         let mut scanner = dataset.scan();
-        let columns: &[&str] = if wanted.bodies {
+        let columns: &[&str] = if self.wanted.bodies {
             &[
                 "_file_",
                 "line",
@@ -71,54 +130,101 @@ impl CompactJsonlStore {
         } else {
             &["_file_", "line", "timestamp", "failed"]
         };
-        let configured = (|| {
-            scanner.project(columns)?;
-            if let Some(filter) = row_filter(wanted) {
-                scanner.filter_expr(filter);
-            }
-            if from.offset > 0 {
-                scanner.limit(None, Some(from.offset as i64))?;
-            }
-            scanner
-                .scan_in_order(true)
-                .batch_size(BATCH_ROWS)
-                .batch_size_bytes(BATCH_BYTES);
-            Ok::<_, lance::Error>(())
-        })();
-        configured.map_err(|e| lance_error(path, e))?;
-        let mut batches = self
-            .block_on(scanner.try_into_stream())?
-            .map_err(|e| lance_error(path, e))?;
-        let mut offload: Option<Dir> = None;
-        let mut row = from.offset;
-        loop {
-            let batch = self
-                .block_on(batches.try_next())?
-                .map_err(|e| lance_error(path, e))?;
-            let Some(batch) = batch else {
-                return Ok(ControlFlow::Continue(()));
-            };
-            let rows = Rows::of(&batch).ok_or_else(|| {
-                Error::at(
-                    ErrorCode::NotCompactJsonl,
-                    path,
-                    "a column of the compact-jsonl schema has another type",
-                )
-            })?;
-            for i in 0..batch.num_rows() {
-                row += 1;
-                let next = Resume {
-                    part: 0,
-                    offset: row,
-                    line: 0,
-                };
-                let flow = rows.deliver(i, dir, &mut offload, next, sink)?;
-                if flow.is_break() {
-                    return Ok(flow);
-                }
-            }
+        scanner.project(columns)?;
+        if let Some(filter) = row_filter(&self.wanted) {
+            scanner.filter_expr(filter);
         }
+        if self.offset > 0 {
+            scanner.limit(None, Some(self.offset as i64))?;
+        }
+        scanner
+            .scan_in_order(true)
+            .batch_size(BATCH_ROWS)
+            .batch_size_bytes(BATCH_BYTES);
+        scanner.try_into_stream().await
     }
+}
+
+/// Reads the scan with the viewer's credentials: Lance opens files by
+/// path, so the kernel, not a check made beforehand, decides what it may
+/// read, whatever a writer swaps in meanwhile. The scan runs on a thread
+/// of its own that takes the viewer's uid, gid and groups (Linux
+/// credentials are per thread), with a runtime whose every thread does
+/// the same, and a session of its own (no metadata cached for another
+/// user). Batches come back through a two-batch channel.
+fn as_viewer(
+    viewer: &Viewer,
+    scan: &Scan,
+    path: &std::path::Path,
+    deliver: impl FnOnce(&mut dyn FnMut() -> Result<Option<RecordBatch>>) -> Result<ControlFlow<()>>,
+) -> Result<ControlFlow<()>> {
+    let (sender, batches) = mpsc::sync_channel::<Result<RecordBatch>>(2);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || {
+            let failed = |e: Error| {
+                let _ = sender.send(Err(e));
+            };
+            if let Err(e) = viewer.become_on_this_thread() {
+                return failed(Error::reading(ErrorCode::Io, path, &e));
+            }
+            let thread_viewer = viewer.clone();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .on_thread_start(move || {
+                    // A thread started by one already running as the
+                    // viewer inherits its credentials; one started by
+                    // another thread of the daemon takes them here. One
+                    // that cannot must not run the viewer's I/O as the
+                    // daemon, and failing it would leave the read waiting
+                    // for good: the process stops instead (the daemon
+                    // could take credentials a moment ago, so this is a
+                    // broken system, not a hostile input).
+                    if rustix::process::geteuid().as_raw() == thread_viewer.uid {
+                        return;
+                    }
+                    if let Err(e) = thread_viewer.become_on_this_thread() {
+                        eprintln!("pchronicle: a reader thread could not take a viewer's credentials ({e}); stopping");
+                        std::process::abort();
+                    }
+                })
+                .build();
+            let runtime = match runtime {
+                Ok(runtime) => runtime,
+                Err(e) => return failed(Error::reading(ErrorCode::Lance, path, &e)),
+            };
+            runtime.block_on(async {
+                let mut stream = match scan.open(Arc::new(Session::default())).await {
+                    Ok(stream) => stream,
+                    Err(e) => return failed(lance_error(path, e)),
+                };
+                loop {
+                    let next = match stream.try_next().await {
+                        Ok(Some(batch)) => Ok(batch),
+                        Ok(None) => return,
+                        Err(e) => Err(lance_error(path, e)),
+                    };
+                    let stop = next.is_err();
+                    if sender.send(next).is_err() || stop {
+                        return;
+                    }
+                }
+            });
+        });
+        let delivered = deliver(&mut || match batches.recv() {
+            Ok(batch) => batch.map(Some),
+            Err(_) => Ok(None),
+        });
+        // Dropping the receiver ends the reader at its next batch.
+        drop(batches);
+        if reader.join().is_err() {
+            return Err(Error::at(
+                ErrorCode::Lance,
+                path,
+                "the reader thread failed (it could not take the viewer's credentials)",
+            ));
+        }
+        delivered
+    })
 }
 
 /// The filter Lance applies for `wanted`, if any.
@@ -252,4 +358,74 @@ fn open_offloaded(
         .map_err(|e| Error::io(&where_, &e))?;
     let len = stat.len();
     Ok((file.take(len), len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::compact::ImportMode;
+    use std::os::unix::fs::PermissionsExt;
+
+    struct Count(usize);
+
+    impl RecordSink for Count {
+        fn record(&mut self, _: Record<'_>, _: Resume) -> std::io::Result<ControlFlow<()>> {
+            self.0 += 1;
+            Ok(ControlFlow::Continue(()))
+        }
+    }
+
+    /// The viewer's rows are read with the viewer's credentials: a data
+    /// file the viewer may not read fails in the kernel even when no check
+    /// before the read looked at it (as after a swap).
+    #[test]
+    fn a_viewers_rows_are_read_with_the_viewers_credentials() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: switching credentials needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let source = dir.path().join("a.jsonl");
+        std::fs::write(&source, "{\"a\":1}\n{\"a\":2}\n").unwrap();
+        let leaf = dir.path().join("leaf");
+        let store = CompactJsonlStore::default();
+        store
+            .import_path(&source, &leaf, ImportMode::Create)
+            .unwrap();
+        let nobody = Arc::new(Viewer {
+            uid: 65534,
+            gid: 65534,
+            groups: Vec::new(),
+        });
+        let read_as = |viewer: Option<Arc<Viewer>>| {
+            let opened = Dir::open_root(&leaf).unwrap().viewed_by(viewer).unwrap();
+            let mut count = Count(0);
+            store
+                .read_rows(
+                    &opened,
+                    None,
+                    Resume::default(),
+                    &Wanted::default(),
+                    &mut count,
+                )
+                .map(|_| count.0)
+        };
+        assert_eq!(read_as(Some(Arc::clone(&nobody))).unwrap(), 2);
+        for entry in std::fs::read_dir(leaf.join("data")).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let refused = read_as(Some(nobody)).unwrap_err();
+        assert!(
+            refused.message.to_lowercase().contains("permission denied"),
+            "{}",
+            refused.render()
+        );
+        assert_eq!(
+            read_as(None).unwrap(),
+            2,
+            "the daemon's own reads are unchanged"
+        );
+    }
 }
