@@ -205,15 +205,10 @@ impl QueryArgs {
         let (catalog, rel) = Catalog::for_path(&self.path, self.walk.options())?;
         let stdout = io::stdout();
         let mut out = io::BufWriter::with_capacity(OUT_BUFFER, stdout.lock());
-        query::run(
-            Arc::new(catalog),
-            &rel,
-            selection,
-            &self.sql,
-            format,
-            &mut out,
-        )
-        .map_err(|e| at_user_path(e, &self.path))?;
+        let catalog = Arc::new(catalog);
+        let warnings = query::run(catalog, &rel, selection, &self.sql, format, &mut out)
+            .map_err(|e| at_user_path(e, &self.path))?;
+        super::table::warn(&warnings, false);
         Ok(ExitCode::SUCCESS)
     }
 }

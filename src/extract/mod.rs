@@ -98,6 +98,10 @@ impl Plan {
                 if source.file == "." {
                     return Err(Error::at(ErrorCode::FormatUnsupported, rel, message));
                 }
+                // The Snapshot already warned that the format cannot be
+                // opened; say once more only what that means here.
+                warnings
+                    .retain(|w| !(w.code == ErrorCode::FormatUnsupported && w.path == source.file));
                 warnings.push(Warning {
                     code: ErrorCode::FormatUnsupported,
                     path: source.file.clone(),

@@ -13,7 +13,7 @@ use super::ResultFormat;
 use super::print::Printer;
 use super::records::RecordsTable;
 use super::sources::SourcesTable;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Warning};
 use crate::error::{Error, ErrorCode, Result};
 use crate::extract::{Plan, Selection, Shape};
 
@@ -24,7 +24,7 @@ pub(super) fn run(
     sql: &str,
     format: ResultFormat,
     out: &mut dyn std::io::Write,
-) -> Result<()> {
+) -> Result<Vec<Warning>> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -38,14 +38,7 @@ pub(super) fn run(
             )
         })?;
     let plan = Plan::new(&catalog, rel, selection.clone(), Shape::Plain)?;
-    for warning in plan.warnings() {
-        log::warn!(
-            "warning[{}]: {}: {}",
-            warning.code,
-            warning.path,
-            warning.message
-        );
-    }
+    let warnings = plan.warnings().to_vec();
     let records = RecordsTable::new(plan, Arc::clone(&catalog), threads);
     let sources = SourcesTable::new(Arc::clone(&catalog), rel.to_path_buf(), selection);
     let config = SessionConfig::new()
@@ -73,7 +66,8 @@ pub(super) fn run(
         }
         printer.finish();
         printer.error().map_or(Ok(()), Err)
-    })
+    })?;
+    Ok(warnings)
 }
 
 /// An error of the SQL itself, with the position it names shown under

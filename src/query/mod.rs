@@ -41,7 +41,7 @@ pub enum ResultFormat {
 }
 
 /// Runs `sql` over the Snapshot of `rel` narrowed by `selection`, writing
-/// the result to `out`.
+/// the result to `out`; returns what the Snapshot warned about.
 pub fn run(
     catalog: std::sync::Arc<Catalog>,
     rel: &Path,
@@ -49,7 +49,7 @@ pub fn run(
     sql: &str,
     format: ResultFormat,
     out: &mut dyn std::io::Write,
-) -> Result<()> {
+) -> Result<Vec<crate::catalog::Warning>> {
     #[cfg(feature = "sql")]
     {
         engine::run(catalog, rel, selection, sql, format, out)
