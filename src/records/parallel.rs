@@ -90,16 +90,17 @@ fn next_cut(file: &File, from: u64, size: u64) -> io::Result<u64> {
 }
 
 /// `pread`-based reader over one byte range of a file, so several threads
-/// can read one file without sharing a cursor.
-struct RangeReader<'a> {
-    file: &'a File,
-    pos: u64,
-    end: u64,
+/// can read one file without sharing a cursor (and the file's own
+/// position, shared with its duplicates, never moves).
+pub(super) struct RangeReader<'a> {
+    pub(super) file: &'a File,
+    pub(super) pos: u64,
+    pub(super) end: u64,
 }
 
 impl Read for RangeReader<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let want = (self.end - self.pos).min(out.len() as u64) as usize;
+        let want = self.end.saturating_sub(self.pos).min(out.len() as u64) as usize;
         if want == 0 {
             return Ok(0);
         }

@@ -15,6 +15,7 @@ use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::parallel::RangeReader;
 use super::read_parallel::Ended;
 use super::scan::RecordScanner;
 use super::segments::{OversizeSegment, SegmentVisitor, for_each_segment_sized};
@@ -142,7 +143,7 @@ pub(super) fn read_serial(
         sink,
         stopped: false,
     };
-    let from_offset = FromOffset {
+    let from_offset = RangeReader {
         file,
         pos: from.offset,
         end: size,
@@ -179,26 +180,6 @@ fn parallel_threads(left: u64) -> usize {
     }
     let cap = MAX_THREADS.load(Ordering::Relaxed);
     std::thread::available_parallelism().map_or(1, |n| n.get().min(cap))
-}
-
-/// Reads a file from a byte offset up to `end` with `pread`, so the
-/// file's own position (shared with its duplicates) is never moved.
-struct FromOffset<'f> {
-    file: &'f File,
-    pos: u64,
-    end: u64,
-}
-
-impl Read for FromOffset<'_> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let want = (self.end.saturating_sub(self.pos)).min(out.len() as u64) as usize;
-        if want == 0 {
-            return Ok(0);
-        }
-        let n = self.file.read_at(&mut out[..want], self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
 }
 
 /// `len` bytes of a file from `pos`.
@@ -382,7 +363,7 @@ fn read_document(
         )));
     }
     let mut text = Vec::with_capacity(size as usize);
-    FromOffset {
+    RangeReader {
         file,
         pos: 0,
         end: size,
