@@ -8,9 +8,8 @@ use clap::Args;
 
 use super::records::FilterArgs;
 use super::{WalkArgs, table};
-use crate::catalog::{Catalog, Snapshot};
+use crate::catalog::Catalog;
 use crate::error::{Error, Result};
-use crate::extract::Selection;
 
 // The flags of `ls`.
 #[derive(Args, Debug)]
@@ -51,7 +50,7 @@ impl LsArgs {
         let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
         if sources {
             let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
-            let snapshot = selected(snapshot, &selection);
+            let snapshot = selection.narrow(snapshot);
             if json {
                 print!("{}", snapshot.sources_jsonl());
             } else {
@@ -100,7 +99,7 @@ impl StatsArgs {
         let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
         let stats = if selection.narrows() {
             let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
-            selected(snapshot, &selection).stats()
+            selection.narrow(snapshot).stats()
         } else {
             catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?
         };
@@ -112,14 +111,6 @@ impl StatsArgs {
         table::warn(&stats.warnings, stats.truncated);
         Ok(ExitCode::SUCCESS)
     }
-}
-
-/// The Snapshot with only the sources `selection` may match.
-fn selected(mut snapshot: Snapshot, selection: &Selection) -> Snapshot {
-    snapshot
-        .sources
-        .retain(|source| selection.may_match(source));
-    snapshot
 }
 
 /// Errors name the path as the user typed it, not the catalog-relative one.

@@ -74,8 +74,6 @@ pub struct Plan {
     sources: Vec<Source>,
     selection: Selection,
     shape: Shape,
-    /// Sources of the Snapshot the selection left out unread.
-    pruned: usize,
     warnings: Vec<Warning>,
 }
 
@@ -113,7 +111,6 @@ impl Plan {
         }
         Ok(Plan {
             base: rel.to_path_buf(),
-            pruned: total - sources.len(),
             sources,
             selection,
             shape,
@@ -124,11 +121,6 @@ impl Plan {
     /// The sources that will be read, in order.
     pub fn sources(&self) -> &[Source] {
         &self.sources
-    }
-
-    /// How many sources the selection left out without reading them.
-    pub fn pruned(&self) -> usize {
-        self.pruned
     }
 
     /// What the Snapshot warned about (unreadable directories, bounds).
@@ -212,7 +204,6 @@ impl Plan {
                 .collect(),
             selection: self.selection.clone(),
             shape: self.shape,
-            pruned: self.pruned,
             warnings: Vec::new(),
         }
     }

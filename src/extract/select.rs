@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::catalog::Source;
+use crate::catalog::{Snapshot, Source};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::timestamp::{self, Micros};
 
@@ -151,22 +151,11 @@ impl Selection {
         true
     }
 
-    /// The filters as JSON, for answers that report what they selected.
-    pub fn describe(&self) -> serde_json::Value {
-        let mut out = serde_json::Map::new();
-        if !self.attrs.is_empty() {
-            out.insert("where".into(), serde_json::json!(self.attrs));
-        }
-        if let Some(since) = self.since {
-            out.insert("since".into(), timestamp::format_rfc3339(since).into());
-        }
-        if let Some(until) = self.until {
-            out.insert("until".into(), timestamp::format_rfc3339(until).into());
-        }
-        if let Some(glob) = &self.file {
-            out.insert("file".into(), glob.pattern.clone().into());
-        }
-        serde_json::Value::Object(out)
+    /// `snapshot` with only the sources this selection may match, whole
+    /// (what `ls --sources` and `stats` show under filters).
+    pub fn narrow(&self, mut snapshot: Snapshot) -> Snapshot {
+        snapshot.sources.retain(|source| self.may_match(source));
+        snapshot
     }
 }
 
@@ -176,7 +165,6 @@ impl Selection {
 /// character.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Glob {
-    pattern: String,
     tokens: Vec<Token>,
 }
 
@@ -250,14 +238,7 @@ impl Glob {
                 c => Token::Literal(c),
             });
         }
-        Ok(Glob {
-            pattern: pattern.to_string(),
-            tokens,
-        })
-    }
-
-    pub fn pattern(&self) -> &str {
-        &self.pattern
+        Ok(Glob { tokens })
     }
 
     /// Whether `text` matches the whole pattern.

@@ -147,11 +147,6 @@ impl RecordsStream {
         }
     }
 
-    /// The output's length, when a read has reached its end.
-    pub fn known_len(&self) -> Option<u64> {
-        self.state.lock().end
-    }
-
     /// Up to `size` bytes at `offset` (fewer only at the end).
     pub fn read(&self, offset: u64, size: usize) -> Result<Vec<u8>> {
         let mut state = self.state.lock();

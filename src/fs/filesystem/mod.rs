@@ -162,10 +162,7 @@ impl WarehouseFs {
         };
         let ttl = self.options.attr_ttl;
         if let Some(which) = Synthetic::from_name(name) {
-            let owner = self.dir_node(&parent_rel)?;
-            if !which.belongs_in(owner.kind) {
-                return Err(Errno::ENOENT.into());
-            }
+            let owner = self.synthetic_owner(&parent_rel, which)?;
             let ino = self.child_ino(parent, name)?;
             if which == Synthetic::Records {
                 return Ok(Entry {
@@ -223,10 +220,7 @@ impl WarehouseFs {
                 Ok((node_attr(ino, &node), self.options.attr_ttl))
             }
             Target::Synthetic { rel, which, .. } => {
-                let owner = self.dir_node(&rel)?;
-                if !which.belongs_in(owner.kind) {
-                    return Err(Errno::ENOENT.into());
-                }
+                let owner = self.synthetic_owner(&rel, which)?;
                 // `.records` says 0 bytes, as /proc files do: its length is
                 // known only by producing it (see docs/filesystem.md).
                 let len = match which {
@@ -250,10 +244,7 @@ impl WarehouseFs {
         }
         let (handle, keep_cache, direct_io) = match self.target(ino)?.0 {
             Target::Synthetic { rel, which, .. } => {
-                let owner = self.dir_node(&rel)?;
-                if !which.belongs_in(owner.kind) {
-                    return Err(Errno::ENOENT.into());
-                }
+                self.synthetic_owner(&rel, which)?;
                 let view = self.views.of(caller)?;
                 if which == Synthetic::Records {
                     let plan = Plan::new(&view.catalog, &rel, Selection::default(), Shape::Plain)?;
@@ -399,6 +390,16 @@ impl WarehouseFs {
             NodeKind::File => Err(Errno::ENOTDIR.into()),
             _ => Ok(node),
         }
+    }
+
+    /// The node at `rel` that carries the synthetic file `which`, or
+    /// `ENOENT` (`.records` only in dataset leaves).
+    fn synthetic_owner(&self, rel: &Path, which: Synthetic) -> Result<Node, FsError> {
+        let owner = self.dir_node(rel)?;
+        if !which.belongs_in(owner.kind) {
+            return Err(Errno::ENOENT.into());
+        }
+        Ok(owner)
     }
 
     fn child_ino(&self, parent: u64, name: &str) -> Result<u64, FsError> {
