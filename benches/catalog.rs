@@ -12,6 +12,9 @@
 //!   import's peak RSS;
 //! - appending one record to a session's shard (line and packed) in a
 //!   store of 100 and of 20,000 shards, against a bare `O_APPEND` write;
+//! - the same append inside a git work tree whose index holds 10,000 and
+//!   100,000 files, with the bytes of git's files each append reads, as
+//!   usual and when git rewrote the index before every append;
 //! - loading every record of a record store at 1x and 10x size, against
 //!   reading its bytes;
 //! - building a sidecar index over a large cohort (MB/s), and looking one
@@ -23,6 +26,7 @@
 //! `PCHRONICLE_BENCH_COMPACT_LEAVES` (default 1000),
 //! `PCHRONICLE_BENCH_IMPORT_MB` (default 1024),
 //! `PCHRONICLE_BENCH_STORE_SHARDS` (default 20000),
+//! `PCHRONICLE_BENCH_GIT_FILES` (default 10000; 10x is measured too),
 //! `PCHRONICLE_BENCH_INDEX_RECORDS` (default 1000000),
 //! `PCHRONICLE_BENCH_DIR` (default: the system temp directory).
 //!
@@ -441,6 +445,7 @@ fn main() {
     bench_compact_leaves(dir.path());
     bench_import(dir.path());
     bench_append(dir.path());
+    bench_append_in_git(dir.path());
     bench_load_store(dir.path());
     bench_sidecar(dir.path());
 }
@@ -578,6 +583,108 @@ fn bench_append(dir: &Path) {
                 median.as_secs_f64() / native.as_secs_f64()
             );
         }
+    }
+}
+
+/// `git ARGS` in `dir` with no user configuration, `stdin` fed to it.
+fn git(dir: &Path, args: &[&str], stdin: &[u8]) {
+    use std::process::Stdio;
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("git runs");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    assert!(child.wait().unwrap().success(), "git {args:?}");
+}
+
+fn bench_append_in_git(dir: &Path) {
+    use pchronicle::shards::git::bytes_read;
+    use pchronicle::shards::{ShardFormat, Writer};
+    let files = env_usize("PCHRONICLE_BENCH_GIT_FILES", 10_000);
+    let record = br#"{"id":"r-0000000001","session":"bench","ts":"2026-11-30T10:00:00Z","role":"assistant","content":"ran the tests, 3 passed"}"#;
+    println!("append one record inside a git work tree (median / p99 of 2,000 appends)");
+    for scale in [1, 10] {
+        let count = files * scale;
+        let repo = dir.join(format!("git-{count}"));
+        fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"], b"");
+        // An index of `count` files (one empty blob), committed.
+        git(&repo, &["hash-object", "-w", "--stdin"], b"");
+        let mut entries = Vec::new();
+        for i in 0..count {
+            writeln!(
+                entries,
+                "100644 e69de29bb2d1d6434b8b29ae775ad8c2e48c5391\tsrc/m{:03}/f{i:07}.txt",
+                i % 1000
+            )
+            .unwrap();
+        }
+        git(&repo, &["update-index", "--index-info"], &entries);
+        git(&repo, &["commit", "-q", "-m", "files"], b"");
+        let index = repo.join(".git/index");
+        let index_len = fs::metadata(&index).unwrap().len();
+        let store = repo.join("records/journal");
+        let native_file = repo.join("native.jsonl");
+        let (native, _) = percentiles(2_000, || {
+            let mut f = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&native_file)
+                .unwrap();
+            f.write_all(record).unwrap();
+            f.write_all(b"\n").unwrap();
+        });
+        let mut writer = Writer::open(&store, "bench", ShardFormat::Line).unwrap();
+        for _ in 0..50 {
+            writer.append(record).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        writer.append(record).unwrap();
+        let before = bytes_read();
+        let (median, p99) = percentiles(2_000, || {
+            writer.append(record).unwrap();
+        });
+        let steady = (bytes_read() - before) as f64 / 2_000.0;
+        // git rewrote the index before every append (as `git add` of
+        // another file would): the index is searched each time.
+        let mut searched_bytes = 0;
+        let mut times = Vec::with_capacity(200);
+        for i in 0..200u64 {
+            let later = std::time::SystemTime::now() + Duration::from_secs(i + 1);
+            fs::File::options()
+                .write(true)
+                .open(&index)
+                .unwrap()
+                .set_modified(later)
+                .unwrap();
+            let before = bytes_read();
+            times.push(timed(|| {
+                writer.append(record).unwrap();
+            }));
+            searched_bytes += bytes_read() - before;
+        }
+        times.sort();
+        println!(
+            "  {count} files in git's index ({index_len} bytes): append {:.3} / {:.3} ms, ratio to bare write {:.1}x (goal: median <= 0.1 ms); {steady:.0} bytes of git files read per append",
+            ms(median),
+            ms(p99),
+            median.as_secs_f64() / native.as_secs_f64()
+        );
+        println!(
+            "    index rewritten before every append: {:.3} ms median, {} bytes of git files read per append",
+            ms(times[times.len() / 2]),
+            searched_bytes / 200
+        );
     }
 }
 

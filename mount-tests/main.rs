@@ -17,17 +17,3 @@ mod lifecycle;
 mod records;
 mod tools;
 mod tree;
-
-use std::path::Path;
-
-#[test]
-fn fuse_device_is_usable() {
-    // Fails under PCHRONICLE_REQUIRE_FUSE=1 when mounting is impossible.
-    harness::fuse_usable();
-}
-
-#[test]
-fn pchronicle_binary_is_built() {
-    let binary = Path::new(env!("CARGO_BIN_EXE_pchronicle"));
-    assert!(binary.is_file(), "{} is missing", binary.display());
-}

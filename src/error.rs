@@ -157,13 +157,13 @@ error_codes! {
         "Convert a .json document to JSON Lines first (`jq -c '.[]' FILE.json > FILE.jsonl`), then build the index over that.";
     IndexManifestInvalid => "PCHRONICLE_INDEX_MANIFEST_INVALID",
         "a record file's FILE.indexes.json is not a valid index manifest (malformed JSON, unknown fields, another schema)",
-        "Rebuild an index to rewrite it (`pchronicle index build FILE --key a,b`), or delete FILE.indexes.json and run `pchronicle index list FILE` to fall back to the directory.";
+        "Move FILE.indexes.json aside and look at it: it may name indexes whose keys only it records. Then `pchronicle index list FILE` finds the index files by name, and the next `pchronicle index build` writes a new manifest (a build refuses to replace a malformed one).";
     IndexManifestStale => "PCHRONICLE_INDEX_MANIFEST_STALE",
         "FILE.indexes.json names an index file that no longer exists",
         "Rebuild that index with `pchronicle index build FILE --key a,b`, or forget it with `pchronicle index drop FILE --key a,b` (the message names the key).";
     LookupKeyMismatch => "PCHRONICLE_LOOKUP_KEY_MISMATCH",
-        "the key or values given do not match the index: other fields, another order, a missing field, or a value of the wrong type",
-        "Give the full key in the index's order with one value per field (`pchronicle index list FILE` shows the keys and their types).";
+        "the key or values given do not match the index: other fields, another order, a partial key, a missing value, or a value of the wrong type",
+        "Give the full key in the index's order, one value per field: `--key a=x --key b=y`, or `--key a,b --value x --value y` (`pchronicle index list FILE` shows the keys and their types).";
     CountCacheNewer => "PCHRONICLE_COUNT_CACHE_NEWER",
         "the persisted count cache was written by a newer pchronicle (a higher schema); it is left untouched",
         "Upgrade pchronicle, or mount with `--cache-file PATH` to keep this version's cache elsewhere (or `--no-cache` to run without one).";

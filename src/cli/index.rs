@@ -124,13 +124,16 @@ impl IndexArgs {
 pub(super) struct LookupArgs {
     /// A .jsonl, .ndjson or .jsonseq record file with an index.
     file: PathBuf,
-    /// The key fields in the index's order, `a,b`; or `a=x,b=y` with
-    /// the values inline.
-    #[arg(long, value_name = "FIELDS")]
-    key: String,
-    /// The values, in key order, `x,y`.
-    #[arg(long, value_name = "VALUES")]
-    value: Option<String>,
+    /// One key field and its value, `NAME=VALUE`, repeated for each field
+    /// in the index's order; or, with --value, the field names `a,b`. A
+    /// value is taken as given, commas and `=` included.
+    #[arg(long, value_name = "NAME=VALUE", required = true)]
+    key: Vec<String>,
+    /// A value, in key order, repeated for each field. A single --value
+    /// for a key of several fields is split on commas (`x,1`); give each
+    /// value its own --value when one holds a comma.
+    #[arg(long, value_name = "VALUE")]
+    value: Vec<String>,
     /// Print `{"matches": N, "records": [...]}` instead of JSON Lines.
     #[arg(long)]
     json: bool,
@@ -144,7 +147,7 @@ impl LookupArgs {
             value,
             json,
         } = self;
-        let (fields, values) = sidecar::parse_lookup_key(&key, value.as_deref())?;
+        let (fields, values) = sidecar::parse_lookup_key(&key, &value)?;
         let records = sidecar::lookup::lookup(&file, &fields, &values)?;
         if json {
             let parsed: Vec<serde_json::Value> = records

@@ -23,6 +23,7 @@
 //! in `writer.rs`, the rule in [`rotation`]; this file validates records
 //! and appends a batch of them.
 
+pub mod git;
 pub mod rotation;
 
 mod names;
@@ -146,6 +147,11 @@ pub fn describe(sealed: Sealed) -> &'static str {
         Sealed::Full => "the shard reached 2 MiB",
         Sealed::FormatChanged => "the shard's format is not the one asked for",
         Sealed::Indexed => "a sidecar index covers the shard",
+        Sealed::HeadMoved => "git's HEAD is on another branch or commit",
+        Sealed::ReflogMoved => "git's HEAD moved (its reflog changed)",
+        Sealed::IndexLocked => "git's index is locked (a stage or commit is under way)",
+        Sealed::InGitIndex => "git's index holds the shard (staged or committed)",
+        Sealed::GitUnreadable => "git's files could not be read",
     }
 }
 

@@ -10,7 +10,13 @@
 //!    (or a writer died mid-record, leaving a torn tail);
 //! 3. it is under [`MAX_SHARD_BYTES`];
 //! 4. its extension matches the packed setting;
-//! 5. no sidecar index covers it ([`crate::sidecar::covers`]).
+//! 5. no sidecar index covers it: neither its discovery manifest nor any
+//!    index file of it exists ([`crate::sidecar::covers`], and a listing
+//!    of the store whenever the store changed since the last one);
+//! 6. when the store lives in a git work tree ([`super::git`]): HEAD is on
+//!    the same branch and commit, HEAD's reflog has the same size, no
+//!    `index.lock` exists, and git's index holds the shard neither staged
+//!    nor committed.
 //!
 //! Otherwise the writer starts a new shard, and the old one is sealed for
 //! good: nothing in the rule can make a failed condition hold again for an
@@ -18,18 +24,20 @@
 //! hint: losing it, tearing it or shaping it wrongly costs a new shard,
 //! never an append to a sealed one.
 
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::git::{Facts, GitState, Repo};
 use super::{ShardFormat, ShardName};
 
 /// A shard at or over this size is sealed.
 pub const MAX_SHARD_BYTES: u64 = 2 << 20;
 
 /// The writer state's schema version.
-pub const STATE_SCHEMA: u32 = 1;
+pub const STATE_SCHEMA: u32 = 2;
 
 /// What a writer remembers of its last shard (a hint, never the truth).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +50,27 @@ pub struct ShardState {
     pub size: u64,
     pub dev: u64,
     pub ino: u64,
+    /// The store directory's mtime when a listing last found no index
+    /// file of the shard in it (`None`: not listed yet).
+    pub listed: Option<i64>,
+    /// Git as the writer last saw it; `None` outside a work tree.
+    pub git: Option<GitState>,
+}
+
+/// Git as it is just before an append, for the rule.
+#[derive(Debug)]
+pub struct Git<'a> {
+    pub repo: &'a Repo,
+    pub facts: io::Result<Facts>,
+}
+
+/// The rule's yes: the shard to append to, and what the writer's state
+/// should now remember beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reuse<'a> {
+    pub shard: &'a str,
+    pub listed: Option<i64>,
+    pub git: Option<GitState>,
 }
 
 /// Why a writer may not append to its last shard.
@@ -60,6 +89,17 @@ pub enum Sealed {
     FormatChanged,
     /// A sidecar index covers the shard.
     Indexed,
+    /// HEAD is on another branch or commit than at the last append (or
+    /// the store moved into or out of a git work tree).
+    HeadMoved,
+    /// HEAD's reflog grew or shrank: HEAD moved, perhaps and came back.
+    ReflogMoved,
+    /// git's `index.lock` exists: a stage or commit is under way.
+    IndexLocked,
+    /// git's index holds the shard: it is staged or committed.
+    InGitIndex,
+    /// git's files could not be read (the writer logs why).
+    GitUnreadable,
 }
 
 /// Reads a state file's bytes; anything unusable is `None`.
@@ -70,13 +110,15 @@ pub fn parse_state(bytes: &[u8]) -> Option<ShardState> {
 }
 
 /// The rotation rule. `Ok` with the shard's name when the writer may
-/// append to it; otherwise why not.
+/// append to it; otherwise why not. `git` is the work tree the store lives
+/// in, with its facts read just now.
 pub fn reusable<'a>(
     state: Option<&'a ShardState>,
     session: &str,
     format: ShardFormat,
     store: &Path,
-) -> Result<&'a str, Sealed> {
+    git: Option<&Git<'_>>,
+) -> Result<Reuse<'a>, Sealed> {
     let state = state.ok_or(Sealed::NoState)?;
     let name = ShardName::parse(&state.shard).ok_or(Sealed::NoState)?;
     if name.session != session || name.token.is_none() {
@@ -99,7 +141,86 @@ pub fn reusable<'a>(
     if crate::sidecar::covers(&path) {
         return Err(Sealed::Indexed);
     }
-    Ok(&state.shard)
+    let git = match (git, &state.git) {
+        (None, None) => None,
+        (Some(git), Some(seen)) => Some(git_allows(git, seen, &path, &meta)?),
+        _ => return Err(Sealed::HeadMoved),
+    };
+    let listed = unindexed(store, &state.shard, state.listed)?;
+    Ok(Reuse {
+        shard: &state.shard,
+        listed,
+        git,
+    })
+}
+
+/// Condition 6: what git says. Returns what to remember of it.
+fn git_allows(
+    git: &Git<'_>,
+    seen: &GitState,
+    shard: &Path,
+    meta: &std::fs::Metadata,
+) -> Result<GitState, Sealed> {
+    let facts = git.facts.as_ref().map_err(|_| Sealed::GitUnreadable)?;
+    if !facts.head_is(seen) {
+        return Err(Sealed::HeadMoved);
+    }
+    if facts.reflog != seen.reflog {
+        return Err(Sealed::ReflogMoved);
+    }
+    if facts.locked {
+        return Err(Sealed::IndexLocked);
+    }
+    let Some(index) = facts.index else {
+        return Ok(facts.state(None));
+    };
+    // Staging or committing the shard rewrites the index (a new file)
+    // after the shard's last write: an index that is the one already
+    // searched and older than that write cannot hold it.
+    let written = crate::warehouse::mtime_ns(meta);
+    if seen.index == Some(index) && index.mtime_ns < written {
+        return Ok(facts.state(Some(index)));
+    }
+    match git.repo.index_holds(shard) {
+        Ok(false) => Ok(facts.state(Some(index))),
+        Ok(true) => Err(Sealed::InGitIndex),
+        Err(e) => {
+            log::warn!("{e}");
+            Err(Sealed::GitUnreadable)
+        }
+    }
+}
+
+/// How long a store must have been unchanged before a listing of it is
+/// trusted until it changes again: more than one tick of the coarse clock
+/// file times are taken from, so an index file created just after the
+/// listing cannot share the directory mtime the listing saw.
+const LISTING_SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Condition 5 for an index file with no manifest: the store is listed
+/// when it changed since `listed` (its mtime then). Returns the mtime to
+/// remember (`None` when the listing came too soon after a change).
+fn unindexed(store: &Path, shard: &str, listed: Option<i64>) -> Result<Option<i64>, Sealed> {
+    let before = std::fs::metadata(store).map_err(|_| Sealed::Missing)?;
+    let mtime = crate::warehouse::mtime_ns(&before);
+    if listed == Some(mtime) {
+        return Ok(listed);
+    }
+    let entries = std::fs::read_dir(store).map_err(|_| Sealed::Indexed)?;
+    for entry in entries {
+        let entry = entry.map_err(|_| Sealed::Indexed)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".idx") && crate::sidecar::cohort_of(name) == Some(shard) {
+            return Err(Sealed::Indexed);
+        }
+    }
+    let settled = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|now| now.checked_sub(LISTING_SETTLE))
+        .is_some_and(|cutoff| i128::from(mtime) < cutoff.as_nanos() as i128);
+    Ok(settled.then_some(mtime))
 }
 
 #[cfg(test)]
@@ -108,15 +229,15 @@ mod tests {
 
     #[test]
     fn state_parsing_refuses_what_is_not_a_current_state() {
-        let good = br#"{"schema":1,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1,"ino":2}"#;
+        let good = br#"{"schema":2,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1,"ino":2,"listed":null,"git":null}"#;
         assert!(parse_state(good).is_some());
         for bad in [
             &b""[..],
             b"{",
-            br#"{"schema":2,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1,"ino":2}"#,
-            br#"{"schema":1,"shard":"s.0a1b2c3d.jsonl","size":-3,"dev":1,"ino":2}"#,
-            br#"{"schema":1,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1}"#,
-            br#"{"schema":1,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1,"ino":2,"x":0}"#,
+            br#"{"schema":1,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1,"ino":2}"#,
+            br#"{"schema":2,"shard":"s.0a1b2c3d.jsonl","size":-3,"dev":1,"ino":2,"listed":null,"git":null}"#,
+            br#"{"schema":2,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1,"listed":null,"git":null}"#,
+            br#"{"schema":2,"shard":"s.0a1b2c3d.jsonl","size":3,"dev":1,"ino":2,"listed":null,"git":null,"x":0}"#,
             br#"[1,2]"#,
         ] {
             assert!(
@@ -142,9 +263,11 @@ mod tests {
                 size: 0,
                 dev: 0,
                 ino: 0,
+                listed: None,
+                git: None,
             };
             assert_eq!(
-                reusable(Some(&state), "s", ShardFormat::Line, dir.path()),
+                reusable(Some(&state), "s", ShardFormat::Line, dir.path(), None),
                 Err(Sealed::NoState),
                 "{shard}"
             );

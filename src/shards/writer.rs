@@ -15,8 +15,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::git::Repo;
 use super::names::new_token;
-use super::rotation::{self, STATE_SCHEMA, ShardState};
+use super::rotation::{self, Git, STATE_SCHEMA, ShardState};
 use super::{RECORD_SEPARATOR, SessionId, ShardFormat, ShardName, describe};
 use crate::error::{Error, ErrorCode, Result};
 use crate::sidecar::status::InvalidatedSidecar;
@@ -46,6 +47,8 @@ pub struct Writer {
     /// symlink anywhere below the warehouse.
     state_dir: Dir,
     state_name: String,
+    /// The git work tree the store lives in.
+    repo: Option<Repo>,
     /// Where this writer's last append ended (`None` before the first).
     memory: Option<ShardState>,
     /// The memory differs from the hint on disk.
@@ -73,6 +76,13 @@ impl Writer {
         let store = open_store(store)?;
         let (state_dir, state_name) = open_state_dir(&store, &session)?;
         let state_path = state_dir.path().join(&state_name);
+        let repo = Repo::discover(&store).map_err(|e| {
+            Error::at(
+                ErrorCode::Io,
+                &store,
+                format!("cannot tell whether the store is in a git work tree: {e}"),
+            )
+        })?;
         Ok(Writer {
             store,
             session,
@@ -80,6 +90,7 @@ impl Writer {
             state_path,
             state_dir,
             state_name,
+            repo,
             memory: None,
             dirty: false,
             flushed_at: Instant::now(),
@@ -137,11 +148,27 @@ impl Writer {
     /// Appends one record as a writer holding `state` would, touching
     /// neither this writer's memory nor the hint: the rule and the write.
     pub fn append_after(&self, state: Option<&ShardState>, record: &[u8]) -> Result<Appended> {
-        append_one(&self.store, &self.session, self.format, state, record)
+        let git = self.repo.as_ref().map(|repo| Git {
+            repo,
+            facts: repo.facts(),
+        });
+        append_one(
+            &self.store,
+            &self.session,
+            self.format,
+            state,
+            git.as_ref(),
+            record,
+        )
     }
 
     pub fn state_path(&self) -> &Path {
         &self.state_path
+    }
+
+    /// The git work tree the store lives in, if any.
+    pub fn repo(&self) -> Option<&Repo> {
+        self.repo.as_ref()
     }
 }
 
@@ -159,20 +186,33 @@ fn append_one(
     session: &SessionId,
     format: ShardFormat,
     state: Option<&ShardState>,
+    git: Option<&Git<'_>>,
     record: &[u8],
 ) -> Result<Appended> {
-    match rotation::reusable(state, session.as_str(), format, store) {
-        Ok(shard) => {
+    match rotation::reusable(state, session.as_str(), format, store, git) {
+        Ok(reuse) => {
             let state = state.expect("a reusable shard comes from a state");
-            continue_shard(&store.join(shard), state, format, record)
+            let state = ShardState {
+                listed: reuse.listed,
+                git: reuse.git,
+                ..state.clone()
+            };
+            continue_shard(&store.join(reuse.shard), &state, format, record)
         }
         Err(sealed) => {
+            if let Some(Git { facts: Err(e), .. }) = git {
+                log::warn!("session {}: {e}", session.as_str());
+            }
             log::debug!(
                 "session {}: new shard: {}",
                 session.as_str(),
                 describe(sealed)
             );
-            start_shard(store, session, format, record)
+            // A new shard has not been searched for in git's index yet.
+            let git = git
+                .and_then(|g| g.facts.as_ref().ok())
+                .map(|f| f.state(None));
+            start_shard(store, session, format, git, record)
         }
     }
 }
@@ -221,6 +261,7 @@ fn start_shard(
     store: &Path,
     session: &SessionId,
     format: ShardFormat,
+    git: Option<super::git::GitState>,
     record: &[u8],
 ) -> Result<Appended> {
     let (path, file) = create_shard(store, session, format)?;
@@ -245,6 +286,8 @@ fn start_shard(
             size: written,
             dev: meta.dev(),
             ino: meta.ino(),
+            listed: None,
+            git,
         },
         written,
         started: true,
@@ -340,8 +383,7 @@ fn open_state_dir(store: &Path, session: &SessionId) -> Result<(Dir, String)> {
     let rel = store.strip_prefix(warehouse).unwrap_or(Path::new(""));
     let shown = warehouse.join(STATE_DIR).join("shards").join(rel);
     let opened = (|| {
-        let mut dir = Dir::open_root(warehouse)?
-            .create_dir(STATE_DIR, 0o755)?
+        let mut dir = crate::warehouse::open_state(&Dir::open_root(warehouse)?)?
             .create_dir("shards", 0o755)?;
         for name in crate::warehouse::components(rel)? {
             dir = dir.create_dir(name, 0o755)?;
@@ -369,8 +411,8 @@ mod tests {
         assert!(first.invalidated_sidecars.is_empty());
         let mut writer = Writer::open(&store, "s", ShardFormat::Line).unwrap();
         let state = writer.load_state().unwrap();
-        let shard =
-            store.join(rotation::reusable(Some(&state), "s", ShardFormat::Line, &store).unwrap());
+        let reuse = rotation::reusable(Some(&state), "s", ShardFormat::Line, &store, None).unwrap();
+        let shard = store.join(reuse.shard);
 
         let plain = continue_shard(&shard, &state, ShardFormat::Line, br#"{"id":"b"}"#).unwrap();
         assert!(plain.invalidated.is_empty());

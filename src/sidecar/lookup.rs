@@ -9,16 +9,17 @@
 //! - the size is equal and the mtime moved (a copy or restore that kept
 //!   the bytes but not the timestamp): the cohort is hashed once and the
 //!   lookup refused only if the bytes differ. The digest is memoised per
-//!   (path, size, mtime), so such a cohort is hashed once per process, not
-//!   once per lookup. [`verify`] always hashes and never reads the memo.
+//!   (path, size, mtime), in the process and in the state directory
+//!   ([`persisted`]), so such a cohort is hashed once, not once per lookup
+//!   or per command. [`verify`] always hashes and never reads the memo.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -45,15 +46,25 @@ pub fn memoised_digest(cohort: &Path, size: u64, mtime_ns: i64) -> Option<[u8; 3
         .copied()
 }
 
-/// How many times this process hashed a whole cohort (for tests).
-static HASHES: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// How many whole cohorts this thread hashed (per thread, so tests
+    /// running side by side do not count each other's).
+    static HASHES: Cell<u64> = const { Cell::new(0) };
+}
 
+/// How many times the calling thread hashed a whole cohort (for tests).
 pub fn cohort_hashes() -> u64 {
-    HASHES.load(Ordering::Relaxed)
+    HASHES.with(Cell::get)
+}
+
+/// Forgets every digest this process memoised (the one on disk stays):
+/// what a new process starts with.
+pub fn forget_process_memo() {
+    memo().lock().clear();
 }
 
 fn hash_file(path: &Path) -> Result<[u8; 32]> {
-    HASHES.fetch_add(1, Ordering::Relaxed);
+    HASHES.with(|n| n.set(n.get() + 1));
     let mut file = File::open(path).map_err(|e| Error::io(path, &e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -87,7 +98,32 @@ fn stale(cohort: &Path, key: &[String], why: &str) -> Error {
 fn open_index(cohort: &Path, key: &[String]) -> Result<(PathBuf, File, u64)> {
     let path = index_path(cohort, key);
     let file = File::open(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::at(
+        std::io::ErrorKind::NotFound => missing(cohort, key),
+        _ => Error::io(&path, &e),
+    })?;
+    let len = file.metadata().map_err(|e| Error::io(&path, &e))?.len();
+    Ok((path, file, len))
+}
+
+/// No index over exactly `key`: a key mismatch when an index over the same
+/// fields in another order, or over more fields, exists (the full key in
+/// the index's order is required); else the index is missing.
+fn missing(cohort: &Path, key: &[String]) -> Error {
+    let known = super::manifest::list(cohort).unwrap_or_default();
+    let near = known
+        .iter()
+        .find(|e| e.key.len() >= key.len() && key.iter().all(|k| e.key.contains(k)));
+    match near {
+        Some(entry) => Error::at(
+            ErrorCode::LookupKeyMismatch,
+            cohort,
+            format!(
+                "the index is over {} and a lookup takes its full key in that order, not {}",
+                entry.key.join(","),
+                key.join(",")
+            ),
+        ),
+        None => Error::at(
             ErrorCode::IndexMissing,
             cohort,
             format!(
@@ -96,10 +132,7 @@ fn open_index(cohort: &Path, key: &[String]) -> Result<(PathBuf, File, u64)> {
                 rebuild_command(cohort, key)
             ),
         ),
-        _ => Error::io(&path, &e),
-    })?;
-    let len = file.metadata().map_err(|e| Error::io(&path, &e))?.len();
-    Ok((path, file, len))
+    }
 }
 
 /// Checks that an index describes `cohort` as it is now (the three
@@ -133,14 +166,17 @@ fn check_fresh(
     } else {
         let memo_key = (cohort.to_path_buf(), meta.len(), mtime_ns);
         let known = memo().lock().get(&memo_key).copied();
-        match known {
+        let known = known.or_else(|| persisted::get(cohort, meta.len(), mtime_ns));
+        let digest = match known {
             Some(digest) => digest,
             None => {
                 let digest = hash_file(cohort)?;
-                memo().lock().insert(memo_key, digest);
+                persisted::put(cohort, meta.len(), mtime_ns, &digest);
                 digest
             }
-        }
+        };
+        memo().lock().insert(memo_key, digest);
+        digest
     };
     if digest != h.cohort_sha256 {
         return Err(stale(
@@ -150,6 +186,87 @@ fn check_fresh(
         ));
     }
     Ok(())
+}
+
+/// The digest memo on disk: one small file per record file, in the
+/// state directory of the warehouse holding it (the nearest directory
+/// above it with a `.pchronicle/`, else its own directory), under
+/// `.pchronicle/digests/` when that is this user's and no one else's,
+/// else in this user's cache directory. A record written there only
+/// answers for the same canonical path, size and mtime. Failing to read
+/// or write it only costs a hash.
+pub mod persisted {
+    use std::path::{Path, PathBuf};
+
+    use serde::{Deserialize, Serialize};
+    use sha2::{Digest, Sha256};
+
+    use crate::warehouse::{self, Dir, Replace};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Memo {
+        path: PathBuf,
+        size: u64,
+        mtime_ns: i64,
+        sha256: String,
+    }
+
+    /// The memo's directory and the entry name for `cohort`.
+    fn place(cohort: &Path) -> Option<(Dir, String, PathBuf)> {
+        let cohort = std::fs::canonicalize(cohort).ok()?;
+        let parent = cohort.parent()?;
+        let root = parent
+            .ancestors()
+            .find(|d| {
+                std::fs::symlink_metadata(d.join(warehouse::STATE_DIR)).is_ok_and(|m| m.is_dir())
+            })
+            .unwrap_or(parent);
+        let root = Dir::open_root(root).ok()?;
+        let state = warehouse::state_dir(&root, warehouse::STATE_DIR, "digests").ok()?;
+        let digest = Sha256::digest(cohort.as_os_str().as_encoded_bytes());
+        let name: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        Some((state.dir, format!("{name}.json"), cohort))
+    }
+
+    /// The digest recorded for `cohort` at this size and mtime.
+    pub fn get(cohort: &Path, size: u64, mtime_ns: i64) -> Option<[u8; 32]> {
+        let (dir, name, path) = place(cohort)?;
+        let (bytes, _) = dir.read_capped(&name, 4 << 10).ok()??;
+        let memo: Memo = serde_json::from_slice(&bytes).ok()?;
+        if memo.path != path || memo.size != size || memo.mtime_ns != mtime_ns {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(memo.sha256.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(out)
+    }
+
+    /// Records `digest` for `cohort` at this size and mtime.
+    pub fn put(cohort: &Path, size: u64, mtime_ns: i64, digest: &[u8; 32]) {
+        let Some((dir, name, path)) = place(cohort) else {
+            return;
+        };
+        let memo = Memo {
+            path,
+            size,
+            mtime_ns,
+            sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        };
+        let bytes = serde_json::to_vec(&memo).expect("a memo always serialises");
+        let how = Replace {
+            durable: false,
+            mode: 0o600,
+            keep_owner: false,
+            sweep_temps: false,
+            expect: None,
+        };
+        if let Err(e) = dir.replace(&name, &bytes, how) {
+            log::debug!("{}: digest memo not kept: {e}", dir.path().display());
+        }
+    }
 }
 
 /// Parses the textual values of a lookup into typed key values.

@@ -3,11 +3,13 @@
 //! An index file's name is a hash of its key, so it cannot be found
 //! without knowing the key. Every `index build` therefore upserts one
 //! manifest beside the record file listing each index's ordered key, types
-//! and counts, and `index list` answers with one read of it. When it is
-//! absent, the directory is listed instead. A malformed manifest is an
-//! error (`PCHRONICLE_INDEX_MANIFEST_INVALID`), never a silent fallback; one
-//! naming an index file that is gone is `PCHRONICLE_INDEX_MANIFEST_STALE`,
-//! repaired by building or dropping that index.
+//! and counts. Where a directory can be listed, the index files found by
+//! name are added to the manifest's entries (the union: an index built by
+//! another tool, or whose entry was lost, still counts). A malformed
+//! manifest is an error (`PCHRONICLE_INDEX_MANIFEST_INVALID`), never a
+//! silent fallback, and a build refuses to replace it; one naming an index
+//! file that is gone is `PCHRONICLE_INDEX_MANIFEST_STALE`, repaired by
+//! building or dropping that index.
 
 use std::path::{Path, PathBuf};
 
@@ -134,9 +136,9 @@ fn write(cohort: &Path, manifest: &IndexManifest) -> Result<()> {
 }
 
 /// Adds or replaces the entry with the same key. A malformed manifest is
-/// replaced by one holding this entry (building is the repair).
+/// refused, never replaced: it may name indexes this entry would drop.
 pub fn upsert(cohort: &Path, entry: ManifestEntry) -> Result<()> {
-    let mut manifest = read(cohort).ok().flatten().unwrap_or(IndexManifest {
+    let mut manifest = read(cohort)?.unwrap_or(IndexManifest {
         schema: SCHEMA,
         indexes: Vec::new(),
     });
@@ -160,11 +162,12 @@ pub fn remove(cohort: &Path, key: &[String]) -> Result<bool> {
     Ok(removed)
 }
 
-/// Every index of `cohort`: from the manifest with one read when it
-/// exists (each named file must exist), else from the directory listing.
+/// Every index of `cohort`: the manifest's entries (each named file must
+/// exist) and the index files found beside it by name, sorted by key.
 pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
     let (dir, name) = open_parent(cohort)?;
-    if let Some(manifest) = read_in(&dir, &name)? {
+    let manifest = read_in(&dir, &name)?;
+    if let Some(manifest) = &manifest {
         for entry in &manifest.indexes {
             if !dir.stat_at(&entry.file).is_ok_and(|s| s.is_file()) {
                 return Err(Error::at(
@@ -179,9 +182,9 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
                 ));
             }
         }
-        return Ok(manifest.indexes);
     }
-    listed(&dir, &name, None)?
+    let found = listed(&dir, &name, None)?;
+    union(manifest, found)
         .into_iter()
         .map(|found| {
             found.map_err(|name| {
@@ -193,6 +196,42 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
             })
         })
         .collect()
+}
+
+/// The manifest's entries and the index files found by name that it does
+/// not name, sorted by key (the unreadable ones, by file name, last).
+pub fn union(
+    manifest: Option<IndexManifest>,
+    found: Vec<std::result::Result<ManifestEntry, String>>,
+) -> Vec<std::result::Result<ManifestEntry, String>> {
+    let mut out: Vec<_> = manifest
+        .map(|m| m.indexes)
+        .unwrap_or_default()
+        .into_iter()
+        .map(Ok)
+        .collect();
+    let named: Vec<String> = out
+        .iter()
+        .filter_map(|e| e.as_ref().ok().map(|e| e.file.clone()))
+        .collect();
+    out.extend(found.into_iter().filter(|found| {
+        let file = match found {
+            Ok(entry) => &entry.file,
+            Err(file) => file,
+        };
+        !named.contains(file)
+    }));
+    sort_entries(&mut out);
+    out
+}
+
+fn sort_entries(entries: &mut [std::result::Result<ManifestEntry, String>]) {
+    entries.sort_by(|a, b| match (a, b) {
+        (Ok(a), Ok(b)) => a.key.cmp(&b.key),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(a), Err(b)) => a.cmp(b),
+    });
 }
 
 /// The index files beside `cohort` found by name (`FILE.<16 hex>.idx`
@@ -233,12 +272,7 @@ pub fn listed(
             _ => out.push(Err(name.clone())),
         }
     }
-    out.sort_by(|a, b| match (a, b) {
-        (Ok(a), Ok(b)) => a.key.cmp(&b.key),
-        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
-        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
-        (Err(a), Err(b)) => a.cmp(b),
-    });
+    sort_entries(&mut out);
     Ok(out)
 }
 

@@ -8,11 +8,12 @@
 //! [`index_states`]: the indexes of a directory, or of one record file in
 //! it, with their states.
 //!
-//! This module also holds the one predicate the shard writer and the index
-//! builder agree on: a record file is *covered* by a sidecar index when its
-//! discovery manifest `FILE.indexes.json` exists. Building an index always
-//! writes that manifest, and a covered record file is sealed: no writer
-//! appends to it again, since that would make its indexes stale.
+//! A record file with any index is *sealed*: no writer appends to it again,
+//! since that would make its indexes stale. Building an index always writes
+//! the discovery manifest `FILE.indexes.json`, so [`covers`] (one `lstat`
+//! of it) answers for every index built here; the shard writer's rule also
+//! lists the store for an index file whose manifest is gone
+//! ([`crate::shards::rotation`]).
 
 pub mod build;
 pub mod format;
@@ -47,7 +48,7 @@ pub fn cohort_of(name: &str) -> Option<&str> {
     Some(cohort).filter(|c| is_hash && !c.is_empty())
 }
 
-/// Whether a sidecar index covers `record_file` (one `lstat`). An
+/// Whether `record_file`'s discovery manifest exists (one `lstat`). An
 /// unreadable answer counts as covered: when in doubt, a writer seals.
 pub fn covers(record_file: &Path) -> bool {
     match std::fs::symlink_metadata(manifest_path(record_file)) {
@@ -86,7 +87,10 @@ fn shell_quote(text: &str) -> String {
 
 /// Builds the index of `cohort` over `key` and records it in the
 /// discovery manifest: what `pchronicle index build` does.
+/// A malformed manifest refuses the build before any work: replacing it
+/// would drop the entries of the other indexes it names.
 pub fn build_index(cohort: &Path, key: &[String]) -> Result<build::BuildReport> {
+    manifest::read(cohort)?;
     let report = build::build(cohort, key)?;
     manifest::upsert(cohort, manifest::ManifestEntry::from_report(&report))?;
     Ok(report)
@@ -111,26 +115,61 @@ pub fn drop_index(cohort: &Path, key: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The key fields and values of a lookup: `key` as `a,b` with `values` as
-/// `x,y`, or `key` alone as `a=x,b=y`.
-pub fn parse_lookup_key(key: &str, values: Option<&str>) -> Result<(Vec<String>, Vec<String>)> {
-    if let Some(values) = values {
-        let values = values.split(',').map(str::to_string).collect();
-        return Ok((build::parse_key_spec(key)?, values));
+/// The key fields and values of a lookup. Either `fields` is one list of
+/// field names `a,b` and `values` holds the values in that order (a
+/// single value for a key of several fields is split on commas), or
+/// `values` is empty and each of `fields` is one `NAME=VALUE` pair. A value
+/// is taken as given, commas and `=` included, except in that one split.
+pub fn parse_lookup_key(
+    fields: &[String],
+    values: &[String],
+) -> Result<(Vec<String>, Vec<String>)> {
+    if !values.is_empty() {
+        let [spec] = fields else {
+            return Err(Error::new(
+                ErrorCode::LookupKeyMismatch,
+                "with --value, give the key fields once, in order: --key a,b",
+            ));
+        };
+        let names = build::parse_key_spec(spec)?;
+        let values = match values {
+            [one] if names.len() > 1 => one.split(',').map(str::to_string).collect(),
+            _ => values.to_vec(),
+        };
+        return Ok((names, values));
     }
-    let mut fields = Vec::new();
+    let mut names = Vec::new();
     let mut out = Vec::new();
-    for pair in key.split(',') {
+    for pair in fields {
         let Some((field, value)) = pair.split_once('=') else {
             return Err(Error::new(
                 ErrorCode::LookupKeyMismatch,
-                "give the values with --value x,y, or inline as --key a=x,b=y",
+                format!(
+                    "{pair:?} has no value: give each field as --key NAME=VALUE, \
+                     or the fields as --key a,b with --value x --value y"
+                ),
             ));
         };
-        fields.push(field.trim().to_string());
+        names.push(field.trim().to_string());
         out.push(value.to_string());
     }
-    Ok((build::parse_key_spec(&fields.join(","))?, out))
+    if let Some(name) = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| names[..i].contains(n).then_some(n))
+    {
+        return Err(Error::new(
+            ErrorCode::LookupKeyMismatch,
+            format!("field {name:?} is given twice"),
+        ));
+    }
+    if names.iter().any(String::is_empty) {
+        return Err(Error::new(
+            ErrorCode::LookupKeyMismatch,
+            "a field name is empty",
+        ));
+    }
+    Ok((names, out))
 }
 
 #[cfg(test)]
@@ -139,16 +178,39 @@ mod tests {
 
     #[test]
     fn lookup_keys_parse_in_both_forms() {
-        let both = (
-            vec!["a".to_string(), "b".into()],
-            vec!["x".to_string(), "1".into()],
+        let v = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let both = (v(&["a", "b"]), v(&["x", "1"]));
+        assert_eq!(parse_lookup_key(&v(&["a,b"]), &v(&["x,1"])).unwrap(), both);
+        assert_eq!(
+            parse_lookup_key(&v(&["a,b"]), &v(&["x", "1"])).unwrap(),
+            both
         );
-        assert_eq!(parse_lookup_key("a,b", Some("x,1")).unwrap(), both);
-        assert_eq!(parse_lookup_key("a=x,b=1", None).unwrap(), both);
-        for (key, values) in [("a,b", None), ("a,a", Some("1,2")), ("a,,b", Some("1,2,3"))] {
+        assert_eq!(parse_lookup_key(&v(&["a=x", "b=1"]), &[]).unwrap(), both);
+        // Values keep their commas and `=`.
+        assert_eq!(
+            parse_lookup_key(&v(&["a=x,y=z", "b=1"]), &[]).unwrap(),
+            (v(&["a", "b"]), v(&["x,y=z", "1"]))
+        );
+        assert_eq!(
+            parse_lookup_key(&v(&["a"]), &v(&["x,y"])).unwrap(),
+            (v(&["a"]), v(&["x,y"]))
+        );
+        assert_eq!(
+            parse_lookup_key(&v(&["a,b"]), &v(&["x,y", "1"])).unwrap(),
+            (v(&["a", "b"]), v(&["x,y", "1"]))
+        );
+        for (key, values) in [
+            (v(&["a,b"]), v(&[])),
+            (v(&["a,a"]), v(&["1,2"])),
+            (v(&["a,,b"]), v(&["1,2,3"])),
+            (v(&["a=1", "a=2"]), v(&[])),
+            (v(&["=1"]), v(&[])),
+            (v(&["a", "b"]), v(&["1", "2"])),
+        ] {
             assert_eq!(
-                parse_lookup_key(key, values).unwrap_err().code,
-                ErrorCode::LookupKeyMismatch
+                parse_lookup_key(&key, &values).unwrap_err().code,
+                ErrorCode::LookupKeyMismatch,
+                "{key:?} {values:?}"
             );
         }
     }

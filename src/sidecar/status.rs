@@ -121,19 +121,18 @@ pub fn index_states(dir: &Dir, scope: Scope<'_>) -> Vec<CohortIndexes> {
     }
 }
 
-/// Every index of `cohort` with its state: the manifest's entries when it
-/// exists, else the index files found beside the record file (among
-/// `siblings` when the caller already listed the directory). A malformed
-/// manifest is an error, as everywhere.
+/// Every index of `cohort` with its state: the manifest's entries and the
+/// index files found beside the record file by name (among `siblings` when
+/// the caller already listed the directory). A malformed manifest is an
+/// error, as everywhere.
 pub fn of_cohort(dir: &Dir, cohort: &str, siblings: Option<&[String]>) -> Result<Vec<Indexed>> {
     let cohort_meta = dir.stat_at(cohort).ok().filter(|m| m.is_file());
-    let entries = match manifest::read_in(dir, cohort)? {
-        Some(manifest) => manifest.indexes,
-        None => manifest::listed(dir, cohort, siblings)?
-            .into_iter()
-            .map(|listed| listed.unwrap_or_else(corrupt_entry))
-            .collect(),
-    };
+    let manifest = manifest::read_in(dir, cohort)?;
+    let found = manifest::listed(dir, cohort, siblings)?;
+    let entries: Vec<ManifestEntry> = manifest::union(manifest, found)
+        .into_iter()
+        .map(|listed| listed.unwrap_or_else(corrupt_entry))
+        .collect();
     let cohort_path = dir.path().join(cohort);
     Ok(entries
         .into_iter()

@@ -17,6 +17,26 @@ use super::Dir;
 /// Hidden from every listing and never a source.
 pub const STATE_DIR: &str = ".pchronicle";
 
+/// What git is told about a state directory: ignore all of it (this file
+/// included), so `git add` of a warehouse never stages pchronicle's state.
+pub const STATE_GITIGNORE: &[u8] = b"# pchronicle's own state: never committed\n*\n";
+
+/// Opens (creating it if need be) the warehouse's state directory
+/// [`STATE_DIR`] in `root`, with a `.gitignore` that keeps git out of it.
+pub fn open_state(root: &Dir) -> io::Result<Dir> {
+    let dir = root.create_dir(STATE_DIR, 0o755)?;
+    ignore_by_git(&dir);
+    Ok(dir)
+}
+
+/// Puts the `.gitignore` of a state directory in place unless one is
+/// there (a directory pchronicle may not write keeps what it has).
+fn ignore_by_git(dir: &Dir) {
+    if let Err(e) = dir.create_new(".gitignore", STATE_GITIGNORE, 0o644) {
+        log::debug!("{}: no .gitignore: {e}", dir.path().display());
+    }
+}
+
 /// Where pchronicle keeps its own state (count cache) for one warehouse.
 #[derive(Debug)]
 pub struct StateDir {
@@ -56,7 +76,12 @@ pub fn state_dir(root: &Dir, state: &str, sub: &str) -> io::Result<StateDir> {
         }
         Ok(dir)
     };
-    let why = match owned(root, state).and_then(|dir| owned(&dir, sub)) {
+    let why = match owned(root, state).and_then(|dir| {
+        if state == STATE_DIR {
+            ignore_by_git(&dir);
+        }
+        owned(&dir, sub)
+    }) {
         Ok(dir) => {
             return Ok(StateDir {
                 dir,

@@ -148,6 +148,26 @@ impl Dir {
         result
     }
 
+    /// Creates the regular file `name` holding `bytes` unless something
+    /// of that name exists (never through a symlink); true when created.
+    pub fn create_new(&self, name: impl AsRef<OsStr>, bytes: &[u8], mode: u32) -> io::Result<bool> {
+        let name = name.as_ref();
+        check_name(name)?;
+        self.check(&self.stat, Access::Write)?;
+        let fd = match rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode as _),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EXIST) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        File::from(fd).write_all(bytes)?;
+        Ok(true)
+    }
+
     /// Removes the regular file `name`; absent is fine.
     pub fn remove_file(&self, name: impl AsRef<OsStr>) -> io::Result<bool> {
         let name = name.as_ref();

@@ -161,3 +161,63 @@ fn the_selected_data_storage_version_is_what_gets_written() {
         "pchronicle pins its storage version explicitly rather than following the library default"
     );
 }
+
+#[test]
+fn row_count_reads_no_data_file() {
+    let rt = lance_runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    write(&rt, &path, 0..1000, WriteMode::Create, true);
+    write(&rt, &path, 0..234, WriteMode::Append, true);
+    // Every data file gone: whatever reads one fails from here on.
+    let data = path.join("data");
+    let files: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!files.is_empty());
+    for file in &files {
+        std::fs::remove_file(file).unwrap();
+    }
+    let dataset = open(&rt, &path);
+    assert_eq!(rt.block_on(dataset.count_rows(None)).unwrap(), 1234);
+    let scan = rt.block_on(async {
+        use futures::TryStreamExt;
+        dataset
+            .scan()
+            .try_into_stream()
+            .await?
+            .try_collect::<Vec<_>>()
+            .await
+    });
+    assert!(scan.is_err(), "a scan does need the data files");
+}
+
+#[test]
+fn an_import_writes_the_pinned_data_storage_version() {
+    use pchronicle::store::compact::{CompactJsonlStore, ImportMode};
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("a.jsonl");
+    std::fs::write(&source, crate::support::jsonl(30, 0)).unwrap();
+    let leaf = dir.path().join("leaf");
+    let store = CompactJsonlStore::default();
+    store
+        .import_path(&source, &leaf, ImportMode::Create)
+        .unwrap();
+    store
+        .import_path(&source, &leaf, ImportMode::Append)
+        .unwrap();
+    let rt = lance_runtime();
+    let dataset = open(&rt, &leaf);
+    assert_eq!(dataset.version().version, 2);
+    assert_eq!(
+        dataset.manifest().data_storage_format.version,
+        DATA_STORAGE_VERSION.resolve(),
+        "the import path writes the storage version pchronicle pins"
+    );
+    assert_ne!(
+        DATA_STORAGE_VERSION.resolve(),
+        lance_file::version::LanceFileVersion::default().resolve(),
+        "the pin differs from the library default, so this test can tell them apart"
+    );
+}

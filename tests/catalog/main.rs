@@ -13,6 +13,7 @@ mod compact;
 mod count_cache;
 mod docs;
 mod extract;
+mod git;
 mod hostile;
 #[cfg(feature = "compact-jsonl")]
 mod lance_surface_guards;

@@ -212,6 +212,89 @@ fn a_shard_a_sidecar_index_covers_is_never_appended_again() {
 }
 
 #[test]
+fn a_lone_index_file_seals_the_shard_it_indexes() {
+    // An index whose manifest is gone (or that another tool wrote) still
+    // seals the shard; the store is listed because it changed.
+    sealed_by(
+        |_, shard| {
+            let key = vec!["id".to_string()];
+            pchronicle::sidecar::build_index(shard, &key).unwrap();
+            fs::remove_file(pchronicle::sidecar::manifest_path(shard)).unwrap();
+            assert!(pchronicle::sidecar::build::index_path(shard, &key).exists());
+        },
+        ShardFormat::Line,
+    );
+}
+
+#[test]
+fn an_index_file_created_in_the_clock_tick_of_a_listing_is_still_seen() {
+    // A listing is trusted until the store changes only when the store's
+    // mtime is older than the listing by more than a clock tick; else an
+    // index file created right after it could leave the mtime as it was.
+    // The store's mtime is put in the future (a listing "in the same
+    // tick"), then restored after the index file appears.
+    let (_wh, store) = store();
+    let mut writer = Writer::open(&store, "s1", ShardFormat::Line).unwrap();
+    let first = append(&mut writer, &record("s1", 0)).shard;
+    let set_mtime = |t: std::time::SystemTime| {
+        fs::File::open(&store).unwrap().set_modified(t).unwrap();
+    };
+    let tick = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    set_mtime(tick);
+    assert_eq!(append(&mut writer, &record("s1", 1)).shard, first);
+    let key = vec!["id".to_string()];
+    pchronicle::sidecar::build_index(&first, &key).unwrap();
+    fs::remove_file(pchronicle::sidecar::manifest_path(&first)).unwrap();
+    set_mtime(tick);
+    let next = append(&mut writer, &record("s1", 2));
+    assert!(next.started && next.shard != first);
+}
+
+#[test]
+fn packed_writing_is_off_by_default_and_on_with_its_variable() {
+    let (_wh, store) = store();
+    let run = |session: &str, packed: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pchronicle"));
+        cmd.args([
+            "append",
+            "--store",
+            store.to_str().unwrap(),
+            "--session",
+            session,
+        ])
+        .arg(record(session, 0))
+        .env("RUST_LOG", "off")
+        .env_remove(pchronicle::shards::PACKED_ENV);
+        if let Some(value) = packed {
+            cmd.env(pchronicle::shards::PACKED_ENV, value);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run("plain", None);
+    run("off", Some("0"));
+    run("on", Some("1"));
+    let names: BTreeSet<String> = shards(&store)
+        .iter()
+        .map(|p| {
+            let name = ShardName::parse(p.file_name().unwrap().to_str().unwrap()).unwrap();
+            format!("{} {:?}", name.session, name.format)
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["off Line", "on Packed", "plain Line"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
+}
+
+#[test]
 fn a_full_shard_is_sealed() {
     let (_wh, store) = store();
     let mut writer = Writer::open(&store, "big", ShardFormat::Line).unwrap();

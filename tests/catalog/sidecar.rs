@@ -286,7 +286,14 @@ fn the_cli_builds_lists_looks_up_verifies_and_drops() {
     let listed: serde_json::Value =
         serde_json::from_str(&stdout(&pchronicle(&["index", "list", c, "--json"]))).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 1);
-    let inline = stdout(&pchronicle(&["lookup", c, "--key", "session=s-2,turn=1"]));
+    let inline = stdout(&pchronicle(&[
+        "lookup",
+        c,
+        "--key",
+        "session=s-2",
+        "--key",
+        "turn=1",
+    ]));
     let separate = stdout(&pchronicle(&[
         "lookup",
         c,
@@ -303,7 +310,7 @@ fn the_cli_builds_lists_looks_up_verifies_and_drops() {
         !wh.abs("c.jsonl.indexes.json").exists(),
         "the last entry removes the manifest"
     );
-    let out = pchronicle(&["lookup", c, "--key", "session=s-2,turn=1"]);
+    let out = pchronicle(&["lookup", c, "--key", "session=s-2", "--key", "turn=1"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_INDEX_MISSING"));
     wh.file("c.jsonl.indexes.json", "{not json");
@@ -416,4 +423,200 @@ fn stats_list_the_indexes_under_a_path_with_their_state() {
         stats.warnings
     );
     assert!(!stats.indexes.iter().any(|i| i.file == "fresh.jsonl"));
+}
+
+/// Two indexes of one file, one of them left out of the manifest (built
+/// by another tool, or its entry lost).
+fn two_indexes_one_unlisted(wh: &Warehouse) -> std::path::PathBuf {
+    use pchronicle::sidecar::{build_index, manifest};
+    wh.file("c.jsonl", cohort(200, false, 9));
+    let c = wh.abs("c.jsonl");
+    build_index(&c, &key(&["session", "turn"])).unwrap();
+    build_index(&c, &key(&["flag"])).unwrap();
+    let mut m = manifest::read(&c).unwrap().unwrap();
+    m.indexes.retain(|e| e.key == key(&["flag"]));
+    fs::write(
+        pchronicle::sidecar::manifest_path(&c),
+        serde_json::to_vec(&m).unwrap(),
+    )
+    .unwrap();
+    c
+}
+
+#[test]
+fn index_list_and_stats_show_the_union_of_manifest_and_index_files() {
+    use pchronicle::sidecar::manifest;
+    let wh = Warehouse::new();
+    let c = two_indexes_one_unlisted(&wh);
+    let keys: Vec<Vec<String>> = manifest::list(&c)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(keys, [key(&["flag"]), key(&["session", "turn"])]);
+    let mut stats: Vec<String> = wh
+        .catalog()
+        .stats(Path::new(""))
+        .unwrap()
+        .indexes
+        .iter()
+        .map(|i| format!("{} {}", i.key.join(","), i.state.as_str()))
+        .collect();
+    stats.sort();
+    assert_eq!(stats, ["flag fresh", "session,turn fresh"]);
+}
+
+#[test]
+fn a_reordered_or_partial_key_is_a_key_mismatch() {
+    let wh = Warehouse::new();
+    let c = two_indexes_one_unlisted(&wh);
+    let values = ["s-1".to_string(), "1".to_string()];
+    for (fields, values) in [
+        (key(&["turn", "session"]), &values[..]),
+        (key(&["session"]), &values[..1]),
+        (key(&["turn"]), &values[1..]),
+    ] {
+        let err = lookup(&c, &fields, values).unwrap_err();
+        assert_eq!(err.code, ErrorCode::LookupKeyMismatch, "{fields:?}");
+        assert!(err.message.contains("session,turn"), "{}", err.message);
+    }
+    assert_eq!(
+        lookup(&c, &key(&["nothing"]), &values[..1])
+            .unwrap_err()
+            .code,
+        ErrorCode::IndexMissing
+    );
+}
+
+#[test]
+fn building_over_a_malformed_manifest_refuses_and_keeps_it() {
+    use pchronicle::sidecar::build_index;
+    let wh = Warehouse::new();
+    wh.file("c.jsonl", cohort(50, false, 2));
+    let c = wh.abs("c.jsonl");
+    build_index(&c, &key(&["session"])).unwrap();
+    let manifest = pchronicle::sidecar::manifest_path(&c);
+    fs::write(&manifest, "{\"schema\":1,\"indexes\":[").unwrap();
+    let err = build_index(&c, &key(&["turn"])).unwrap_err();
+    assert_eq!(err.code, ErrorCode::IndexManifestInvalid);
+    assert_eq!(fs::read(&manifest).unwrap(), b"{\"schema\":1,\"indexes\":[");
+    assert!(!index_path(&c, &key(&["turn"])).exists(), "nothing built");
+}
+
+#[test]
+fn a_stale_manifest_is_repaired_by_build_or_drop_and_drop_prunes_orphans() {
+    use pchronicle::sidecar::{build_index, drop_index, manifest};
+    let wh = Warehouse::new();
+    wh.file("c.jsonl", cohort(80, false, 4));
+    let c = wh.abs("c.jsonl");
+    let (s, t) = (key(&["session"]), key(&["turn"]));
+    build_index(&c, &s).unwrap();
+    build_index(&c, &t).unwrap();
+    let stale = || manifest::list(&c).unwrap_err().code;
+    // Repaired by building the missing index again.
+    fs::remove_file(index_path(&c, &s)).unwrap();
+    assert_eq!(stale(), ErrorCode::IndexManifestStale);
+    build_index(&c, &s).unwrap();
+    assert_eq!(manifest::list(&c).unwrap().len(), 2);
+    // Repaired by dropping it: the orphaned entry is pruned.
+    fs::remove_file(index_path(&c, &t)).unwrap();
+    assert_eq!(stale(), ErrorCode::IndexManifestStale);
+    drop_index(&c, &t).unwrap();
+    let left = manifest::read(&c).unwrap().unwrap();
+    assert_eq!(left.indexes.len(), 1);
+    assert_eq!(left.indexes[0].key, s);
+    assert_eq!(manifest::list(&c).unwrap().len(), 1);
+    // Dropping what is neither in the manifest nor on disk is an error.
+    assert_eq!(
+        drop_index(&c, &t).unwrap_err().code,
+        ErrorCode::IndexMissing
+    );
+}
+
+#[test]
+fn the_digest_memo_outlives_the_process() {
+    use pchronicle::sidecar::lookup::forget_process_memo;
+    let wh = Warehouse::new();
+    wh.file("c.jsonl", cohort(300, false, 6));
+    let c = wh.abs("c.jsonl");
+    let k = key(&["session"]);
+    build(&c, &k).unwrap();
+    set_mtime_later(&c, 7);
+    let value = ["s-2".to_string()];
+    let hashes = cohort_hashes();
+    let expected = lookup(&c, &k, &value).unwrap();
+    assert_eq!(cohort_hashes(), hashes + 1);
+    // A new process knows nothing but what is on disk.
+    forget_process_memo();
+    assert_eq!(lookup(&c, &k, &value).unwrap(), expected);
+    assert_eq!(cohort_hashes(), hashes + 1, "served from the memo on disk");
+    // A memo for other bytes (another mtime) is not used.
+    set_mtime_later(&c, 3);
+    forget_process_memo();
+    lookup(&c, &k, &value).unwrap();
+    assert_eq!(cohort_hashes(), hashes + 2);
+    // Two CLI processes: the second finds the first's memo.
+    set_mtime_later(&c, 3);
+    let path = c.to_str().unwrap();
+    let memo_dir = wh.abs(".pchronicle/digests");
+    let count = || fs::read_dir(&memo_dir).map_or(0, |d| d.count());
+    let run = || {
+        crate::support::stdout(&crate::support::pchronicle(&[
+            "lookup",
+            path,
+            "--key",
+            "session=s-2",
+        ]))
+    };
+    let first = run();
+    let memo = fs::read_dir(&memo_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let written = fs::metadata(&memo).unwrap().modified().unwrap();
+    assert_eq!(run(), first);
+    assert_eq!(
+        fs::metadata(&memo).unwrap().modified().unwrap(),
+        written,
+        "not hashed again"
+    );
+    assert_eq!(count(), 1);
+}
+
+#[test]
+fn lookup_values_may_hold_commas_and_equals_signs() {
+    use crate::support::{pchronicle, stdout};
+    let wh = Warehouse::new();
+    wh.file(
+        "c.jsonl",
+        "{\"who\":\"a,b\",\"n\":1}\n{\"who\":\"a\",\"n\":1}\n{\"who\":\"x=y,z\",\"n\":2}\n",
+    );
+    let c = wh.abs("c.jsonl");
+    let c = c.to_str().unwrap();
+    stdout(&pchronicle(&["index", "build", c, "--key", "who,n"]));
+    stdout(&pchronicle(&["index", "build", c, "--key", "who"]));
+    let one = |args: &[&str]| {
+        let mut all = vec!["lookup", c];
+        all.extend_from_slice(args);
+        stdout(&pchronicle(&all))
+    };
+    assert_eq!(
+        one(&["--key", "who=a,b", "--key", "n=1"]),
+        "{\"who\":\"a,b\",\"n\":1}\n"
+    );
+    assert_eq!(
+        one(&["--key", "who,n", "--value", "x=y,z", "--value", "2"]),
+        "{\"who\":\"x=y,z\",\"n\":2}\n"
+    );
+    assert_eq!(
+        one(&["--key", "who", "--value", "a,b"]),
+        "{\"who\":\"a,b\",\"n\":1}\n"
+    );
+    assert_eq!(one(&["--key", "who=a"]), "{\"who\":\"a\",\"n\":1}\n");
+    assert_eq!(
+        one(&["--key", "who,n", "--value", "a,1"]),
+        "{\"who\":\"a\",\"n\":1}\n"
+    );
 }
