@@ -30,7 +30,8 @@
 //! `PCHRONICLE_BENCH_INDEX_RECORDS` (default 1000000),
 //! `PCHRONICLE_BENCH_DIR` (default: the system temp directory).
 //!
-//! Run: `cargo bench --bench catalog`.
+//! Run: `cargo bench --bench catalog`, or `cargo bench --bench catalog --
+//! git` for the benchmarks whose name holds `git`.
 
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -431,7 +432,12 @@ fn children_peak_rss_mib() -> u64 {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; anything else (a filter) is ignored.
+    // `cargo bench` passes `--bench`; other arguments name the benchmarks
+    // to run (a part of their name: `cargo bench --bench catalog -- git`).
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let base = std::env::var_os("PCHRONICLE_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
@@ -439,15 +445,22 @@ fn main() {
         .prefix("pchronicle-bench")
         .tempdir_in(base)
         .unwrap();
-    bench_count(dir.path());
-    bench_list(dir.path());
-    bench_stats(dir.path());
-    bench_compact_leaves(dir.path());
-    bench_import(dir.path());
-    bench_append(dir.path());
-    bench_append_in_git(dir.path());
-    bench_load_store(dir.path());
-    bench_sidecar(dir.path());
+    let benches: [(&str, fn(&Path)); 9] = [
+        ("count", bench_count),
+        ("list", bench_list),
+        ("stats", bench_stats),
+        ("compact_leaves", bench_compact_leaves),
+        ("import", bench_import),
+        ("append", bench_append),
+        ("append_in_git", bench_append_in_git),
+        ("load_store", bench_load_store),
+        ("sidecar", bench_sidecar),
+    ];
+    for (name, bench) in benches {
+        if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
+            bench(dir.path());
+        }
+    }
 }
 
 fn bench_sidecar(dir: &Path) {
