@@ -552,9 +552,23 @@ fn percentiles(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
     (times[n / 2], times[(n * 99) / 100])
 }
 
+/// The baseline of an append: 2,000 bare `open(O_APPEND)` + `write` of
+/// `record` and a newline to `file`, median and 99th percentile.
+fn bare_appends(file: &Path, record: &[u8]) -> (Duration, Duration) {
+    percentiles(2_000, || {
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .unwrap();
+        f.write_all(record).unwrap();
+        f.write_all(b"\n").unwrap();
+    })
+}
+
 fn bench_append(dir: &Path) {
     use pchronicle::shards::{ShardFormat, Writer};
-    use std::io::Write as _;
+
     let big = env_usize("PCHRONICLE_BENCH_STORE_SHARDS", 20_000);
     let record = br#"{"id":"r-0000000001","session":"bench","ts":"2026-11-30T10:00:00Z","role":"assistant","content":"ran the tests, 3 passed"}"#;
     println!("append one record (median / p99 of 2,000 appends)");
@@ -566,16 +580,7 @@ fn bench_append(dir: &Path) {
         for i in 0..shards {
             fs::write(store.join(format!("other-{i:06}.{i:08x}.jsonl")), "{}\n").unwrap();
         }
-        let native_file = store.join("native.jsonl");
-        let (native, native_p99) = percentiles(2_000, || {
-            let mut f = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&native_file)
-                .unwrap();
-            f.write_all(record).unwrap();
-            f.write_all(b"\n").unwrap();
-        });
+        let (native, native_p99) = bare_appends(&store.join("native.jsonl"), record);
         println!(
             "  {shards} shards in the store: bare O_APPEND open+write {:.3} / {:.3} ms",
             ms(native),
@@ -647,16 +652,7 @@ fn bench_append_in_git(dir: &Path) {
         let index = repo.join(".git/index");
         let index_len = fs::metadata(&index).unwrap().len();
         let store = repo.join("records/journal");
-        let native_file = repo.join("native.jsonl");
-        let (native, _) = percentiles(2_000, || {
-            let mut f = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&native_file)
-                .unwrap();
-            f.write_all(record).unwrap();
-            f.write_all(b"\n").unwrap();
-        });
+        let (native, _) = bare_appends(&repo.join("native.jsonl"), record);
         let mut writer = Writer::open(&store, "bench", ShardFormat::Line).unwrap();
         for _ in 0..50 {
             writer.append(record).unwrap();

@@ -68,6 +68,9 @@ pub struct Repo {
     pub common_dir: PathBuf,
     /// Refs are kept in a reftable (read by spawning git).
     pub reftable: bool,
+    /// Why this repository's files are not read (then every fact is an
+    /// error, and the rule seals).
+    pub unusable: Option<String>,
 }
 
 /// What a file is, for telling whether it was replaced or rewritten.
@@ -102,6 +105,9 @@ pub struct GitState {
     /// The size of HEAD's reflog: bytes of `logs/HEAD` (entries of it for a
     /// reftable).
     pub reflog: u64,
+    /// `ORIG_HEAD`, which every reset, rebase and merge rewrites (the one
+    /// trace of HEAD moving and coming back when there is no reflog).
+    pub orig_head: Option<FileStamp>,
     /// git's index as it was when the shard was last seen outside it
     /// (`None`: not seen yet, or there was no index).
     pub index: Option<FileStamp>,
@@ -113,6 +119,7 @@ pub struct Facts {
     pub branch: Option<String>,
     pub commit: Option<String>,
     pub reflog: u64,
+    pub orig_head: Option<FileStamp>,
     /// `index.lock` exists: git is staging or committing right now.
     pub locked: bool,
     /// git's index, `None` when the repository has none yet.
@@ -120,10 +127,15 @@ pub struct Facts {
 }
 
 impl Facts {
-    /// Whether HEAD is where `state` saw it: same branch, same commit,
-    /// same reflog size.
+    /// Whether HEAD is on the branch and commit `state` saw.
     pub fn head_is(&self, state: &GitState) -> bool {
         self.branch == state.branch && self.commit == state.commit
+    }
+
+    /// Whether HEAD cannot have moved and come back since `state`: the
+    /// reflog has the same size and `ORIG_HEAD` is the same file.
+    pub fn stayed(&self, state: &GitState) -> bool {
+        self.reflog == state.reflog && self.orig_head == state.orig_head
     }
 
     /// The state a writer keeps with a shard seen outside the index
@@ -133,6 +145,7 @@ impl Facts {
             branch: self.branch.clone(),
             commit: self.commit.clone(),
             reflog: self.reflog,
+            orig_head: self.orig_head,
             index,
         }
     }
@@ -142,61 +155,90 @@ impl Repo {
     /// The git work tree `store` lives in, found as git finds it: the
     /// nearest directory at or above `store` holding `.git` (a directory,
     /// or a `gitdir:` file for a linked worktree or a submodule). `store`
-    /// must be absolute and canonical.
-    pub fn discover(store: &Path) -> io::Result<Option<Repo>> {
+    /// must be absolute and canonical. A `.git` that cannot be read, does
+    /// not parse or belongs to another user is still the store's work
+    /// tree, an unusable one: every fact about it is an error, so the rule
+    /// seals rather than guess.
+    pub fn discover(store: &Path) -> Option<Repo> {
         for dir in store.ancestors() {
             let dot = dir.join(".git");
             let meta = match fs::metadata(&dot) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Some(Repo::unusable(dir, format!("{}: {e}", dot.display()))),
             };
             let inside = store.strip_prefix(dir).unwrap_or(Path::new(""));
             if inside.components().any(|c| c.as_os_str() == ".git") {
                 // A store inside a git directory is no work tree's.
-                return Ok(None);
+                return None;
             }
             let euid = rustix::process::geteuid();
             if meta.uid() != euid.as_raw() && !euid.is_root() {
-                // As git itself does, a repository another user owns is
-                // not trusted: its files could make every append slow.
-                log::warn!(
-                    "{} belongs to uid {}, not to this user: not read as a git repository",
-                    dot.display(),
-                    meta.uid()
-                );
-                return Ok(None);
+                // git itself refuses such a repository (unless told it is
+                // safe), and its files are another user's to make slow or
+                // strange: trusted for nothing.
+                return Some(Repo::unusable(
+                    dir,
+                    format!(
+                        "{} belongs to uid {}, not to uid {} that appends",
+                        dot.display(),
+                        meta.uid(),
+                        euid.as_raw()
+                    ),
+                ));
             }
-            let git_dir = if meta.is_dir() {
-                dot
-            } else {
-                let text = read_small(&dot, SMALL_CAP)?;
-                let target = text
-                    .strip_prefix("gitdir:")
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .ok_or_else(|| invalid(&dot, "has no `gitdir:` line"))?;
-                dir.join(target)
-            };
-            let common_dir = match read_small(&git_dir.join("commondir"), SMALL_CAP) {
-                Ok(text) => git_dir.join(text.trim()),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => git_dir.clone(),
-                Err(e) => return Err(e),
-            };
-            let reftable = fs::metadata(common_dir.join("reftable")).is_ok_and(|m| m.is_dir());
-            return Ok(Some(Repo {
-                work_tree: dir.to_path_buf(),
-                git_dir,
-                common_dir,
-                reftable,
-            }));
+            return Some(
+                Repo::layout(dir, dot, &meta)
+                    .unwrap_or_else(|e| Repo::unusable(dir, e.to_string())),
+            );
         }
-        Ok(None)
+        None
+    }
+
+    /// The directories of the repository whose `.git` is `dot`.
+    fn layout(dir: &Path, dot: PathBuf, meta: &fs::Metadata) -> io::Result<Repo> {
+        let git_dir = if meta.is_dir() {
+            dot
+        } else {
+            let text = read_small(&dot, SMALL_CAP)?;
+            let target = text
+                .strip_prefix("gitdir:")
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| invalid(&dot, "has no `gitdir:` line"))?;
+            dir.join(target)
+        };
+        let common_dir = match read_small(&git_dir.join("commondir"), SMALL_CAP) {
+            Ok(text) => git_dir.join(text.trim()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => git_dir.clone(),
+            Err(e) => return Err(e),
+        };
+        let reftable = fs::metadata(common_dir.join("reftable")).is_ok_and(|m| m.is_dir());
+        Ok(Repo {
+            work_tree: dir.to_path_buf(),
+            git_dir,
+            common_dir,
+            reftable,
+            unusable: None,
+        })
+    }
+
+    fn unusable(dir: &Path, why: String) -> Repo {
+        Repo {
+            work_tree: dir.to_path_buf(),
+            git_dir: dir.join(".git"),
+            common_dir: dir.join(".git"),
+            reftable: false,
+            unusable: Some(why),
+        }
     }
 
     /// HEAD, its reflog, the index lock and the index's identity: a few
     /// small reads and `stat`s.
     pub fn facts(&self) -> io::Result<Facts> {
+        if let Some(why) = &self.unusable {
+            return Err(io::Error::other(why.clone()));
+        }
         let (branch, commit, reflog) = if self.reftable {
             self.head_by_spawning()?
         } else {
@@ -213,17 +255,18 @@ impl Repo {
             Err(e) if e.kind() == io::ErrorKind::NotFound => false,
             Err(e) => return Err(e),
         };
-        let index = match fs::metadata(self.git_dir.join("index")) {
-            Ok(meta) => Some(FileStamp::of(&meta)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
+        let stamp = |name: &str| match fs::metadata(self.git_dir.join(name)) {
+            Ok(meta) => Ok(Some(FileStamp::of(&meta))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         };
         Ok(Facts {
             branch,
             commit,
             reflog,
+            orig_head: stamp("ORIG_HEAD")?,
             locked,
-            index,
+            index: stamp("index")?,
         })
     }
 
@@ -304,14 +347,19 @@ impl Repo {
     fn head_by_spawning(&self) -> io::Result<(Option<String>, Option<String>, u64)> {
         let branch = self.git(&["symbolic-ref", "-q", "HEAD"])?;
         let commit = self.git(&["rev-parse", "-q", "--verify", "HEAD"])?;
-        let reflog = self
-            .git(&["reflog", "show", "--format=%H", "HEAD"])?
-            .map_or(0, |log| log.lines().count() as u64);
+        let reflog = match commit {
+            Some(_) => self
+                .git(&["reflog", "show", "--format=%H", "HEAD"])?
+                .map_or(0, |log| log.lines().count() as u64),
+            None => 0,
+        };
         Ok((branch, commit, reflog))
     }
 
     /// `git ARGS` in the work tree: its trimmed output, `None` when it
     /// exits 1 with nothing to say (a detached HEAD, an unborn branch).
+    /// Any other failure (git missing, too old for reftables, refusing the
+    /// repository) is an error.
     fn git(&self, args: &[&str]) -> io::Result<Option<String>> {
         let out = Command::new("git")
             .arg("-C")
@@ -327,7 +375,7 @@ impl Repo {
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
         match out.status.code() {
             Some(0) => Ok(Some(text)),
-            Some(1) | Some(128) if text.is_empty() => Ok(None),
+            Some(1) if text.is_empty() => Ok(None),
             _ => Err(io::Error::other(format!(
                 "`git {}` failed in {}",
                 args.join(" "),
@@ -339,24 +387,25 @@ impl Repo {
     /// Whether git's index holds `shard` (at any stage), or may: a shard
     /// below a sparse directory entry counts as held.
     pub fn index_holds(&self, shard: &Path) -> io::Result<bool> {
+        if let Some(why) = &self.unusable {
+            return Err(io::Error::other(why.clone()));
+        }
         let rel = shard
             .strip_prefix(&self.work_tree)
             .map_err(|_| invalid(shard, "is not inside the work tree"))?;
         let rel = rel.as_os_str().as_bytes();
         let path = self.git_dir.join("index");
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
+        let (mut file, meta) = match open_regular(&path) {
+            Ok(opened) => opened,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(e),
         };
-        let meta = file.metadata()?;
         if meta.len() > INDEX_CAP {
             return Err(invalid(&path, "is larger than 2 GiB"));
         }
         let mut data = Vec::with_capacity(meta.len() as usize);
         (&mut file).take(INDEX_CAP).read_to_end(&mut data)?;
         count_read(data.len());
-        let kind = self.object_hash();
         let options = gix_index::decode::Options {
             thread_limit: Some(1),
             alloc_limit_bytes: Some(INDEX_CAP as usize),
@@ -364,8 +413,16 @@ impl Repo {
         };
         let mtime = filetime::FileTime::from_last_modification_time(&meta);
         let decode = |e: &dyn std::fmt::Display| invalid(&path, &format!("cannot be read: {e}"));
-        let (state, _) =
-            gix_index::State::from_bytes(&data, mtime, kind, options).map_err(|e| decode(&e))?;
+        // The configured hash first, then the other: a configuration this
+        // reader misses costs a second decode, not a wrong answer.
+        let (preferred, other) = self.object_hashes();
+        let (state, kind) = match gix_index::State::from_bytes(&data, mtime, preferred, options) {
+            Ok((state, _)) => (state, preferred),
+            Err(first) => match gix_index::State::from_bytes(&data, mtime, other, options) {
+                Ok((state, _)) => (state, other),
+                Err(_) => return Err(decode(&first)),
+            },
+        };
         let split;
         let state = if state.link().is_some() {
             // A split index: gix-index merges in the shared index.
@@ -394,8 +451,10 @@ impl Repo {
         Ok(under_sparse)
     }
 
-    /// SHA-1 unless the repository says `objectFormat = sha256`.
-    fn object_hash(&self) -> gix_index::hash::Kind {
+    /// The object hash the repository's configuration names (SHA-1 unless
+    /// it says `objectFormat = sha256`), then the other one.
+    fn object_hashes(&self) -> (gix_index::hash::Kind, gix_index::hash::Kind) {
+        use gix_index::hash::Kind;
         let config =
             read_small(&self.common_dir.join("config"), SMALL_CAP * 64).unwrap_or_default();
         let sha256 = config.lines().any(|line| {
@@ -403,16 +462,34 @@ impl Repo {
             line.eq_ignore_ascii_case("objectformat=sha256")
         });
         if sha256 {
-            gix_index::hash::Kind::Sha256
+            (Kind::Sha256, Kind::Sha1)
         } else {
-            gix_index::hash::Kind::Sha1
+            (Kind::Sha1, Kind::Sha256)
         }
     }
 }
 
+/// Opens `path` for reading without blocking on a FIFO or a device, and
+/// only if it is a regular file.
+fn open_regular(path: &Path) -> io::Result<(File, fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(io::Error::from(io::ErrorKind::IsADirectory));
+    }
+    if !meta.is_file() {
+        return Err(invalid(path, "is not a regular file"));
+    }
+    Ok((file, meta))
+}
+
 /// A small git file as text, at most `cap` bytes of it counted as read.
 fn read_small(path: &Path, cap: u64) -> io::Result<String> {
-    let file = File::open(path)?;
+    let (file, _) = open_regular(path)?;
     let mut bytes = Vec::new();
     file.take(cap + 1).read_to_end(&mut bytes)?;
     count_read(bytes.len());
@@ -462,7 +539,7 @@ mod tests {
         write(&git.join("HEAD"), "ref: refs/heads/main\n");
         let store = root.join("repo/a/b");
         fs::create_dir_all(&store).unwrap();
-        let repo = Repo::discover(&store).unwrap().unwrap();
+        let repo = Repo::discover(&store).unwrap();
         assert_eq!(repo.work_tree, root.join("repo"));
 
         // Unborn, then packed, then loose (which wins).
@@ -497,7 +574,7 @@ mod tests {
             &linked.join(".git"),
             &format!("gitdir: {}\n", git.join("worktrees/wt").display()),
         );
-        let repo = Repo::discover(&linked.join("store")).unwrap().unwrap();
+        let repo = Repo::discover(&linked.join("store")).unwrap();
         assert_eq!(repo.work_tree, linked);
         assert_eq!(repo.facts().unwrap().commit.as_deref(), Some(A));
     }
@@ -509,7 +586,7 @@ mod tests {
         let git = root.join(".git");
         let repo = |head: &str| {
             write(&git.join("HEAD"), head);
-            Repo::discover(&root).unwrap().unwrap().facts()
+            Repo::discover(&root).unwrap().facts()
         };
         for head in [
             "ref: refs/heads/../../../etc/passwd",
@@ -521,6 +598,35 @@ mod tests {
         }
         write(&git.join("refs/heads/x"), "ref: refs/heads/x\n");
         assert!(repo("ref: refs/heads/x").is_err(), "a symbolic ref loop");
-        assert_eq!(Repo::discover(&git.join("refs")).unwrap(), None);
+        assert_eq!(Repo::discover(&git.join("refs")), None);
+    }
+
+    #[test]
+    fn fifos_in_place_of_git_files_are_errors_not_hangs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let git = root.join(".git");
+        write(&git.join("HEAD"), "ref: refs/heads/main\n");
+        let mkfifo = |path: &Path| {
+            let _ = fs::remove_file(path);
+            let status = Command::new("mkfifo").arg(path).status().unwrap();
+            assert!(status.success());
+        };
+        let repo = Repo::discover(&root).unwrap();
+        mkfifo(&git.join("index"));
+        assert!(repo.index_holds(&root.join("a.jsonl")).is_err());
+        mkfifo(&git.join("HEAD"));
+        assert!(repo.facts().is_err());
+        // A `.git` that is a FIFO, or a symlink loop: unusable, not an
+        // error of `append` and not a hang.
+        let other = root.join("other");
+        fs::create_dir_all(&other).unwrap();
+        mkfifo(&other.join(".git"));
+        let fifo = Repo::discover(&other).unwrap();
+        assert!(fifo.unusable.is_some() && fifo.facts().is_err());
+        fs::remove_file(other.join(".git")).unwrap();
+        std::os::unix::fs::symlink(".git", other.join(".git")).unwrap();
+        let looped = Repo::discover(&other).unwrap();
+        assert!(looped.unusable.is_some() && looped.facts().is_err());
     }
 }

@@ -148,7 +148,7 @@ pub fn describe(sealed: Sealed) -> &'static str {
         Sealed::FormatChanged => "the shard's format is not the one asked for",
         Sealed::Indexed => "a sidecar index covers the shard",
         Sealed::HeadMoved => "git's HEAD is on another branch or commit",
-        Sealed::ReflogMoved => "git's HEAD moved (its reflog changed)",
+        Sealed::ReflogMoved => "git's HEAD moved (its reflog or ORIG_HEAD changed)",
         Sealed::IndexLocked => "git's index is locked (a stage or commit is under way)",
         Sealed::InGitIndex => "git's index holds the shard (staged or committed)",
         Sealed::GitUnreadable => "git's files could not be read",

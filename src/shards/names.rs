@@ -129,7 +129,7 @@ pub(super) fn new_token() -> io::Result<String> {
     if n != bytes.len() as isize {
         return Err(io::Error::last_os_error());
     }
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::warehouse::hex(&bytes))
 }
 
 #[cfg(test)]

@@ -50,8 +50,8 @@ pub struct ShardState {
     pub size: u64,
     pub dev: u64,
     pub ino: u64,
-    /// The store directory's mtime when a listing last found no index
-    /// file of the shard in it (`None`: not listed yet).
+    /// The store directory's ctime when a listing last found no index
+    /// file of the shard in it (`None`: not listed yet, or not trusted).
     pub listed: Option<i64>,
     /// Git as the writer last saw it; `None` outside a work tree.
     pub git: Option<GitState>,
@@ -92,7 +92,8 @@ pub enum Sealed {
     /// HEAD is on another branch or commit than at the last append (or
     /// the store moved into or out of a git work tree).
     HeadMoved,
-    /// HEAD's reflog grew or shrank: HEAD moved, perhaps and came back.
+    /// HEAD's reflog grew or shrank, or `ORIG_HEAD` was rewritten: HEAD
+    /// moved, perhaps and came back.
     ReflogMoved,
     /// git's `index.lock` exists: a stage or commit is under way.
     IndexLocked,
@@ -165,7 +166,7 @@ fn git_allows(
     if !facts.head_is(seen) {
         return Err(Sealed::HeadMoved);
     }
-    if facts.reflog != seen.reflog {
+    if !facts.stayed(seen) {
         return Err(Sealed::ReflogMoved);
     }
     if facts.locked {
@@ -194,16 +195,17 @@ fn git_allows(
 /// How long a store must have been unchanged before a listing of it is
 /// trusted until it changes again: more than one tick of the coarse clock
 /// file times are taken from, so an index file created just after the
-/// listing cannot share the directory mtime the listing saw.
+/// listing cannot share the directory ctime the listing saw.
 const LISTING_SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Condition 5 for an index file with no manifest: the store is listed
-/// when it changed since `listed` (its mtime then). Returns the mtime to
-/// remember (`None` when the listing came too soon after a change).
+/// when it changed since `listed` (its ctime then, which no one can set
+/// back). Returns the ctime to remember (`None` when the listing may not
+/// be trusted until the next change, see [`listing_trusted`]).
 fn unindexed(store: &Path, shard: &str, listed: Option<i64>) -> Result<Option<i64>, Sealed> {
     let before = std::fs::metadata(store).map_err(|_| Sealed::Missing)?;
-    let mtime = crate::warehouse::mtime_ns(&before);
-    if listed == Some(mtime) {
+    let ctime = ctime_ns(&before);
+    if listed == Some(ctime) {
         return Ok(listed);
     }
     let entries = std::fs::read_dir(store).map_err(|_| Sealed::Indexed)?;
@@ -215,12 +217,28 @@ fn unindexed(store: &Path, shard: &str, listed: Option<i64>) -> Result<Option<i6
             return Err(Sealed::Indexed);
         }
     }
-    let settled = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    Ok(listing_trusted(ctime, std::time::SystemTime::now()).then_some(ctime))
+}
+
+/// Whether a listing made at `now` of a directory whose ctime is
+/// `ctime_ns` shows every entry created after it by a ctime change: the
+/// directory settled more than [`LISTING_SETTLE`] before, and its times
+/// have sub-second precision (a file system keeping whole seconds could
+/// give a later change the same ctime).
+fn listing_trusted(ctime_ns: i64, now: std::time::SystemTime) -> bool {
+    if ctime_ns % 1_000_000_000 == 0 {
+        return false;
+    }
+    now.duration_since(std::time::UNIX_EPOCH)
         .ok()
         .and_then(|now| now.checked_sub(LISTING_SETTLE))
-        .is_some_and(|cutoff| i128::from(mtime) < cutoff.as_nanos() as i128);
-    Ok(settled.then_some(mtime))
+        .is_some_and(|cutoff| i128::from(ctime_ns) < cutoff.as_nanos() as i128)
+}
+
+fn ctime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.ctime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(meta.ctime_nsec())
 }
 
 #[cfg(test)]
@@ -246,6 +264,20 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn a_listing_is_trusted_only_once_the_store_settled() {
+        use std::time::{Duration, SystemTime, UNIX_EPOCH};
+        let now = UNIX_EPOCH + Duration::from_nanos(1_764_583_200_500_000_001);
+        let ns = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64;
+        assert!(listing_trusted(ns(now - Duration::from_millis(21)), now));
+        assert!(listing_trusted(ns(now - Duration::from_secs(3600)), now));
+        assert!(!listing_trusted(ns(now - Duration::from_millis(19)), now));
+        assert!(!listing_trusted(ns(now), now));
+        assert!(!listing_trusted(ns(now + Duration::from_secs(5)), now));
+        // Whole seconds: a later change could keep the same time.
+        assert!(!listing_trusted(1_764_583_100_000_000_000, now));
     }
 
     #[test]

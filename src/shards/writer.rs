@@ -76,13 +76,7 @@ impl Writer {
         let store = open_store(store)?;
         let (state_dir, state_name) = open_state_dir(&store, &session)?;
         let state_path = state_dir.path().join(&state_name);
-        let repo = Repo::discover(&store).map_err(|e| {
-            Error::at(
-                ErrorCode::Io,
-                &store,
-                format!("cannot tell whether the store is in a git work tree: {e}"),
-            )
-        })?;
+        let repo = Repo::discover(&store);
         Ok(Writer {
             store,
             session,
@@ -97,27 +91,33 @@ impl Writer {
         })
     }
 
-    /// The state hint as it is on disk now (`None` if unusable).
+    /// The state hint as it is on disk now (`None` if unusable). What
+    /// spares a search (the store listing and git's index identity) is
+    /// kept only from a hint this user wrote and no one else may replace;
+    /// from any other, the writer searches again.
     pub fn load_state(&self) -> Option<ShardState> {
-        let (bytes, _) = self
+        let (bytes, stat) = self
             .state_dir
             .read_capped(&self.state_name, HINT_CAP)
             .ok()??;
-        rotation::parse_state(&bytes)
+        let mut state = rotation::parse_state(&bytes)?;
+        let dir = self.state_dir.stat();
+        let private =
+            |uid: u32, mode: u32| uid == rustix::process::geteuid().as_raw() && mode & 0o022 == 0;
+        if !private(stat.uid, stat.mode) || !private(dir.uid, dir.mode) {
+            state.listed = None;
+            if let Some(git) = &mut state.git {
+                git.index = None;
+            }
+        }
+        Some(state)
     }
 
     /// Replaces the state hint on disk (temp file + rename).
     pub fn save_state(&self, state: &ShardState) -> Result<()> {
         let bytes = serde_json::to_vec(state).expect("a state always serialises");
-        let how = Replace {
-            durable: false,
-            mode: 0o600,
-            keep_owner: false,
-            sweep_temps: false,
-            expect: None,
-        };
         self.state_dir
-            .replace(&self.state_name, &bytes, how)
+            .replace(&self.state_name, &bytes, Replace::hint())
             .map_err(|e| Error::io(&self.state_path, &e))
     }
 

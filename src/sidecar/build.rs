@@ -46,7 +46,7 @@ pub struct BuildReport {
 /// A short hex digest of an ordered key spec: the index file's tag.
 pub fn key_hash(key: &[String]) -> String {
     let digest = Sha256::digest(key.join("\0").as_bytes());
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    warehouse::hex(&digest[..8])
 }
 
 /// `FILE.<keyhash>.idx`.

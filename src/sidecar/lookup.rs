@@ -63,9 +63,9 @@ pub fn forget_process_memo() {
     memo().lock().clear();
 }
 
-fn hash_file(path: &Path) -> Result<[u8; 32]> {
+/// The SHA-256 of the open file `file` (of `path`) from its start.
+fn hash_file(mut file: &File, path: &Path) -> Result<[u8; 32]> {
     HASHES.with(|n| n.set(n.get() + 1));
-    let mut file = File::open(path).map_err(|e| Error::io(path, &e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -144,7 +144,11 @@ fn check_fresh(
     reader: &IndexReader<'_, File>,
     always_hash: bool,
 ) -> Result<()> {
-    let meta = std::fs::metadata(cohort).map_err(|e| Error::io(cohort, &e))?;
+    // One descriptor for the checks and the hash, so the digest is of the
+    // file that was checked; it is memoised only if that file's size and
+    // mtime held while it was hashed.
+    let file = File::open(cohort).map_err(|e| Error::io(cohort, &e))?;
+    let meta = file.metadata().map_err(|e| Error::io(cohort, &e))?;
     let h = &reader.header;
     if meta.len() != h.cohort_size {
         return Err(stale(
@@ -162,21 +166,23 @@ fn check_fresh(
         return Ok(());
     }
     let digest = if always_hash {
-        hash_file(cohort)?
+        hash_file(&file, cohort)?
     } else {
         let memo_key = (cohort.to_path_buf(), meta.len(), mtime_ns);
         let known = memo().lock().get(&memo_key).copied();
         let known = known.or_else(|| persisted::get(cohort, meta.len(), mtime_ns));
-        let digest = match known {
+        match known {
             Some(digest) => digest,
             None => {
-                let digest = hash_file(cohort)?;
-                persisted::put(cohort, meta.len(), mtime_ns, &digest);
+                let digest = hash_file(&file, cohort)?;
+                let after = file.metadata().map_err(|e| Error::io(cohort, &e))?;
+                if after.len() == meta.len() && warehouse::mtime_ns(&after) == mtime_ns {
+                    persisted::put(cohort, meta.len(), mtime_ns, &digest);
+                    memo().lock().insert(memo_key, digest);
+                }
                 digest
             }
-        };
-        memo().lock().insert(memo_key, digest);
-        digest
+        }
     };
     if digest != h.cohort_sha256 {
         return Err(stale(
@@ -188,11 +194,10 @@ fn check_fresh(
     Ok(())
 }
 
-/// The digest memo on disk: one small file per record file, in the
-/// state directory of the warehouse holding it (the nearest directory
-/// above it with a `.pchronicle/`, else its own directory), under
-/// `.pchronicle/digests/` when that is this user's and no one else's,
-/// else in this user's cache directory. A record written there only
+/// The digest memo on disk: one small file per record file, under
+/// `.pchronicle/digests/` of the nearest directory above it holding a
+/// `.pchronicle/` when that is this user's and no one else's, else in
+/// this user's cache directory. A record written there only
 /// answers for the same canonical path, size and mtime. Failing to read
 /// or write it only costs a hash.
 pub mod persisted {
@@ -212,21 +217,27 @@ pub mod persisted {
         sha256: String,
     }
 
-    /// The memo's directory and the entry name for `cohort`.
+    /// The memo's directory and the entry name for `cohort`. A lookup
+    /// never creates a `.pchronicle/` beside a record file: without one
+    /// above it, the memo goes to the user's cache directory.
     fn place(cohort: &Path) -> Option<(Dir, String, PathBuf)> {
         let cohort = std::fs::canonicalize(cohort).ok()?;
         let parent = cohort.parent()?;
-        let root = parent
-            .ancestors()
-            .find(|d| {
-                std::fs::symlink_metadata(d.join(warehouse::STATE_DIR)).is_ok_and(|m| m.is_dir())
-            })
-            .unwrap_or(parent);
-        let root = Dir::open_root(root).ok()?;
-        let state = warehouse::state_dir(&root, warehouse::STATE_DIR, "digests").ok()?;
+        let warehouse = parent.ancestors().find(|d| {
+            std::fs::symlink_metadata(d.join(warehouse::STATE_DIR)).is_ok_and(|m| m.is_dir())
+        });
+        let state = match warehouse {
+            Some(root) => {
+                let root = Dir::open_root(root).ok()?;
+                warehouse::state_dir(&root, warehouse::STATE_DIR, "digests")
+                    .ok()?
+                    .dir
+            }
+            None => warehouse::user_state_dir(&Dir::open_root(parent).ok()?, "digests").ok()?,
+        };
         let digest = Sha256::digest(cohort.as_os_str().as_encoded_bytes());
-        let name: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        Some((state.dir, format!("{name}.json"), cohort))
+        let name = warehouse::hex(&digest[..16]);
+        Some((state, format!("{name}.json"), cohort))
     }
 
     /// The digest recorded for `cohort` at this size and mtime.
@@ -253,17 +264,10 @@ pub mod persisted {
             path,
             size,
             mtime_ns,
-            sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+            sha256: warehouse::hex(digest),
         };
         let bytes = serde_json::to_vec(&memo).expect("a memo always serialises");
-        let how = Replace {
-            durable: false,
-            mode: 0o600,
-            keep_owner: false,
-            sweep_temps: false,
-            expect: None,
-        };
-        if let Err(e) = dir.replace(&name, &bytes, how) {
+        if let Err(e) = dir.replace(&name, &bytes, Replace::hint()) {
             log::debug!("{}: digest memo not kept: {e}", dir.path().display());
         }
     }

@@ -58,7 +58,7 @@ pub use read::{
     COUNT_CACHE_CAP, CappedError, INDEX_MANIFEST_CAP, MANIFEST_CAP, POINTER_CAP, read_all_capped,
 };
 pub use stat::{Stat, mtime_ns};
-pub use state::{STATE_DIR, STATE_GITIGNORE, StateDir, open_state, state_dir};
+pub use state::{STATE_DIR, STATE_GITIGNORE, StateDir, open_state, state_dir, user_state_dir};
 pub use viewer::Viewer;
 pub use write::Replace;
 pub(crate) use write::temp_name;
@@ -83,6 +83,12 @@ fn read_flags() -> OFlags {
 
 fn dir_flags() -> OFlags {
     read_flags() | OFlags::DIRECTORY
+}
+
+/// Bytes as lowercase hex digits (names and records derived from
+/// digests and random tokens).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A single path component that names an entry of a directory: not empty,

@@ -90,24 +90,28 @@ pub fn state_dir(root: &Dir, state: &str, sub: &str) -> io::Result<StateDir> {
         }
         Err(why) => why,
     };
+    Ok(StateDir {
+        dir: user_state_dir(root, sub)?,
+        elsewhere: Some(why),
+    })
+}
+
+/// The state directory `sub` for the warehouse (or directory) `root` in
+/// this user's cache directory: `<cache>/<id>/sub`, `<id>` derived from
+/// the root's device and inode; created mode 0700 when absent.
+pub fn user_state_dir(root: &Dir, sub: &str) -> io::Result<Dir> {
     let base = user_cache_dir()?;
     let id = {
         use sha2::Digest;
         let digest = sha2::Sha256::digest(format!("{}:{}", root.stat.dev, root.stat.ino));
-        digest[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
+        super::hex(&digest[..8])
     };
     let path = base.join(id).join(sub);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&path)?;
-    Ok(StateDir {
-        dir: Dir::open_root(&path)?,
-        elsewhere: Some(why),
-    })
+    Dir::open_root(&path)
 }
 
 /// This user's cache directory for pchronicle.

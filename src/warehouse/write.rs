@@ -56,6 +56,19 @@ impl Replace {
             expect: None,
         }
     }
+
+    /// How a private hint of pchronicle's own (a writer's state, a
+    /// memoised digest) is replaced: mode 0600, no fsync (losing it costs
+    /// only work), no sweep.
+    pub fn hint() -> Replace {
+        Replace {
+            durable: false,
+            mode: 0o600,
+            keep_owner: false,
+            sweep_temps: false,
+            expect: None,
+        }
+    }
 }
 
 impl Dir {

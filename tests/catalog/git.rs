@@ -76,7 +76,7 @@ fn append(store: &Path, i: usize) -> pchronicle::shards::Appended {
 fn verdict(store: &Path) -> Result<(), Sealed> {
     let writer = Writer::open(store, "s1", ShardFormat::Line).unwrap();
     let state: Option<ShardState> = writer.load_state();
-    let repo = Repo::discover(store).unwrap();
+    let repo = Repo::discover(store);
     let git = repo.as_ref().map(|repo| Git {
         repo,
         facts: repo.facts(),
@@ -106,6 +106,11 @@ fn sealed_by(c: &Checkout, act: impl FnOnce(&Checkout, &Path), why: Sealed) {
         next.shard,
         "the new one continues"
     );
+}
+
+/// `git add SHARD`.
+fn stage(c: &Checkout, shard: &Path) {
+    git(&c.work_tree, &["add", &rel(c, shard)]);
 }
 
 fn rel(c: &Checkout, path: &Path) -> String {
@@ -159,13 +164,7 @@ fn a_commit_seals_the_shard() {
 #[test]
 fn staging_seals_the_shard() {
     let c = checkout(&[]);
-    sealed_by(
-        &c,
-        |c, shard| {
-            git(&c.work_tree, &["add", &rel(c, shard)]);
-        },
-        Sealed::InGitIndex,
-    );
+    sealed_by(&c, stage, Sealed::InGitIndex);
 }
 
 #[test]
@@ -178,7 +177,7 @@ fn a_shard_committed_and_unchanged_stays_sealed_when_the_state_is_lost() {
     // current: only git's index can tell.
     let writer = Writer::open(&c.store, "s1", ShardFormat::Line).unwrap();
     let mut state = writer.load_state().unwrap();
-    let repo = Repo::discover(&c.store).unwrap().unwrap();
+    let repo = Repo::discover(&c.store).unwrap();
     let facts = repo.facts().unwrap();
     state.git = Some(facts.state(facts.index));
     writer.save_state(&state).unwrap();
@@ -211,6 +210,25 @@ fn a_commit_undone_by_a_mixed_reset_seals_the_shard() {
             git(&c.work_tree, &["commit", "-q", "-m", "other"]);
             git(&c.work_tree, &["reset", "-q", "HEAD~1"]);
             assert_eq!(git(&c.work_tree, &["rev-parse", "HEAD"]), head);
+        },
+        Sealed::ReflogMoved,
+    );
+}
+
+#[test]
+fn without_a_reflog_a_commit_undone_by_a_reset_still_seals() {
+    // No logs/HEAD: ORIG_HEAD, which the reset writes, tells instead.
+    let c = checkout(&[]);
+    git(&c.work_tree, &["config", "core.logAllRefUpdates", "false"]);
+    fs::remove_dir_all(c.work_tree.join(".git/logs")).unwrap();
+    sealed_by(
+        &c,
+        |c, shard| {
+            stage(c, shard);
+            git(&c.work_tree, &["commit", "-q", "-m", "records"]);
+            git(&c.work_tree, &["branch", "saved"]);
+            git(&c.work_tree, &["reset", "-q", "HEAD~1"]);
+            assert!(!c.work_tree.join(".git/logs/HEAD").exists());
         },
         Sealed::ReflogMoved,
     );
@@ -258,7 +276,7 @@ fn a_linked_worktree_is_read_through_its_gitdir_file() {
         store: linked.join("records/journal"),
         work_tree: linked.clone(),
     };
-    let repo = Repo::discover(&c.store).unwrap().unwrap();
+    let repo = Repo::discover(&c.store).unwrap();
     assert_eq!(repo.work_tree, linked);
     assert_ne!(repo.git_dir, repo.common_dir);
     // A commit in the main worktree leaves the linked one's shard alone.
@@ -269,13 +287,7 @@ fn a_linked_worktree_is_read_through_its_gitdir_file() {
     assert_eq!(verdict(&c.store), Ok(()));
     assert_eq!(append(&c.store, 1).shard, first);
     // Staging in the linked worktree seals it; so does a commit there.
-    sealed_by(
-        &c,
-        |c, shard| {
-            git(&c.work_tree, &["add", &rel(c, shard)]);
-        },
-        Sealed::InGitIndex,
-    );
+    sealed_by(&c, stage, Sealed::InGitIndex);
     sealed_by(
         &c,
         |c, _| {
@@ -290,7 +302,7 @@ fn a_linked_worktree_is_read_through_its_gitdir_file() {
 #[test]
 fn a_reftable_repository_is_asked_through_git() {
     let c = checkout(&["--ref-format=reftable"]);
-    let repo = Repo::discover(&c.store).unwrap().unwrap();
+    let repo = Repo::discover(&c.store).unwrap();
     assert!(repo.reftable);
     sealed_by(
         &c,
@@ -320,13 +332,7 @@ fn indexes_git_writes_in_other_layouts_are_searched_too() {
     ] {
         let c = checkout(&[]);
         git(&c.work_tree, config);
-        sealed_by(
-            &c,
-            |c, shard| {
-                git(&c.work_tree, &["add", &rel(c, shard)]);
-            },
-            Sealed::InGitIndex,
-        );
+        sealed_by(&c, stage, Sealed::InGitIndex);
     }
 }
 

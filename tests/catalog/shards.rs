@@ -227,30 +227,6 @@ fn a_lone_index_file_seals_the_shard_it_indexes() {
 }
 
 #[test]
-fn an_index_file_created_in_the_clock_tick_of_a_listing_is_still_seen() {
-    // A listing is trusted until the store changes only when the store's
-    // mtime is older than the listing by more than a clock tick; else an
-    // index file created right after it could leave the mtime as it was.
-    // The store's mtime is put in the future (a listing "in the same
-    // tick"), then restored after the index file appears.
-    let (_wh, store) = store();
-    let mut writer = Writer::open(&store, "s1", ShardFormat::Line).unwrap();
-    let first = append(&mut writer, &record("s1", 0)).shard;
-    let set_mtime = |t: std::time::SystemTime| {
-        fs::File::open(&store).unwrap().set_modified(t).unwrap();
-    };
-    let tick = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-    set_mtime(tick);
-    assert_eq!(append(&mut writer, &record("s1", 1)).shard, first);
-    let key = vec!["id".to_string()];
-    pchronicle::sidecar::build_index(&first, &key).unwrap();
-    fs::remove_file(pchronicle::sidecar::manifest_path(&first)).unwrap();
-    set_mtime(tick);
-    let next = append(&mut writer, &record("s1", 2));
-    assert!(next.started && next.shard != first);
-}
-
-#[test]
 fn packed_writing_is_off_by_default_and_on_with_its_variable() {
     let (_wh, store) = store();
     let run = |session: &str, packed: Option<&str>| {

@@ -541,6 +541,12 @@ fn the_digest_memo_outlives_the_process() {
     let c = wh.abs("c.jsonl");
     let k = key(&["session"]);
     build(&c, &k).unwrap();
+    // Without a state directory above the file, a lookup creates none
+    // (its memo goes to the user's cache directory).
+    set_mtime_later(&c, 9);
+    lookup(&c, &k, &["s-2".to_string()]).unwrap();
+    assert!(!wh.abs(".pchronicle").exists());
+    wh.dir(".pchronicle");
     set_mtime_later(&c, 7);
     let value = ["s-2".to_string()];
     let hashes = cohort_hashes();

@@ -114,12 +114,10 @@ pub(super) fn encode(entries: &LruCache<Arc<str>, Entry>) -> Vec<u8> {
 
 /// Replaces the file with `bytes`, unless what is there now is not ours.
 pub(super) fn write(file: &CacheFile, bytes: &[u8]) -> Result<()> {
+    // A large file rewritten often: a crash's temp files are swept.
     let how = Replace {
-        durable: false,
-        mode: 0o600,
-        keep_owner: false,
         sweep_temps: true,
-        expect: None,
+        ..Replace::hint()
     };
     check_ours(file).and_then(|()| {
         file.dir

@@ -4,6 +4,7 @@
 //! is streamed into a temporary file there while it is hashed and
 //! validated, then renamed to its hash.
 
+use crate::warehouse::hex;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -101,8 +102,4 @@ impl Read for TeeReader<'_, '_, '_> {
         }
         Ok(n)
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
