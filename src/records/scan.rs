@@ -82,18 +82,44 @@ impl RecordScanner {
 
     /// Like [`scan`](Self::scan), with the top-level `id` as well.
     pub fn facts(&mut self, text: &[u8]) -> Option<RecordFacts> {
+        let mut facts = RecordFacts::default();
+        self.walk(text, |member| {
+            let field = field_of(member.key, member.key_escaped);
+            if field == Field::Other {
+                return;
+            }
+            match member.token {
+                Token::String { escaped } => facts.note_string(field, member.value, escaped, text),
+                Token::Number => facts.note_number(field, member.value, text),
+                _ => {}
+            }
+        })?;
+        Some(facts)
+    }
+
+    /// Validates `text` as one JSON value (surrounding whitespace allowed)
+    /// in UTF-8, calling `on_member` for each member of a top-level object
+    /// in order (a repeated key once per occurrence). `None` when `text`
+    /// is not valid; otherwise whether its value is an object.
+    pub fn walk<'t>(
+        &mut self,
+        text: &'t [u8],
+        mut on_member: impl FnMut(Member<'t>),
+    ) -> Option<bool> {
         self.stack.clear();
         let b = text;
-        let mut i = 0;
-        let mut field = Field::Other;
-        let mut facts = RecordFacts::default();
+        let mut i = skip_ws(b, 0);
+        let is_object = b.get(i) == Some(&b'{');
+        // The top-level key whose value comes next, as its token.
+        let mut key: Option<(std::ops::Range<usize>, bool)> = None;
         let mut state = State::Value;
         loop {
             match state {
                 State::Value => {
                     i = skip_ws(b, i);
-                    let top_level_member = self.stack.len() == 1 && self.stack[0];
-                    match *b.get(i)? {
+                    let member = key.take();
+                    let start = i;
+                    let token = match *b.get(i)? {
                         b'{' => {
                             i = skip_ws(b, i + 1);
                             if *b.get(i)? == b'}' {
@@ -103,6 +129,7 @@ impl RecordScanner {
                                 self.stack.push(true);
                                 state = State::Key;
                             }
+                            Token::Object
                         }
                         b'[' => {
                             i = skip_ws(b, i + 1);
@@ -112,33 +139,52 @@ impl RecordScanner {
                             } else {
                                 self.stack.push(false);
                             }
+                            Token::Array
                         }
                         b'"' => {
                             let (end, escaped) = scan_string(b, i)?;
-                            if top_level_member && field != Field::Other {
-                                facts.note_string(field, i..end, escaped, b);
-                            }
                             i = end;
                             state = State::AfterValue;
+                            Token::String { escaped }
                         }
                         b'-' | b'0'..=b'9' => {
-                            let end = scan_number(b, i)?;
-                            if top_level_member && field != Field::Other {
-                                facts.note_number(field, i..end, b);
-                            }
-                            i = end;
+                            i = scan_number(b, i)?;
                             state = State::AfterValue;
+                            Token::Number
                         }
-                        b't' => (i, state) = (literal(b, i, b"true")?, State::AfterValue),
-                        b'f' => (i, state) = (literal(b, i, b"false")?, State::AfterValue),
-                        b'n' => (i, state) = (literal(b, i, b"null")?, State::AfterValue),
+                        b't' => {
+                            (i, state) = (literal(b, i, b"true")?, State::AfterValue);
+                            Token::True
+                        }
+                        b'f' => {
+                            (i, state) = (literal(b, i, b"false")?, State::AfterValue);
+                            Token::False
+                        }
+                        b'n' => {
+                            (i, state) = (literal(b, i, b"null")?, State::AfterValue);
+                            Token::Null
+                        }
                         _ => return None,
+                    };
+                    if let Some((key, key_escaped)) = member {
+                        // A container's range is its opening byte alone.
+                        let end = if matches!(token, Token::Object | Token::Array) {
+                            start + 1
+                        } else {
+                            i
+                        };
+                        on_member(Member {
+                            key: &b[key],
+                            key_escaped,
+                            token,
+                            value: start..end,
+                        });
                     }
                 }
                 State::AfterValue => {
                     i = skip_ws(b, i);
                     let Some(&in_object) = self.stack.last() else {
-                        return (i == b.len()).then_some(facts);
+                        return (i == b.len()).then_some(is_object);
                     };
                     match (*b.get(i)?, in_object) {
                         (b',', true) => state = State::Key,
@@ -157,7 +203,7 @@ impl RecordScanner {
                     }
                     let (end, escaped) = scan_string(b, i)?;
                     if self.stack.len() == 1 {
-                        field = field_of(&b[i..end], escaped);
+                        key = Some((i..end, escaped));
                     }
                     i = skip_ws(b, end);
                     if *b.get(i)? != b':' {
@@ -169,6 +215,46 @@ impl RecordScanner {
             }
         }
     }
+}
+
+/// What a top-level member's value starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Token {
+    String { escaped: bool },
+    Number,
+    True,
+    False,
+    Null,
+    Array,
+    Object,
+}
+
+/// One member of a top-level object, as [`RecordScanner::walk`] met it.
+#[derive(Debug, Clone)]
+pub struct Member<'t> {
+    /// The key's token, quotes included.
+    pub key: &'t [u8],
+    pub key_escaped: bool,
+    pub token: Token,
+    /// The value's token in the walked text (quotes included); a
+    /// container's opening byte only.
+    pub value: std::ops::Range<usize>,
+}
+
+impl Member<'_> {
+    /// Whether the key is `name`.
+    pub fn key_is(&self, name: &str) -> bool {
+        if self.key_escaped {
+            string_content(self.key, true).is_some_and(|k| k == name)
+        } else {
+            &self.key[1..self.key.len() - 1] == name.as_bytes()
+        }
+    }
+}
+
+/// The text of a string token (quotes included), its escapes decoded.
+pub fn string_token(token: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_, str>> {
+    string_content(token, escaped)
 }
 
 /// What a scan learned of a record's top-level fields.

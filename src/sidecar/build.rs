@@ -6,6 +6,11 @@
 //!
 //! Row ids are record ordinals (every non-blank segment between separators,
 //! failed ones included), so a row's locator is its place in the file.
+//! Each record is validated and its top-level key fields found by the
+//! counting scanner ([`RecordScanner::walk`]), without building a JSON
+//! value; what a key field holds is read as `serde_json` would (a repeated
+//! key: its last occurrence), which a differential test checks.
+//!
 //! Records that are not JSON objects, lack a key field or hold `null` there
 //! are not indexed (counted as `unkeyed`); a key field holding an array,
 //! an object, a fraction or a number beyond `i64`, or changing type between
@@ -19,8 +24,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::format::{IndexContent, KeyType, KeyValue, Locator, encode_index, encode_key};
+use super::format::{
+    IndexContent, KeyType, Locator, encode_index, push_boolean, push_integer, push_string,
+};
 use crate::error::{Error, ErrorCode, Result};
+use crate::records::scan::{self, RecordScanner, Token};
 use crate::records::{OversizeSegment, RecordFormat, SegmentVisitor, for_each_segment_sized};
 use crate::warehouse::{self, Dir, Replace};
 
@@ -76,24 +84,85 @@ pub fn parse_key_spec(text: &str) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// The key value of one JSON field, or why it cannot be one.
-fn key_value(value: &serde_json::Value) -> std::result::Result<Option<KeyValue>, &'static str> {
-    use serde_json::Value;
-    match value {
-        Value::Null => Ok(None),
-        Value::String(s) => Ok(Some(KeyValue::String(s.clone()))),
-        Value::Bool(b) => Ok(Some(KeyValue::Boolean(*b))),
-        Value::Number(n) => n
-            .as_i64()
-            .map(|n| Some(KeyValue::Integer(n)))
-            .ok_or("a number that is not an integer in the i64 range"),
-        Value::Array(_) => Err("an array"),
-        Value::Object(_) => Err("an object"),
+/// One key field's value as read from a record, borrowed from it where it
+/// can be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyPart<'t> {
+    String(std::borrow::Cow<'t, str>),
+    Integer(i64),
+    Boolean(bool),
+}
+
+impl KeyPart<'_> {
+    fn key_type(&self) -> KeyType {
+        match self {
+            KeyPart::String(_) => KeyType::String,
+            KeyPart::Integer(_) => KeyType::Integer,
+            KeyPart::Boolean(_) => KeyType::Boolean,
+        }
+    }
+
+    /// Appends this field's canonical key bytes.
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        match self {
+            KeyPart::String(s) => push_string(out, s),
+            KeyPart::Integer(n) => push_integer(out, *n),
+            KeyPart::Boolean(b) => push_boolean(out, *b),
+        }
+    }
+
+    #[cfg(test)]
+    fn into_owned(self) -> super::format::KeyValue {
+        use super::format::KeyValue;
+        match self {
+            KeyPart::String(s) => KeyValue::String(s.into_owned()),
+            KeyPart::Integer(n) => KeyValue::Integer(n),
+            KeyPart::Boolean(b) => KeyValue::Boolean(b),
+        }
+    }
+}
+
+/// The key value of one top-level member's token in `text`, or why it
+/// cannot be one: what `serde_json` would make of it (a string, a boolean,
+/// an integer in the `i64` range; `null` is no value).
+fn key_value(
+    text: &[u8],
+    token: Token,
+    range: std::ops::Range<usize>,
+) -> std::result::Result<Option<KeyPart<'_>>, &'static str> {
+    const NOT_I64: &str = "a number that is not an integer in the i64 range";
+    let bytes = &text[range];
+    match token {
+        Token::Null => Ok(None),
+        Token::True => Ok(Some(KeyPart::Boolean(true))),
+        Token::False => Ok(Some(KeyPart::Boolean(false))),
+        Token::String { escaped } => scan::string_token(bytes, escaped)
+            .map(|s| Some(KeyPart::String(s)))
+            .ok_or("a string that cannot be decoded"),
+        // A fraction, an exponent or `-0` is a float to serde_json.
+        Token::Number
+            if bytes.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) || bytes == b"-0" =>
+        {
+            Err(NOT_I64)
+        }
+        Token::Number => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .map(|n| Some(KeyPart::Integer(n)))
+            .ok_or(NOT_I64),
+        Token::Array => Err("an array"),
+        Token::Object => Err("an object"),
     }
 }
 
 struct Collector<'a> {
     key: &'a [String],
+    scanner: RecordScanner,
+    /// Per key field, the token of its (last) occurrence in the record
+    /// being read.
+    found: Vec<Option<(Token, std::ops::Range<usize>)>>,
+    /// The canonical bytes of the record's key, reused between records.
+    key_bytes: Vec<u8>,
     types: Vec<Option<KeyType>>,
     entries: HashMap<Vec<u8>, Vec<u64>>,
     locators: Vec<Locator>,
@@ -163,18 +232,33 @@ impl Collector<'_> {
             offset: offset + lead as u64,
             len,
         });
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(trimmed) else {
-            self.failed += 1;
-            return Ok(());
-        };
-        let Some(object) = value.as_object() else {
-            self.unkeyed += 1;
-            return Ok(());
-        };
-        let mut values = Vec::with_capacity(self.key.len());
-        for (i, name) in self.key.iter().enumerate() {
-            let field = object.get(name).unwrap_or(&serde_json::Value::Null);
-            let value = key_value(field).map_err(|why| {
+        let key = self.key;
+        let found = &mut self.found;
+        found.clear();
+        found.resize(key.len(), None);
+        let walked = self.scanner.walk(trimmed, |member| {
+            if let Some(i) = key.iter().position(|k| member.key_is(k)) {
+                found[i] = Some((member.token, member.value));
+            }
+        });
+        match walked {
+            None => {
+                self.failed += 1;
+                return Ok(());
+            }
+            Some(false) => {
+                self.unkeyed += 1;
+                return Ok(());
+            }
+            Some(true) => {}
+        }
+        self.key_bytes.clear();
+        for (i, name) in key.iter().enumerate() {
+            let value = match self.found[i].clone() {
+                Some((token, range)) => key_value(trimmed, token, range),
+                None => Ok(None),
+            };
+            let value = value.map_err(|why| {
                 Error::at(
                     ErrorCode::IndexKeyUnkeyable,
                     self.cohort,
@@ -200,13 +284,16 @@ impl Collector<'_> {
                 }
                 Some(_) => {}
             }
-            values.push(value);
+            value.encode_into(&mut self.key_bytes);
         }
         self.indexed += 1;
-        self.entries
-            .entry(encode_key(&values))
-            .or_default()
-            .push(row);
+        // The key's bytes are copied only for a key not seen before.
+        match self.entries.get_mut(self.key_bytes.as_slice()) {
+            Some(rows) => rows.push(row),
+            None => {
+                self.entries.insert(self.key_bytes.clone(), vec![row]);
+            }
+        }
         Ok(())
     }
 }
@@ -232,6 +319,9 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
     let before = file.metadata().map_err(|e| Error::io(cohort, &e))?;
     let mut collector = Collector {
         key,
+        scanner: RecordScanner::default(),
+        found: Vec::new(),
+        key_bytes: Vec::new(),
         types: vec![None; key.len()],
         entries: HashMap::new(),
         locators: Vec::new(),
@@ -303,6 +393,113 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sidecar::format::KeyValue;
+
+    /// What a record's key is by way of `serde_json::Value`: the
+    /// reference the scanner-based reading must agree with.
+    fn by_serde(text: &[u8], key: &[&str]) -> std::result::Result<Option<Vec<KeyValue>>, String> {
+        use serde_json::Value;
+        let Ok(value) = serde_json::from_slice::<Value>(text) else {
+            return Err("failed".into());
+        };
+        let Some(object) = value.as_object() else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        for name in key {
+            let v = match object.get(*name).unwrap_or(&Value::Null) {
+                Value::Null => return Ok(None),
+                Value::String(s) => KeyValue::String(s.clone()),
+                Value::Bool(b) => KeyValue::Boolean(*b),
+                Value::Number(n) => match n.as_i64() {
+                    Some(n) => KeyValue::Integer(n),
+                    None => return Err(format!("unkeyable {name}")),
+                },
+                _ => return Err(format!("unkeyable {name}")),
+            };
+            out.push(v);
+        }
+        Ok(Some(out))
+    }
+
+    fn by_scanner(text: &[u8], key: &[&str]) -> std::result::Result<Option<Vec<KeyValue>>, String> {
+        let mut found = vec![None; key.len()];
+        let walked = RecordScanner::default().walk(text, |m| {
+            if let Some(i) = key.iter().position(|k| m.key_is(k)) {
+                found[i] = Some((m.token, m.value));
+            }
+        });
+        match walked {
+            None => return Err("failed".into()),
+            Some(false) => return Ok(None),
+            Some(true) => {}
+        }
+        let mut out = Vec::new();
+        for (i, name) in key.iter().enumerate() {
+            let value = match found[i].clone() {
+                Some((token, range)) => key_value(text, token, range),
+                None => Ok(None),
+            };
+            match value {
+                Ok(Some(v)) => out.push(v.into_owned()),
+                Ok(None) => return Ok(None),
+                Err(_) => return Err(format!("unkeyable {name}")),
+            }
+        }
+        Ok(Some(out))
+    }
+
+    #[test]
+    fn key_fields_read_by_the_scanner_agree_with_serde_json() {
+        let key = ["k", "n"];
+        let values = [
+            r#""a""#,
+            r#""a,b""#,
+            r#""\u00e9\"x""#,
+            r#""é""#,
+            "0",
+            "-0",
+            "-1",
+            "12",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "1.0",
+            "1e2",
+            "1E-2",
+            "true",
+            "false",
+            "null",
+            "[]",
+            "[1]",
+            "{}",
+            r#"{"k":1}"#,
+        ];
+        let mut cases: Vec<String> = Vec::new();
+        for k in values {
+            for n in values {
+                cases.push(format!(r#"{{"k":{k},"n":{n}}}"#));
+                cases.push(format!(r#"{{ "n" : {n} , "other":[{k}], "k" : {k} }}"#));
+            }
+            cases.push(format!(r#"{{"k":{k}}}"#));
+            cases.push(format!(r#"{{"k":1,"n":2,"k":{k}}}"#));
+            cases.push(format!(r#"{{"\u006b":{k},"n":3}}"#));
+            cases.push(format!(r#"[{{"k":{k},"n":1}}]"#));
+            cases.push(format!(r#"{{"k":{k},"n":1"#));
+            cases.push(format!(r#"{{"x":{{"k":{k},"n":1}}}}"#));
+        }
+        cases.extend(["", "1", "\"s\"", "{}", "{\"k\":\"\u{7}\"}", "{\"k\":1,}"].map(String::from));
+        for case in &cases {
+            assert_eq!(
+                by_scanner(case.as_bytes(), &key),
+                by_serde(case.as_bytes(), &key),
+                "{case}"
+            );
+        }
+        let invalid_utf8 = b"{\"k\":\"\xff\",\"n\":1}";
+        assert_eq!(by_scanner(invalid_utf8, &key), by_serde(invalid_utf8, &key));
+    }
 
     #[test]
     fn a_record_too_large_to_buffer_is_located_like_any_other() {

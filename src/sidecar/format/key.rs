@@ -53,17 +53,32 @@ impl KeyValue {
 pub fn encode_key(values: &[KeyValue]) -> Vec<u8> {
     let mut out = Vec::new();
     for value in values {
-        out.push(value.key_type().tag());
         match value {
-            KeyValue::String(s) => {
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            KeyValue::Integer(n) => out.extend_from_slice(&n.to_le_bytes()),
-            KeyValue::Boolean(b) => out.push(u8::from(*b)),
+            KeyValue::String(s) => push_string(&mut out, s),
+            KeyValue::Integer(n) => push_integer(&mut out, *n),
+            KeyValue::Boolean(b) => push_boolean(&mut out, *b),
         }
     }
     out
+}
+
+/// Appends one string field of a key's canonical bytes.
+pub fn push_string(out: &mut Vec<u8>, s: &str) {
+    out.push(KeyType::String.tag());
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Appends one integer field of a key's canonical bytes.
+pub fn push_integer(out: &mut Vec<u8>, n: i64) {
+    out.push(KeyType::Integer.tag());
+    out.extend_from_slice(&n.to_le_bytes());
+}
+
+/// Appends one boolean field of a key's canonical bytes.
+pub fn push_boolean(out: &mut Vec<u8>, b: bool) {
+    out.push(KeyType::Boolean.tag());
+    out.push(u8::from(b));
 }
 
 /// FNV-1a, 64 bits.

@@ -35,7 +35,7 @@ pub mod key;
 pub mod read;
 pub mod write;
 
-pub use key::{KeyType, KeyValue, encode_key, fnv1a64};
+pub use key::{KeyType, KeyValue, encode_key, fnv1a64, push_boolean, push_integer, push_string};
 pub use read::{Corrupt, Header, IndexReader, ReadAt};
 pub use write::{IndexContent, bucket_count_for, encode_index};
 
