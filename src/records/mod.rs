@@ -37,6 +37,7 @@ mod validate;
 pub use count::{RecordStats, count_file, count_open, count_segments};
 pub use document::split_json_array;
 pub use format::RecordFormat;
+pub(crate) use parallel::{RangeReader, cut_points, threads_for};
 pub use segments::{
     OversizeSegment, ProbedSegment, RECORD_SEPARATOR, SegmentVisitor, for_each_segment,
     for_each_segment_sized,

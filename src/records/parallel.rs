@@ -20,7 +20,7 @@ const MAX_THREADS: usize = 4;
 /// How many threads counting a file of `size` bytes is worth: one below
 /// [`PARALLEL_MIN_BYTES`], else as many as the machine has, at most
 /// [`MAX_THREADS`].
-pub(super) fn threads_for(size: u64) -> usize {
+pub(crate) fn threads_for(size: u64) -> usize {
     if size < PARALLEL_MIN_BYTES {
         return 1;
     }
@@ -36,19 +36,7 @@ pub(super) fn count_segments_parallel(
     size: u64,
     parts: usize,
 ) -> io::Result<RecordStats> {
-    let mut cuts = vec![0u64];
-    for k in 1..parts as u64 {
-        let nominal = size * k / parts as u64;
-        let last = *cuts.last().expect("cuts starts with 0");
-        if nominal <= last {
-            continue;
-        }
-        let cut = next_cut(file, nominal, size)?;
-        if cut > last && cut < size {
-            cuts.push(cut);
-        }
-    }
-    cuts.push(size);
+    let cuts = cut_points(file, size, parts)?;
     std::thread::scope(|scope| {
         let workers: Vec<_> = cuts
             .windows(2)
@@ -72,6 +60,26 @@ pub(super) fn count_segments_parallel(
     })
 }
 
+/// Where to cut `file` (of `size` bytes) into about `parts` byte ranges,
+/// each cut just past a separator: `0`, the cuts, and `size`, so that
+/// consecutive pairs are the ranges and no segment straddles two.
+pub(crate) fn cut_points(file: &File, size: u64, parts: usize) -> io::Result<Vec<u64>> {
+    let mut cuts = vec![0u64];
+    for k in 1..parts as u64 {
+        let nominal = size * k / parts as u64;
+        let last = *cuts.last().expect("cuts starts with 0");
+        if nominal <= last {
+            continue;
+        }
+        let cut = next_cut(file, nominal, size)?;
+        if cut > last && cut < size {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(size);
+    Ok(cuts)
+}
+
 /// The offset just past the first separator at or after `from`, or `size`.
 fn next_cut(file: &File, from: u64, size: u64) -> io::Result<u64> {
     let mut buf = vec![0u8; 64 << 10];
@@ -92,10 +100,10 @@ fn next_cut(file: &File, from: u64, size: u64) -> io::Result<u64> {
 /// `pread`-based reader over one byte range of a file, so several threads
 /// can read one file without sharing a cursor (and the file's own
 /// position, shared with its duplicates, never moves).
-pub(super) struct RangeReader<'a> {
-    pub(super) file: &'a File,
-    pub(super) pos: u64,
-    pub(super) end: u64,
+pub(crate) struct RangeReader<'a> {
+    pub(crate) file: &'a File,
+    pub(crate) pos: u64,
+    pub(crate) end: u64,
 }
 
 impl Read for RangeReader<'_> {

@@ -29,7 +29,9 @@ use super::format::{
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::scan::{self, RecordScanner, Token};
-use crate::records::{OversizeSegment, RecordFormat, SegmentVisitor, for_each_segment_sized};
+use crate::records::{
+    OversizeSegment, RangeReader, RecordFormat, SegmentVisitor, for_each_segment_sized,
+};
 use crate::warehouse::{self, Dir, Replace};
 
 /// What `index build` did.
@@ -213,7 +215,58 @@ impl<R: Read> Read for Hashing<R> {
     }
 }
 
-impl Collector<'_> {
+impl<'a> Collector<'a> {
+    /// A collector for the records of `cohort` from byte `start` on.
+    fn new(key: &'a [String], cohort: &'a Path, start: u64) -> Self {
+        Collector {
+            key,
+            scanner: RecordScanner::default(),
+            found: Vec::new(),
+            key_bytes: Vec::new(),
+            types: vec![None; key.len()],
+            entries: HashMap::new(),
+            locators: Vec::new(),
+            indexed: 0,
+            unkeyed: 0,
+            failed: 0,
+            cohort,
+            next_offset: start,
+            refusal: None,
+        }
+    }
+
+    /// Appends what `later` collected over the byte range right after this
+    /// one's, its row ids moved past this one's rows. False when a key
+    /// field has one type here and another there (nothing is merged): the
+    /// caller then builds serially, which names the record.
+    fn absorb(&mut self, later: Collector<'a>) -> bool {
+        let conflict = self
+            .types
+            .iter()
+            .zip(&later.types)
+            .any(|(a, b)| matches!((a, b), (Some(a), Some(b)) if a != b));
+        if conflict {
+            return false;
+        }
+        for (mine, theirs) in self.types.iter_mut().zip(&later.types) {
+            if mine.is_none() {
+                *mine = *theirs;
+            }
+        }
+        let offset = self.locators.len() as u64;
+        self.locators.extend(later.locators);
+        for (key, rows) in later.entries {
+            self.entries
+                .entry(key)
+                .or_default()
+                .extend(rows.into_iter().map(|row| row + offset));
+        }
+        self.indexed += later.indexed;
+        self.unkeyed += later.unkeyed;
+        self.failed += later.failed;
+        true
+    }
+
     fn record(&mut self, segment: &[u8], offset: u64) -> Result<()> {
         let lead = segment.len() - segment.trim_ascii_start().len();
         let trimmed = segment.trim_ascii();
@@ -298,6 +351,96 @@ impl Collector<'_> {
     }
 }
 
+/// Reads the whole cohort on this thread: its records, its digest and its
+/// length. A record that refuses the build is the error.
+fn collect_serial<'a>(
+    file: &File,
+    size: u64,
+    key: &'a [String],
+    cohort: &'a Path,
+) -> Result<(Collector<'a>, [u8; 32], u64)> {
+    let mut collector = Collector::new(key, cohort, 0);
+    let mut input = Hashing {
+        inner: file,
+        hasher: Sha256::new(),
+        len: 0,
+    };
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    if let Err(e) = for_each_segment_sized(&mut input, size, &mut collector) {
+        return Err(collector
+            .refusal
+            .take()
+            .unwrap_or_else(|| Error::io(cohort, &e)));
+    }
+    Ok((collector, input.hasher.finalize().into(), input.len))
+}
+
+/// Reads a large cohort on several threads: one hashes it from start to
+/// end while the others collect the records of byte ranges cut at
+/// separators, merged in file order. `None` when a record refused the
+/// build or a key field's type differs between ranges: the serial pass
+/// then finds the first such record and says which.
+fn collect_parallel<'a>(
+    file: &File,
+    size: u64,
+    threads: usize,
+    key: &'a [String],
+    cohort: &'a Path,
+) -> io::Result<Option<(Collector<'a>, [u8; 32], u64)>> {
+    let cuts = crate::records::cut_points(file, size, threads)?;
+    std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| {
+            let mut input = Hashing {
+                inner: RangeReader {
+                    file,
+                    pos: 0,
+                    end: size,
+                },
+                hasher: Sha256::new(),
+                len: 0,
+            };
+            io::copy(&mut input, &mut io::sink())?;
+            Ok::<_, io::Error>((input.hasher.finalize().into(), input.len))
+        });
+        let ranges: Vec<_> = cuts
+            .windows(2)
+            .map(|w| {
+                let (start, end) = (w[0], w[1]);
+                scope.spawn(move || {
+                    let mut collector = Collector::new(key, cohort, start);
+                    let range = RangeReader {
+                        file,
+                        pos: start,
+                        end,
+                    };
+                    let len = usize::try_from(end - start).unwrap_or(usize::MAX);
+                    let done = for_each_segment_sized(range, len, &mut collector);
+                    (collector, done)
+                })
+            })
+            .collect();
+        let panicked = || io::Error::other("an index-building thread panicked");
+        let mut merged: Option<Collector<'a>> = None;
+        let mut serial = false;
+        for range in ranges {
+            let (collector, done) = range.join().map_err(|_| panicked())?;
+            if let Err(e) = done {
+                if collector.refusal.is_none() {
+                    return Err(e);
+                }
+                serial = true;
+            }
+            match &mut merged {
+                _ if serial => {}
+                None => merged = Some(collector),
+                Some(merged) => serial = !merged.absorb(collector),
+            }
+        }
+        let (digest, len) = hashing.join().map_err(|_| panicked())??;
+        Ok(merged.filter(|_| !serial).map(|m| (m, digest, len)))
+    })
+}
+
 /// Builds the index of `cohort` over `key` and writes it atomically next to
 /// the cohort. The discovery manifest is the caller's (see
 /// [`super::manifest`]).
@@ -317,34 +460,17 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
     }
     let file = File::open(cohort).map_err(|e| Error::io(cohort, &e))?;
     let before = file.metadata().map_err(|e| Error::io(cohort, &e))?;
-    let mut collector = Collector {
-        key,
-        scanner: RecordScanner::default(),
-        found: Vec::new(),
-        key_bytes: Vec::new(),
-        types: vec![None; key.len()],
-        entries: HashMap::new(),
-        locators: Vec::new(),
-        indexed: 0,
-        unkeyed: 0,
-        failed: 0,
-        cohort,
-        next_offset: 0,
-        refusal: None,
+    let threads = crate::records::threads_for(before.len());
+    let parallel = if threads > 1 {
+        collect_parallel(&file, before.len(), threads, key, cohort)
+            .map_err(|e| Error::io(cohort, &e))?
+    } else {
+        None
     };
-    let mut input = Hashing {
-        inner: file,
-        hasher: Sha256::new(),
-        len: 0,
+    let (collector, digest, pos) = match parallel {
+        Some(done) => done,
+        None => collect_serial(&file, before.len(), key, cohort)?,
     };
-    let size = usize::try_from(before.len()).unwrap_or(usize::MAX);
-    if let Err(e) = for_each_segment_sized(&mut input, size, &mut collector) {
-        return Err(collector
-            .refusal
-            .take()
-            .unwrap_or_else(|| Error::io(cohort, &e)));
-    }
-    let pos = input.len;
     let after = std::fs::metadata(cohort).map_err(|e| Error::io(cohort, &e))?;
     let mtime_ns = warehouse::mtime_ns(&before);
     if after.len() != before.len() || warehouse::mtime_ns(&after) != mtime_ns || pos != before.len()
@@ -363,7 +489,7 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
     let mut entries: Vec<(Vec<u8>, Vec<u64>)> = collector.entries.into_iter().collect();
     entries.sort();
     let content = IndexContent {
-        cohort_sha256: input.hasher.finalize().into(),
+        cohort_sha256: digest,
         key: key.iter().cloned().zip(types.iter().copied()).collect(),
         cohort_size: before.len(),
         cohort_mtime_ns: mtime_ns,
@@ -447,6 +573,66 @@ mod tests {
             }
         }
         Ok(Some(out))
+    }
+
+    #[test]
+    fn ranges_collected_on_threads_merge_into_the_serial_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        let mut text = String::new();
+        for i in 0..5_000 {
+            match i % 97 {
+                0 => text.push_str("{\"torn\":\n"),
+                1 => text.push_str("[1,2]\u{1e}"),
+                2 => text.push_str("{\"k\":null}\n"),
+                _ => {}
+            }
+            text.push_str(&format!("{{\"k\":\"s-{}\",\"n\":{}}}\n", i % 37, i % 5));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let file = File::open(&path).unwrap();
+        let size = text.len() as u64;
+        let key = vec!["k".to_string(), "n".to_string()];
+        let (serial, digest, len) = collect_serial(&file, size, &key, &path).unwrap();
+        for threads in [2, 3, 7] {
+            let (parallel, pdigest, plen) = collect_parallel(&file, size, threads, &key, &path)
+                .unwrap()
+                .expect("nothing refuses this build");
+            assert_eq!((pdigest, plen), (digest, len));
+            assert_eq!(parallel.locators, serial.locators, "{threads} threads");
+            assert_eq!(parallel.entries, serial.entries);
+            assert_eq!(parallel.types, serial.types);
+            assert_eq!(
+                (parallel.indexed, parallel.unkeyed, parallel.failed),
+                (serial.indexed, serial.unkeyed, serial.failed)
+            );
+        }
+        // A key field whose type changes, and an unkeyable value: the
+        // threads hand over to the serial pass, which names the record.
+        for (bad, why) in [
+            ("{\"k\":7,\"n\":1}\n", "Integer"),
+            ("{\"k\":[1],\"n\":1}\n", "an array"),
+        ] {
+            let path = dir.path().join("bad.jsonl");
+            std::fs::write(&path, format!("{text}{bad}")).unwrap();
+            let file = File::open(&path).unwrap();
+            let size = file.metadata().unwrap().len();
+            assert!(
+                collect_parallel(&file, size, 3, &key, &path)
+                    .unwrap()
+                    .is_none()
+            );
+            let err = build(&path, &key).unwrap_err();
+            assert_eq!(err.code, ErrorCode::IndexKeyUnkeyable);
+            assert!(
+                err.message.contains(why)
+                    && err
+                        .message
+                        .contains(&format!("record {}", serial.locators.len() + 1)),
+                "{}",
+                err.message
+            );
+        }
     }
 
     #[test]
