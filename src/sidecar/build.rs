@@ -1,8 +1,11 @@
-//! Building an index over a cohort: one streaming pass that hashes the
+//! Building an index over a cohort: a streaming pass that hashes the
 //! file, cuts it into records with their byte ranges, and collects each
 //! record's key. The cutting is the records module's own segment splitter
 //! ([`crate::records::for_each_segment`]), so an index's rows are exactly
-//! the records counting sees.
+//! the records counting sees. A cohort large enough to count on several
+//! threads is built the same way: byte ranges cut at separators are
+//! collected on their own threads while one more hashes the whole file,
+//! and the ranges are merged in file order ([`collect_parallel`]).
 //!
 //! Row ids are record ordinals (every non-blank segment between separators,
 //! failed ones included), so a row's locator is its place in the file.
