@@ -252,11 +252,6 @@ impl Member<'_> {
     }
 }
 
-/// The text of a string token (quotes included), its escapes decoded.
-pub fn string_token(token: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_, str>> {
-    string_content(token, escaped)
-}
-
 /// What a scan learned of a record's top-level fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordFacts {
@@ -397,8 +392,9 @@ fn scan_string(b: &[u8], start: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// The text of a scanned string token (quotes included in `token`).
-fn string_content(token: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_, str>> {
+/// The text of a scanned string token (quotes included in `token`), its
+/// escapes decoded when it has any.
+pub fn string_content(token: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_, str>> {
     if escaped {
         serde_json::from_slice::<String>(token).ok().map(Into::into)
     } else {

@@ -204,7 +204,7 @@ const LISTING_SETTLE: std::time::Duration = std::time::Duration::from_millis(20)
 /// be trusted until the next change, see [`listing_trusted`]).
 fn unindexed(store: &Path, shard: &str, listed: Option<i64>) -> Result<Option<i64>, Sealed> {
     let before = std::fs::metadata(store).map_err(|_| Sealed::Missing)?;
-    let ctime = ctime_ns(&before);
+    let ctime = crate::warehouse::ctime_ns(&before);
     if listed == Some(ctime) {
         return Ok(listed);
     }
@@ -233,12 +233,6 @@ fn listing_trusted(ctime_ns: i64, now: std::time::SystemTime) -> bool {
         .ok()
         .and_then(|now| now.checked_sub(LISTING_SETTLE))
         .is_some_and(|cutoff| i128::from(ctime_ns) < cutoff.as_nanos() as i128)
-}
-
-fn ctime_ns(meta: &std::fs::Metadata) -> i64 {
-    meta.ctime()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(meta.ctime_nsec())
 }
 
 #[cfg(test)]

@@ -101,10 +101,7 @@ impl Writer {
             .read_capped(&self.state_name, HINT_CAP)
             .ok()??;
         let mut state = rotation::parse_state(&bytes)?;
-        let dir = self.state_dir.stat();
-        let private =
-            |uid: u32, mode: u32| uid == rustix::process::geteuid().as_raw() && mode & 0o022 == 0;
-        if !private(stat.uid, stat.mode) || !private(dir.uid, dir.mode) {
+        if !stat.is_private() || !self.state_dir.stat().is_private() {
             state.listed = None;
             if let Some(git) = &mut state.git {
                 git.index = None;
@@ -164,11 +161,6 @@ impl Writer {
 
     pub fn state_path(&self) -> &Path {
         &self.state_path
-    }
-
-    /// The git work tree the store lives in, if any.
-    pub fn repo(&self) -> Option<&Repo> {
-        self.repo.as_ref()
     }
 }
 

@@ -72,21 +72,28 @@ pub fn index_path(cohort: &Path, key: &[String]) -> PathBuf {
 /// Parses `a,b` into key field names (no empty or repeated names).
 pub fn parse_key_spec(text: &str) -> Result<Vec<String>> {
     let names: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
-    if names.iter().any(String::is_empty) {
-        return Err(Error::new(
+    check_key_names(&names).map_err(|why| {
+        Error::new(
             ErrorCode::LookupKeyMismatch,
-            format!("key spec {text:?} has an empty field name"),
-        ));
-    }
-    for (i, name) in names.iter().enumerate() {
-        if names[..i].contains(name) {
-            return Err(Error::new(
-                ErrorCode::LookupKeyMismatch,
-                format!("key spec {text:?} names {name:?} twice"),
-            ));
-        }
-    }
+            format!("key spec {text:?} {why}"),
+        )
+    })?;
     Ok(names)
+}
+
+/// Why key field names cannot make a key (an empty or repeated name).
+pub fn check_key_names(names: &[String]) -> std::result::Result<(), String> {
+    if names.iter().any(String::is_empty) {
+        return Err("has an empty field name".into());
+    }
+    match names
+        .iter()
+        .enumerate()
+        .find(|(i, n)| names[..*i].contains(n))
+    {
+        Some((_, name)) => Err(format!("names {name:?} twice")),
+        None => Ok(()),
+    }
 }
 
 /// One key field's value as read from a record, borrowed from it where it
@@ -141,7 +148,7 @@ fn key_value(
         Token::Null => Ok(None),
         Token::True => Ok(Some(KeyPart::Boolean(true))),
         Token::False => Ok(Some(KeyPart::Boolean(false))),
-        Token::String { escaped } => scan::string_token(bytes, escaped)
+        Token::String { escaped } => scan::string_content(bytes, escaped)
             .map(|s| Some(KeyPart::String(s)))
             .ok_or("a string that cannot be decoded"),
         // A fraction, an exponent or `-0` is a float to serde_json.
@@ -160,12 +167,47 @@ fn key_value(
     }
 }
 
-struct Collector<'a> {
-    key: &'a [String],
+/// Finds a record's key fields in one walk of the counting scanner.
+#[derive(Default)]
+struct KeyFinder {
     scanner: RecordScanner,
     /// Per key field, the token of its (last) occurrence in the record
-    /// being read.
+    /// walked last.
     found: Vec<Option<(Token, std::ops::Range<usize>)>>,
+}
+
+impl KeyFinder {
+    /// Validates `text` and finds each of `key`'s fields among its
+    /// top-level members: `None` when it is not valid JSON, `Some(false)`
+    /// when it is not an object.
+    fn find(&mut self, key: &[impl AsRef<str>], text: &[u8]) -> Option<bool> {
+        let found = &mut self.found;
+        found.clear();
+        found.resize(key.len(), None);
+        self.scanner.walk(text, |member| {
+            if let Some(i) = key.iter().position(|k| member.key_is(k.as_ref())) {
+                found[i] = Some((member.token, member.value));
+            }
+        })
+    }
+
+    /// Key field `i` of the `text` just found, as [`key_value`] reads it
+    /// (`Ok(None)`: missing or null).
+    fn value<'t>(
+        &self,
+        i: usize,
+        text: &'t [u8],
+    ) -> std::result::Result<Option<KeyPart<'t>>, &'static str> {
+        match self.found[i].clone() {
+            Some((token, range)) => key_value(text, token, range),
+            None => Ok(None),
+        }
+    }
+}
+
+struct Collector<'a> {
+    key: &'a [String],
+    finder: KeyFinder,
     /// The canonical bytes of the record's key, reused between records.
     key_bytes: Vec<u8>,
     types: Vec<Option<KeyType>>,
@@ -223,8 +265,7 @@ impl<'a> Collector<'a> {
     fn new(key: &'a [String], cohort: &'a Path, start: u64) -> Self {
         Collector {
             key,
-            scanner: RecordScanner::default(),
-            found: Vec::new(),
+            finder: KeyFinder::default(),
             key_bytes: Vec::new(),
             types: vec![None; key.len()],
             entries: HashMap::new(),
@@ -289,15 +330,7 @@ impl<'a> Collector<'a> {
             len,
         });
         let key = self.key;
-        let found = &mut self.found;
-        found.clear();
-        found.resize(key.len(), None);
-        let walked = self.scanner.walk(trimmed, |member| {
-            if let Some(i) = key.iter().position(|k| member.key_is(k)) {
-                found[i] = Some((member.token, member.value));
-            }
-        });
-        match walked {
+        match self.finder.find(key, trimmed) {
             None => {
                 self.failed += 1;
                 return Ok(());
@@ -310,11 +343,7 @@ impl<'a> Collector<'a> {
         }
         self.key_bytes.clear();
         for (i, name) in key.iter().enumerate() {
-            let value = match self.found[i].clone() {
-                Some((token, range)) => key_value(trimmed, token, range),
-                None => Ok(None),
-            };
-            let value = value.map_err(|why| {
+            let value = self.finder.value(i, trimmed).map_err(|why| {
                 Error::at(
                     ErrorCode::IndexKeyUnkeyable,
                     self.cohort,
@@ -552,24 +581,15 @@ mod tests {
     }
 
     fn by_scanner(text: &[u8], key: &[&str]) -> std::result::Result<Option<Vec<KeyValue>>, String> {
-        let mut found = vec![None; key.len()];
-        let walked = RecordScanner::default().walk(text, |m| {
-            if let Some(i) = key.iter().position(|k| m.key_is(k)) {
-                found[i] = Some((m.token, m.value));
-            }
-        });
-        match walked {
+        let mut finder = KeyFinder::default();
+        match finder.find(key, text) {
             None => return Err("failed".into()),
             Some(false) => return Ok(None),
             Some(true) => {}
         }
         let mut out = Vec::new();
         for (i, name) in key.iter().enumerate() {
-            let value = match found[i].clone() {
-                Some((token, range)) => key_value(text, token, range),
-                None => Ok(None),
-            };
-            match value {
+            match finder.value(i, text) {
                 Ok(Some(v)) => out.push(v.into_owned()),
                 Ok(None) => return Ok(None),
                 Err(_) => return Err(format!("unkeyable {name}")),

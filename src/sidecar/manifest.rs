@@ -183,8 +183,7 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
             }
         }
     }
-    let found = listed(&dir, &name, None)?;
-    union(manifest, found)
+    union(&dir, &name, manifest, None)?
         .into_iter()
         .map(|found| {
             found.map_err(|name| {
@@ -198,31 +197,22 @@ pub fn list(cohort: &Path) -> Result<Vec<ManifestEntry>> {
         .collect()
 }
 
-/// The manifest's entries and the index files found by name that it does
-/// not name, sorted by key (the unreadable ones, by file name, last).
+/// The manifest's entries and the index files found beside `cohort` by
+/// name that it does not name (their headers read, the named ones' not),
+/// sorted by key (the unreadable ones, by file name, last). `siblings`, the
+/// directory's names sorted, spares listing it when the caller has them.
 pub fn union(
+    dir: &Dir,
+    cohort: &str,
     manifest: Option<IndexManifest>,
-    found: Vec<std::result::Result<ManifestEntry, String>>,
-) -> Vec<std::result::Result<ManifestEntry, String>> {
-    let mut out: Vec<_> = manifest
-        .map(|m| m.indexes)
-        .unwrap_or_default()
-        .into_iter()
-        .map(Ok)
-        .collect();
-    let named: Vec<String> = out
-        .iter()
-        .filter_map(|e| e.as_ref().ok().map(|e| e.file.clone()))
-        .collect();
-    out.extend(found.into_iter().filter(|found| {
-        let file = match found {
-            Ok(entry) => &entry.file,
-            Err(file) => file,
-        };
-        !named.contains(file)
-    }));
+    siblings: Option<&[String]>,
+) -> Result<Vec<std::result::Result<ManifestEntry, String>>> {
+    let named: Vec<ManifestEntry> = manifest.map(|m| m.indexes).unwrap_or_default();
+    let skip: Vec<&str> = named.iter().map(|e| e.file.as_str()).collect();
+    let found = listed(dir, cohort, siblings, &skip)?;
+    let mut out: Vec<_> = named.into_iter().map(Ok).chain(found).collect();
     sort_entries(&mut out);
-    out
+    Ok(out)
 }
 
 fn sort_entries(entries: &mut [std::result::Result<ManifestEntry, String>]) {
@@ -235,13 +225,15 @@ fn sort_entries(entries: &mut [std::result::Result<ManifestEntry, String>]) {
 }
 
 /// The index files beside `cohort` found by name (`FILE.<16 hex>.idx`
-/// whose header names the key that hashes to it), sorted by key; the name
-/// of each one that cannot be read as such. `siblings`, the directory's
-/// names sorted, spares listing it when the caller has them.
+/// whose header names the key that hashes to it), but those in `skip`,
+/// sorted by key; the name of each one that cannot be read as such.
+/// `siblings`, the directory's names sorted, spares listing it when the
+/// caller has them.
 pub fn listed(
     dir: &Dir,
     cohort: &str,
     siblings: Option<&[String]>,
+    skip: &[&str],
 ) -> Result<Vec<std::result::Result<ManifestEntry, String>>> {
     let prefix = format!("{cohort}.");
     let listing;
@@ -261,7 +253,10 @@ pub fn listed(
         else {
             continue;
         };
-        if hash.len() != 16 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if hash.len() != 16
+            || !hash.bytes().all(|b| b.is_ascii_hexdigit())
+            || skip.contains(&name.as_str())
+        {
             continue;
         }
         let cohort_path = dir.path().join(cohort);

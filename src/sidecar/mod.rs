@@ -153,22 +153,8 @@ pub fn parse_lookup_key(
         names.push(field.trim().to_string());
         out.push(value.to_string());
     }
-    if let Some(name) = names
-        .iter()
-        .enumerate()
-        .find_map(|(i, n)| names[..i].contains(n).then_some(n))
-    {
-        return Err(Error::new(
-            ErrorCode::LookupKeyMismatch,
-            format!("field {name:?} is given twice"),
-        ));
-    }
-    if names.iter().any(String::is_empty) {
-        return Err(Error::new(
-            ErrorCode::LookupKeyMismatch,
-            "a field name is empty",
-        ));
-    }
+    build::check_key_names(&names)
+        .map_err(|why| Error::new(ErrorCode::LookupKeyMismatch, format!("the key {why}")))?;
     Ok((names, out))
 }
 

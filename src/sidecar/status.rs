@@ -128,8 +128,7 @@ pub fn index_states(dir: &Dir, scope: Scope<'_>) -> Vec<CohortIndexes> {
 pub fn of_cohort(dir: &Dir, cohort: &str, siblings: Option<&[String]>) -> Result<Vec<Indexed>> {
     let cohort_meta = dir.stat_at(cohort).ok().filter(|m| m.is_file());
     let manifest = manifest::read_in(dir, cohort)?;
-    let found = manifest::listed(dir, cohort, siblings)?;
-    let entries: Vec<ManifestEntry> = manifest::union(manifest, found)
+    let entries: Vec<ManifestEntry> = manifest::union(dir, cohort, manifest, siblings)?
         .into_iter()
         .map(|listed| listed.unwrap_or_else(corrupt_entry))
         .collect();

@@ -57,7 +57,7 @@ pub use list::DirEntry;
 pub use read::{
     COUNT_CACHE_CAP, CappedError, INDEX_MANIFEST_CAP, MANIFEST_CAP, POINTER_CAP, read_all_capped,
 };
-pub use stat::{Stat, mtime_ns};
+pub use stat::{Stat, ctime_ns, mtime_ns};
 pub use state::{STATE_DIR, STATE_GITIGNORE, StateDir, open_state, state_dir, user_state_dir};
 pub use viewer::Viewer;
 pub use write::Replace;

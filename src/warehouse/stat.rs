@@ -99,6 +99,12 @@ impl Stat {
         nanos(self.ctime, self.ctime_nsec)
     }
 
+    /// Whether only this process's effective user may change the file:
+    /// it owns it, and neither its group nor others may write it.
+    pub fn is_private(&self) -> bool {
+        self.uid == rustix::process::geteuid().as_raw() && self.mode & 0o022 == 0
+    }
+
     /// Whether two stats are of the same file.
     pub fn same_file(&self, other: &Stat) -> bool {
         self.dev == other.dev && self.ino == other.ino
@@ -110,6 +116,12 @@ impl Stat {
 /// [`Stat::mtime_ns`] counts it so the two compare.
 pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
     nanos(meta.mtime(), meta.mtime_nsec())
+}
+
+/// The status-change time of a file met through `std::fs`, counted as
+/// [`Stat::ctime_ns`] counts it.
+pub fn ctime_ns(meta: &std::fs::Metadata) -> i64 {
+    nanos(meta.ctime(), meta.ctime_nsec())
 }
 
 /// Seconds and nanoseconds as one count of nanoseconds: the form every
