@@ -374,3 +374,32 @@ fn git_add_of_the_store_never_stages_the_writers_state() {
     let staged = git(&c.work_tree, &["diff", "--cached", "--name-only"]);
     assert_eq!(staged.lines().collect::<Vec<_>>(), [rel(&c, &shard)]);
 }
+
+#[test]
+fn a_damaged_git_index_is_an_error_or_an_answer_never_a_panic() {
+    let c = checkout(&[]);
+    for i in 0..20 {
+        fs::write(c.work_tree.join(format!("f{i}")), "x\n").unwrap();
+    }
+    git(&c.work_tree, &["add", "."]);
+    let index = c.work_tree.join(".git/index");
+    let good = fs::read(&index).unwrap();
+    let repo = Repo::discover(&c.store).unwrap();
+    let shard = c.store.join("s1.0a1b2c3d.jsonl");
+    let mut damaged: Vec<Vec<u8>> = (0..good.len()).map(|n| good[..n].to_vec()).collect();
+    for at in (0..good.len()).step_by(3) {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0xff;
+        damaged.push(bytes);
+    }
+    // An entry count far beyond the file.
+    let mut huge = good.clone();
+    huge[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+    damaged.push(huge);
+    for bytes in &damaged {
+        fs::write(&index, bytes).unwrap();
+        let _ = repo.index_holds(&shard);
+    }
+    fs::write(&index, &good).unwrap();
+    assert!(!repo.index_holds(&shard).unwrap());
+}
