@@ -62,6 +62,7 @@ pub fn run(args: &[&std::ffi::OsStr]) -> Output {
 pub struct Mounted {
     pub mnt: PathBuf,
     child: Option<Child>,
+    log: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
@@ -76,6 +77,23 @@ impl Mounted {
         Some(Mounted::start_at(warehouse, &mnt, extra, dir))
     }
 
+    /// Mounts like [`Mounted::start`], with the daemon logging at `filter`
+    /// (`RUST_LOG` syntax) into a file [`Mounted::log`] reads back.
+    pub fn start_logging(warehouse: &Path, extra: &[&str], filter: &str) -> Option<Mounted> {
+        if !fuse_usable() {
+            return None;
+        }
+        let (dir, mnt) = empty_mount_point();
+        let log = dir.path().join("daemon.log");
+        Some(Mounted::spawn(
+            warehouse,
+            &mnt,
+            extra,
+            dir,
+            Some((filter, log)),
+        ))
+    }
+
     /// Mounts onto an existing directory `mnt`.
     pub fn start_at(
         warehouse: &Path,
@@ -83,7 +101,18 @@ impl Mounted {
         extra: &[&str],
         dir: tempfile::TempDir,
     ) -> Mounted {
-        let child = Command::new(bin())
+        Mounted::spawn(warehouse, mnt, extra, dir, None)
+    }
+
+    fn spawn(
+        warehouse: &Path,
+        mnt: &Path,
+        extra: &[&str],
+        dir: tempfile::TempDir,
+        logging: Option<(&str, PathBuf)>,
+    ) -> Mounted {
+        let mut command = Command::new(bin());
+        command
             .arg("mount")
             .arg(warehouse)
             .arg(mnt)
@@ -91,12 +120,17 @@ impl Mounted {
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("the daemon starts");
+            .stdout(Stdio::null());
+        let log = logging.map(|(filter, path)| {
+            let file = std::fs::File::create(&path).expect("a log file");
+            command.env("RUST_LOG", filter).stderr(file);
+            path
+        });
+        let child = command.spawn().expect("the daemon starts");
         let mut mounted = Mounted {
             mnt: mnt.to_path_buf(),
             child: Some(child),
+            log,
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -109,6 +143,12 @@ impl Mounted {
             std::thread::sleep(Duration::from_millis(10));
         }
         mounted
+    }
+
+    /// What the daemon logged so far (mounted with `start_logging`).
+    pub fn log(&self) -> String {
+        let path = self.log.as_ref().expect("mounted with start_logging");
+        std::fs::read_to_string(path).expect("the daemon's log")
     }
 
     /// `rel` inside the mount (`""` is the mount point).

@@ -14,6 +14,7 @@ mod freshness;
 mod harness;
 mod hostile;
 mod lifecycle;
+mod reads;
 mod records;
 mod tools;
 mod tree;

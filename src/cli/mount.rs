@@ -50,6 +50,11 @@ pub(super) struct MountArgs {
     /// Append the background daemon's log (RUST_LOG levels) to FILE.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+    /// Have the daemon read every warehouse file itself, even where the
+    /// kernel could read it directly (FUSE passthrough, Linux 6.9+, the
+    /// daemon running as root): slower, for comparison and diagnosis.
+    #[arg(long)]
+    no_passthrough: bool,
     #[command(flatten)]
     walk: WalkArgs,
     #[command(flatten)]
@@ -68,6 +73,7 @@ impl MountArgs {
             threads,
             render_timeout,
             log,
+            no_passthrough,
             walk,
             cache,
         } = self;
@@ -89,6 +95,7 @@ impl MountArgs {
             options,
             threads,
             log,
+            passthrough: !no_passthrough,
         };
         let announce = |m: &Mounted| {
             eprintln!(

@@ -37,6 +37,9 @@ pub struct MountConfig {
     pub threads: usize,
     /// Where a background daemon's log goes (discarded when `None`).
     pub log: Option<PathBuf>,
+    /// Let the kernel read warehouse files itself where it offers
+    /// passthrough.
+    pub passthrough: bool,
 }
 
 /// What a successful background mount reports.
@@ -250,7 +253,10 @@ fn serve(
     // Every `.records` reader is one thread: the daemon's memory stays
     // bounded by how many run, not by their read-ahead.
     crate::records::read::limit_threads(1);
-    let filesystem = FuseAdapter::new(WarehouseFs::new(catalog, config.fs.clone()));
+    let filesystem = FuseAdapter::new(
+        WarehouseFs::new(catalog, config.fs.clone()),
+        config.passthrough,
+    );
     let mut session = Session::new(filesystem, mount_point, &fuse_config).map_err(|e| {
         Error::at(
             ErrorCode::MountFailed,

@@ -23,6 +23,7 @@ use fuser::{
 
 use super::FsError;
 use super::filesystem::{DirEntry, DirectoryReplier, Opened, WarehouseFs, XattrData};
+use super::passthrough::{Passthrough, Route};
 use super::views::Caller;
 use crate::error::ErrorCode;
 
@@ -47,11 +48,39 @@ macro_rules! answer {
 /// The protocol adapter the FUSE session serves.
 pub struct FuseAdapter {
     fs: WarehouseFs,
+    /// Ask the kernel to read warehouse files itself where it can.
+    wants_passthrough: bool,
+    passthrough: Passthrough,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: WarehouseFs) -> FuseAdapter {
-        FuseAdapter { fs }
+    pub fn new(fs: WarehouseFs, wants_passthrough: bool) -> FuseAdapter {
+        FuseAdapter {
+            fs,
+            wants_passthrough,
+            passthrough: Passthrough::default(),
+        }
+    }
+
+    /// Replies to a successful open: a warehouse file through kernel
+    /// passthrough where the mount uses it, else read by the daemon.
+    fn opened(&self, ino: u64, opened: Opened, reply: ReplyOpen) {
+        let fh = FileHandle(opened.fh);
+        let flags = open_flags(opened);
+        let Some(file) = opened.file else {
+            return reply.opened(fh, flags);
+        };
+        let register = || self.fs.with_file(opened.fh, |f| reply.open_backing(f));
+        match self.passthrough.route(ino, opened.fh, file, register) {
+            Route::Kernel(id) => reply.opened_passthrough(fh, FopenFlags::empty(), &id),
+            Route::DaemonDirect => reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO),
+            Route::Daemon => reply.opened(fh, flags),
+            Route::Stale => {
+                self.fs.detach(ino);
+                self.fs.release(opened.fh);
+                reply.error(Errno::ESTALE)
+            }
+        }
     }
 }
 
@@ -145,7 +174,23 @@ impl Filesystem for FuseAdapter {
         let _ = config
             .set_max_readahead(1 << 20)
             .or_else(|max| config.set_max_readahead(max));
-        log::info!("serving {}", self.fs.catalog().root().display());
+        // Depth 2: warehouse files on a stacked filesystem (overlayfs, as
+        // in containers) can back a passthrough handle too.
+        if self.wants_passthrough
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(2).is_ok()
+        {
+            self.passthrough.enable();
+        }
+        log::info!(
+            "serving {} (kernel passthrough {})",
+            self.fs.catalog().root().display(),
+            if self.passthrough.is_on() {
+                "on"
+            } else {
+                "off"
+            }
+        );
         Ok(())
     }
 
@@ -177,7 +222,7 @@ impl Filesystem for FuseAdapter {
             ino.0,
             reply,
             self.fs.open(&caller(req), ino.0, writes),
-            |opened| { reply.opened(FileHandle(opened.fh), open_flags(opened)) }
+            |opened| self.opened(ino.0, opened, reply)
         )
     }
 
@@ -211,6 +256,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.passthrough.release(fh.0);
         self.fs.release(fh.0);
         reply.ok();
     }
@@ -223,7 +269,9 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Nothing is ever written back: ENOSYS tells the kernel to stop
+        // sending a flush on every close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

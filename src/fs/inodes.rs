@@ -250,6 +250,15 @@ impl InodeTable {
         true
     }
 
+    /// Detaches `ino` from its name: the name's next lookup numbers it
+    /// afresh, while `ino` stays valid (for the handles and references the
+    /// kernel holds) until forgotten. For a file replaced underneath, so
+    /// the new file is a new inode, as on a native filesystem.
+    pub fn detach(&self, ino: u64) {
+        let mut inner = self.inner.write();
+        inner.unname(ino);
+    }
+
     /// Records that `ino` was opened as `id`; true when the previous open
     /// saw the same identity (its cached pages are still the file's).
     pub fn reopened_unchanged(&self, ino: u64, id: FileId) -> bool {
@@ -282,6 +291,13 @@ impl Inner {
 
     /// Drops `ino` and the ways to find it.
     fn remove(&mut self, ino: u64) {
+        self.unname(ino);
+        self.last_open.remove(&ino);
+        self.nodes.remove(&ino);
+    }
+
+    /// Drops the ways to find `ino` by its name (only if they lead to it).
+    fn unname(&mut self, ino: u64) {
         let Some(name) = self.name_of(ino).map(str::to_string) else {
             return;
         };
@@ -292,9 +308,10 @@ impl Inner {
         if self.by_name.get(&key) == Some(&ino) {
             self.by_name.remove(&key);
         }
-        self.collided.remove(&(key.0, Box::from(name.as_str())));
-        self.last_open.remove(&ino);
-        self.nodes.remove(&ino);
+        let collided = (key.0, Box::from(name.as_str()));
+        if self.collided.get(&collided) == Some(&ino) {
+            self.collided.remove(&collided);
+        }
     }
 
     /// Drops every number the kernel holds no reference to.

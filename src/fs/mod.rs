@@ -10,7 +10,8 @@
 //! open files and directory snapshots; [`render`] reuses rendered
 //! synthetic files; [`views`] answers other users with what they could
 //! read natively; [`attributes`] and [`xattrs`] say what a node looks
-//! like; [`mountpoint`] reads the mount table and unmounts; [`daemon`]
+//! like; `passthrough` hands warehouse files to the kernel to read;
+//! [`mountpoint`] reads the mount table and unmounts; [`daemon`]
 //! mounts, serves and stops, and `background` starts the daemon. What each operation returns is
 //! documented in `docs/filesystem.md`.
 
@@ -23,6 +24,7 @@ pub mod fuse;
 pub mod handles;
 pub mod inodes;
 pub mod mountpoint;
+mod passthrough;
 pub mod render;
 pub mod views;
 pub mod xattrs;

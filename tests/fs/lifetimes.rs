@@ -177,8 +177,8 @@ fn an_open_serves_the_file_last_shown_or_answers_estale() {
     wh.file("d/r.jsonl.tmp", "new and longer\n");
     std::fs::rename(wh.abs("d/r.jsonl.tmp"), wh.abs("d/r.jsonl")).unwrap();
     assert_eq!(errno(fs.open(&ROOT_CALLER, file, false)), Errno::ESTALE);
-    // The kernel looks the name up again and the open succeeds.
-    assert_eq!(ino(&fs, "d/r.jsonl"), file);
+    // The kernel looks the name up again, finds a new inode, and opens it.
+    assert_ne!(ino(&fs, "d/r.jsonl"), file);
     assert_eq!(cat(&fs, "d/r.jsonl"), b"new and longer\n");
 }
 
@@ -248,4 +248,43 @@ fn another_user_is_answered_with_what_it_could_read_natively() {
     assert_eq!(errno(fs.open(&nobody, closed, false)), Errno::EACCES);
     let count = OsStr::new("user.pchronicle.record_count");
     assert!(fs.getxattr(&ROOT_CALLER, closed, count, 64).is_ok());
+}
+
+#[test]
+fn a_file_replaced_under_its_name_is_a_new_inode_and_the_old_one_serves_its_handle() {
+    let wh = Warehouse::new();
+    wh.file("d/r.jsonl", jsonl(3, 0));
+    let fs = fs_with_ttl(&wh, Duration::ZERO);
+    let old = ino(&fs, "d/r.jsonl");
+    let opened = fs.open(&ROOT_CALLER, old, false).unwrap();
+    std::fs::write(wh.abs("d/r.tmp"), jsonl(5, 100)).unwrap();
+    std::fs::rename(wh.abs("d/r.tmp"), wh.abs("d/r.jsonl")).unwrap();
+
+    // The old number now stands for the file its handle holds: described
+    // by that handle, stale without it (the kernel looks the name up again).
+    let (attr, _) = fs.getattr(&ROOT_CALLER, old, Some(opened.fh)).unwrap();
+    assert_eq!(attr.size, jsonl(3, 0).len() as u64);
+    assert_eq!(errno(fs.getattr(&ROOT_CALLER, old, None)), Errno::ESTALE);
+    assert_eq!(errno(fs.open(&ROOT_CALLER, old, false)), Errno::ESTALE);
+    assert_eq!(
+        fs.read(opened.fh, 0, 1 << 20).unwrap().as_slice(),
+        jsonl(3, 0).as_bytes()
+    );
+
+    // The name's lookup numbers the new file afresh, and so does a listing.
+    let new = ino(&fs, "d/r.jsonl");
+    assert_ne!(new, old);
+    assert_eq!(cat(&fs, "d/r.jsonl"), jsonl(5, 100).as_bytes());
+    let listed = list(&fs, ino(&fs, "d"), 100, true);
+    let entry = listed.iter().find(|e| e.name == "r.jsonl").unwrap();
+    assert_eq!(entry.ino, new);
+    fs.release(opened.fh);
+
+    // Replaced again and seen first by a listing: a third number there.
+    std::fs::write(wh.abs("d/r.tmp"), jsonl(7, 200)).unwrap();
+    std::fs::rename(wh.abs("d/r.tmp"), wh.abs("d/r.jsonl")).unwrap();
+    let listed = list(&fs, ino(&fs, "d"), 100, true);
+    let third = listed.iter().find(|e| e.name == "r.jsonl").unwrap().ino;
+    assert!(third != new && third != old);
+    assert_eq!(ino(&fs, "d/r.jsonl"), third);
 }

@@ -29,6 +29,9 @@ pub struct Opened {
     /// Reads bypass the page cache (synthetic files: their length is known
     /// only once rendered).
     pub direct_io: bool,
+    /// A warehouse file: which one underneath (device, inode), so the
+    /// protocol layer may hand it to the kernel to read directly.
+    pub file: Option<(u64, u64)>,
 }
 
 /// The bytes a read returns: a range of a rendered synthetic file (not

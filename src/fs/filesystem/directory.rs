@@ -34,6 +34,7 @@ impl WarehouseFs {
             fh: self.handles.add(Handle::Dir(Mutex::new(None))),
             keep_cache: unchanged && !seen.1.is_racy(),
             direct_io: false,
+            file: None,
         })
     }
 
@@ -161,11 +162,11 @@ impl WarehouseFs {
             if Synthetic::from_name(name).is_some() {
                 continue;
             }
-            let child = self.child_ino(ino, name)?;
             let node = Node {
                 kind: entry.kind(),
                 meta: meta.clone(),
             };
+            let child = self.node_ino(ino, name, &node)?;
             items.push(DirItem {
                 ino: child,
                 name: name.to_string(),

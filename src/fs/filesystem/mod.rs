@@ -51,6 +51,7 @@ use crate::catalog::cache::FileId;
 use crate::catalog::{Catalog, Node, NodeKind};
 use crate::extract::stream::{Producers, RecordsStream};
 use crate::extract::{Plan, Selection, Shape};
+use crate::warehouse::Stat;
 
 /// `.records` streams producing at once; past it the least recently read
 /// one pauses (and resumes from a checkpoint when read again).
@@ -188,7 +189,7 @@ impl WarehouseFs {
             parent_rel.join(name)
         };
         let node = self.node(&rel)?;
-        let ino = self.child_ino(parent, name)?;
+        let ino = self.node_ino(parent, name, &node)?;
         self.show(ino, shown_file(&node));
         Ok(Entry {
             attr: node_attr(ino, &node),
@@ -215,7 +216,21 @@ impl WarehouseFs {
         }
         match target {
             Target::Path(rel) => {
+                // An open file is described as what it is, whatever its
+                // name now leads to (`fstat` of a replaced file).
+                let open = fh.and_then(|fh| self.with_file(fh, |file| Stat::of(file)));
+                if let Some(meta) = open {
+                    let node = Node {
+                        kind: NodeKind::File,
+                        meta: meta?,
+                    };
+                    return Ok((node_attr(ino, &node), self.options.attr_ttl));
+                }
                 let node = self.node(&rel)?;
+                if self.replaced(ino, &node) {
+                    // The kernel looks the name up again (a new inode).
+                    return Err(Errno::ESTALE.into());
+                }
                 self.show(ino, shown_file(&node));
                 Ok((node_attr(ino, &node), self.options.attr_ttl))
             }
@@ -242,7 +257,7 @@ impl WarehouseFs {
         if writes {
             return Err(Errno::EROFS.into());
         }
-        let (handle, keep_cache, direct_io) = match self.target(ino)?.0 {
+        let (handle, keep_cache, direct_io, file) = match self.target(ino)?.0 {
             Target::Synthetic { rel, which, .. } => {
                 self.synthetic_owner(&rel, which)?;
                 let view = self.views.of(caller)?;
@@ -253,10 +268,10 @@ impl WarehouseFs {
                         Arc::clone(&view.catalog),
                         Arc::clone(&self.producers),
                     );
-                    (Handle::Records(stream), false, true)
+                    (Handle::Records(stream), false, true, None)
                 } else {
                     let bytes = self.synthetic_bytes(&view, ino, which, &rel)?;
-                    (Handle::Bytes(bytes), false, true)
+                    (Handle::Bytes(bytes), false, true, None)
                 }
             }
             Target::Path(rel) => {
@@ -269,14 +284,28 @@ impl WarehouseFs {
                     return Err(Errno::ESTALE.into());
                 }
                 let unchanged = self.inodes.reopened_unchanged(ino, FileId::of(&stat));
-                (Handle::File(file), unchanged, false)
+                (
+                    Handle::File(file),
+                    unchanged,
+                    false,
+                    Some((stat.dev, stat.ino)),
+                )
             }
         };
         Ok(Opened {
             fh: self.handles.add(handle),
             keep_cache,
             direct_io,
+            file,
         })
+    }
+
+    /// Calls `f` with the warehouse file open as `fh`, if it is one.
+    pub fn with_file<R>(&self, fh: u64, f: impl FnOnce(&std::fs::File) -> R) -> Option<R> {
+        match &*self.handles.get(fh).ok()? {
+            Handle::File(file) => Some(f(file)),
+            _ => None,
+        }
     }
 
     /// Up to `size` bytes at `offset` of the open file `fh`.
@@ -404,6 +433,36 @@ impl WarehouseFs {
 
     fn child_ino(&self, parent: u64, name: &str) -> Result<u64, FsError> {
         Ok(self.inodes.child(parent, name).ok_or(Errno::ENOENT)?)
+    }
+
+    /// The number of `name` in `parent`, which is `node`: a new one when
+    /// the name now leads to another file than the one it was shown as,
+    /// so handles open on the old number keep reading what they opened
+    /// (as on a native filesystem, a replaced file is a new inode).
+    fn node_ino(&self, parent: u64, name: &str, node: &Node) -> Result<u64, FsError> {
+        let ino = self.child_ino(parent, name)?;
+        if !self.replaced(ino, node) {
+            return Ok(ino);
+        }
+        self.inodes.detach(ino);
+        self.child_ino(parent, name)
+    }
+
+    /// Gives `ino`'s name a new number at its next lookup (`ino` serves
+    /// another file than its name now leads to).
+    pub fn detach(&self, ino: u64) {
+        self.inodes.detach(ino);
+    }
+
+    /// Whether `ino` was shown another file than the one `node` is.
+    fn replaced(&self, ino: u64, node: &Node) -> bool {
+        let Some(file) = shown_file(node) else {
+            return false;
+        };
+        self.shown
+            .lock()
+            .get(&ino)
+            .is_some_and(|shown| *shown != file)
     }
 
     /// Notes which file underneath the kernel was last shown as `ino`.
