@@ -151,3 +151,32 @@ fn a_replaced_file_is_read_new_while_a_handle_still_reads_the_old_one() {
     );
     assert!(rest.chunks(10).all(|c| c == b"{\"old\":1}\n"));
 }
+
+#[test]
+fn an_unchanged_stats_is_read_from_the_page_cache_and_a_changed_one_anew() {
+    let wh = Warehouse::new();
+    wh.file("runs/a.jsonl", jsonl(3, 1_790_000_000));
+    let Some(m) = Mounted::start_logging(wh.path(), &["--attr-ttl", "300"], REQUESTS) else {
+        return;
+    };
+    let stats = m.at("runs/.stats");
+    let first = fs::read(&stats).unwrap();
+    let read_once = reads_served(&m.log());
+    assert!(read_once > 0, "the first read is the daemon's");
+    // Again, within and after the TTL: the same bytes, from the cache.
+    assert_eq!(fs::read(&stats).unwrap(), first);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(fs::read(&stats).unwrap(), first);
+    assert_eq!(
+        reads_served(&m.log()),
+        read_once,
+        "an unchanged .stats is not read from the daemon again"
+    );
+    // A change underneath shows within the TTL, whole.
+    wh.file("runs/b.jsonl", jsonl(4, 1_790_000_000));
+    std::thread::sleep(Duration::from_millis(400));
+    let text = fs::read_to_string(&stats).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["record_count"], 7, "{text}");
+    assert_eq!(fs::metadata(&stats).unwrap().len(), text.len() as u64);
+}

@@ -89,6 +89,8 @@ impl MountArgs {
                 attr_ttl: Duration::from_millis(attr_ttl),
                 render_cache_entries: cache.render_cache_entries,
                 render_cache_bytes: cache.render_cache_mib.saturating_mul(1 << 20),
+                // Set by the mount from who may read it.
+                shared: false,
             },
             foreground,
             allow_other,

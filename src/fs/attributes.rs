@@ -9,8 +9,8 @@ use fuser::{FileAttr, FileType, INodeNo};
 use crate::catalog::{Node, NodeKind};
 use crate::warehouse::Stat;
 
-/// The TTL of what must never be cached by the kernel (the synthetic
-/// files' attributes: their length is known only once rendered).
+/// The TTL of what must never be cached by the kernel (the attributes of
+/// synthetic files rendered afresh on every open).
 pub const NO_TTL: Duration = Duration::ZERO;
 
 /// A warehouse path's attributes: its own stat, with a dataset leaf shown
@@ -54,9 +54,8 @@ pub fn node_attr(ino: u64, node: &Node) -> FileAttr {
 }
 
 /// A synthetic file's attributes: read-only, owned like the node it
-/// describes, modified "now" (it is computed on every open).
-pub fn synthetic_attr(ino: u64, len: u64, owner: &Stat) -> FileAttr {
-    let now = SystemTime::now();
+/// describes, its times `now` (when its content was rendered).
+pub fn synthetic_attr(ino: u64, len: u64, owner: &Stat, now: SystemTime) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: len,

@@ -253,10 +253,11 @@ fn serve(
     // Every `.records` reader is one thread: the daemon's memory stays
     // bounded by how many run, not by their read-ahead.
     crate::records::read::limit_threads(1);
-    let filesystem = FuseAdapter::new(
-        WarehouseFs::new(catalog, config.fs.clone()),
-        config.passthrough,
-    );
+    let fs_options = FsOptions {
+        shared: acl == SessionACL::All,
+        ..config.fs.clone()
+    };
+    let filesystem = FuseAdapter::new(WarehouseFs::new(catalog, fs_options), config.passthrough);
     let mut session = Session::new(filesystem, mount_point, &fuse_config).map_err(|e| {
         Error::at(
             ErrorCode::MountFailed,

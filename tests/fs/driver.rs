@@ -26,6 +26,11 @@ pub fn fs_with_ttl(wh: &Warehouse, ttl: Duration) -> WarehouseFs {
         attr_ttl: ttl,
         ..FsOptions::default()
     };
+    fs_with_options(wh, options)
+}
+
+/// A filesystem over `wh` with `options`.
+pub fn fs_with_options(wh: &Warehouse, options: FsOptions) -> WarehouseFs {
     let catalog = Catalog::new(wh.path(), CatalogOptions::default()).unwrap();
     WarehouseFs::new(Arc::new(catalog), options)
 }

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use pchronicle::fs::Caller;
+use pchronicle::fs::{Caller, FsOptions};
 use serde_json::Value;
 
 use super::driver::*;
@@ -136,14 +136,91 @@ fn renders_are_reused_within_the_ttl_and_redone_after_it() {
     fs.release(first.fh);
     fs.release(b.fh);
     std::thread::sleep(Duration::from_millis(450));
+    // Looked up again after the TTL: rendered again, new content under a
+    // new number; the old numbers keep the content they stand for.
+    assert_eq!(record_count(&cat(&fs, "d/.stats")), 7);
+    assert!(String::from_utf8_lossy(&cat(&fs, "d/.sources")).contains("b.jsonl"));
+    assert_ne!(ino(&fs, "d/.stats"), stats);
+    assert_ne!(ino(&fs, "d/.sources"), sources);
     assert_eq!(
         record_count(&read_all_as(&fs, &ROOT_CALLER, stats, 1 << 20)),
-        7
+        3
     );
+}
+
+#[test]
+fn an_unchanged_synthetic_file_keeps_its_number_and_pages_and_a_changed_one_is_a_new_file() {
+    let wh = Warehouse::new();
+    wh.file("d/a.jsonl", jsonl(3, 0));
+    let ttl = Duration::from_millis(200);
+    let fs = fs_with_ttl(&wh, ttl);
+    let entry = walk(&fs, "d/.stats").unwrap();
+    let stats = entry.attr.ino.0;
+    assert_eq!(entry.attr_ttl, ttl, "its attributes may be cached");
+    let opened = fs.open(&ROOT_CALLER, stats, false).unwrap();
     assert!(
-        String::from_utf8_lossy(&read_all_as(&fs, &ROOT_CALLER, sources, 1 << 20))
-            .contains("b.jsonl")
+        opened.keep_cache && !opened.direct_io,
+        "served from the page cache"
     );
+    let first = fs.read(opened.fh, 0, 1 << 20).unwrap().as_slice().to_vec();
+    assert_eq!(entry.attr.size, first.len() as u64);
+    fs.release(opened.fh);
+
+    // Unchanged after the TTL: same number, same times, pages kept.
+    std::thread::sleep(ttl + Duration::from_millis(50));
+    let again = walk(&fs, "d/.stats").unwrap();
+    assert_eq!(again.attr.ino.0, stats);
+    assert_eq!(again.attr.mtime, entry.attr.mtime);
+    let (attr, attr_ttl) = fs.getattr(&ROOT_CALLER, stats, None).unwrap();
+    assert_eq!(
+        (attr.size, attr.mtime, attr_ttl),
+        (entry.attr.size, entry.attr.mtime, ttl)
+    );
+    assert!(fs.open(&ROOT_CALLER, stats, false).unwrap().keep_cache);
+
+    // Changed: a new number with the new bytes; the old number, still
+    // open, keeps its own bytes and attributes (no reader sees a mix).
+    let held = fs.open(&ROOT_CALLER, stats, false).unwrap();
+    wh.file("d/b.jsonl", jsonl(4, 0));
+    std::thread::sleep(ttl + Duration::from_millis(50));
+    let changed = walk(&fs, "d/.stats").unwrap();
+    assert_ne!(changed.attr.ino.0, stats);
+    assert_eq!(record_count(&cat(&fs, "d/.stats")), 7);
+    assert_eq!(fs.read(held.fh, 0, 1 << 20).unwrap().as_slice(), first);
+    let (attr, _) = fs.getattr(&ROOT_CALLER, stats, Some(held.fh)).unwrap();
+    assert_eq!(attr.size, first.len() as u64);
+    fs.release(held.fh);
+    // A listing offers the current number with its attributes.
+    let listed = list(&fs, ino(&fs, "d"), 100, true);
+    let entry = listed.iter().find(|e| e.name == ".stats").unwrap();
+    assert_eq!(
+        (entry.ino, entry.size),
+        (changed.attr.ino.0, changed.attr.size)
+    );
+}
+
+#[test]
+fn where_other_users_read_the_mount_synthetic_files_are_rendered_per_open() {
+    let wh = Warehouse::new();
+    wh.file("d/a.jsonl", jsonl(3, 0));
+    let fs = fs_with_options(
+        &wh,
+        FsOptions {
+            shared: true,
+            ..FsOptions::default()
+        },
+    );
+    let entry = walk(&fs, "d/.stats").unwrap();
+    assert!(
+        entry.attr_ttl.is_zero(),
+        "a synthetic length is never cached"
+    );
+    let opened = fs.open(&ROOT_CALLER, entry.attr.ino.0, false).unwrap();
+    assert!(
+        opened.direct_io && !opened.keep_cache,
+        "never the shared page cache"
+    );
+    fs.release(opened.fh);
 }
 
 #[test]
@@ -287,4 +364,41 @@ fn a_file_replaced_under_its_name_is_a_new_inode_and_the_old_one_serves_its_hand
     let third = listed.iter().find(|e| e.name == "r.jsonl").unwrap().ino;
     assert!(third != new && third != old);
     assert_eq!(ino(&fs, "d/r.jsonl"), third);
+}
+
+#[test]
+fn versions_held_are_bounded_and_a_number_pushed_out_is_looked_up_anew() {
+    let wh = Warehouse::new();
+    for d in ["a", "b", "c"] {
+        wh.file(&format!("{d}/r.jsonl"), jsonl(3, 0));
+    }
+    let fs = fs_with_options(
+        &wh,
+        FsOptions {
+            render_cache_entries: 2,
+            ..FsOptions::default()
+        },
+    );
+    let a = ino(&fs, "a/.stats");
+    ino(&fs, "b/.stats");
+    ino(&fs, "c/.stats");
+    // Three versions, room for two: `a`'s went, and its bytes with it.
+    assert_eq!(errno(fs.getattr(&ROOT_CALLER, a, None)), Errno::ESTALE);
+    assert_eq!(errno(fs.open(&ROOT_CALLER, a, false)), Errno::ESTALE);
+    let again = ino(&fs, "a/.stats");
+    assert_ne!(again, a);
+    assert_eq!(record_count(&cat(&fs, "a/.stats")), 3);
+    // One larger than the byte budget is rendered per open, never held.
+    let fs = fs_with_options(
+        &wh,
+        FsOptions {
+            render_cache_bytes: 10,
+            ..FsOptions::default()
+        },
+    );
+    let entry = walk(&fs, "a/.stats").unwrap();
+    assert!(entry.attr_ttl.is_zero());
+    let opened = fs.open(&ROOT_CALLER, entry.attr.ino.0, false).unwrap();
+    assert!(opened.direct_io);
+    fs.release(opened.fh);
 }

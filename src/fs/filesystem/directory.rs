@@ -4,12 +4,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
 use fuser::{FileAttr, INodeNo};
 use nix::errno::Errno;
 use parking_lot::Mutex;
 
-use super::{DirEntry, DirectoryReplier, Opened, WarehouseFs};
+use super::{DirEntry, DirectoryReplier, Listed, Opened, WarehouseFs};
 use crate::catalog::cache::FileId;
 use crate::catalog::{Node, NodeKind};
 use crate::fs::FsError;
@@ -22,17 +23,33 @@ impl WarehouseFs {
     /// are kept from the last `opendir` (`keep_cache`) only while the
     /// directory's kind and stat identity are those its cached listing was
     /// built from (names appear, vanish or are renamed only by changing the
-    /// directory's mtime), and never within the racy window.
+    /// directory's mtime), never within the racy window, and for at most
+    /// the TTL: then the kernel reads the entries again with their
+    /// attributes (`readdirplus`), which renews every entry it holds in one
+    /// request instead of one `lookup` per name (`ls -l` of a polled
+    /// directory).
     pub fn opendir(&self, ino: u64) -> Result<Opened, FsError> {
         let node = match self.target(ino)?.0 {
             Target::Path(rel) => self.dir_node(&rel)?,
             Target::Synthetic { .. } => return Err(Errno::ENOTDIR.into()),
         };
-        let seen = (node.kind, FileId::of(&node.meta));
-        let unchanged = self.listed.lock().insert(ino, seen) == Some(seen);
+        let (kind, id) = (node.kind, FileId::of(&node.meta));
+        let keep_cache = {
+            let mut listed = self.listed.lock();
+            let keep = listed.get(&ino).is_some_and(|last| {
+                (last.kind, last.id) == (kind, id)
+                    && last.at.elapsed() < self.options.attr_ttl
+                    && !id.is_racy()
+            });
+            if !keep {
+                let at = Instant::now();
+                listed.insert(ino, Listed { kind, id, at });
+            }
+            keep
+        };
         Ok(Opened {
             fh: self.handles.add(Handle::Dir(Mutex::new(None))),
-            keep_cache: unchanged && !seen.1.is_racy(),
+            keep_cache,
             direct_io: false,
             file: None,
         })
@@ -140,14 +157,26 @@ impl WarehouseFs {
                 continue;
             }
             let child = self.child_ino(ino, which.name())?;
-            // The real length is computed on `stat` (the TTL is zero, so
-            // the kernel never keeps this one); a listing must not pay for
-            // rolling up the whole subtree.
+            // A listing must not pay for rolling up the whole subtree: the
+            // version the number holds, trusted for what is left of the TTL
+            // since it was last checked, else length 0 and no TTL (the real
+            // length is computed on `stat`).
+            let version = self.version(child).filter(|_| self.keeps_any_synthetics());
+            let (attr, ttl) = match version {
+                Some(version) => (
+                    version.attr(child, &own.meta),
+                    version.fresh_for(self.options.attr_ttl),
+                ),
+                None => (
+                    synthetic_attr(child, 0, &own.meta, SystemTime::now()),
+                    NO_TTL,
+                ),
+            };
             items.push(DirItem {
                 ino: child,
                 name: which.name().into(),
-                attr: synthetic_attr(child, 0, &own.meta),
-                ttl: NO_TTL,
+                attr,
+                ttl,
                 file: None,
             });
         }

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{FileAttr, INodeNo};
 use nix::errno::Errno;
@@ -46,6 +46,7 @@ use super::{FsError, xattrs};
 
 mod answers;
 mod directory;
+mod versions;
 
 use crate::catalog::cache::FileId;
 use crate::catalog::{Catalog, Node, NodeKind};
@@ -69,6 +70,10 @@ pub struct FsOptions {
     /// not kept).
     pub render_cache_entries: usize,
     pub render_cache_bytes: usize,
+    /// Other users may read the mount (`allow_other`): two readers may
+    /// see different bytes in one synthetic file, which is then never
+    /// served from the shared page cache.
+    pub shared: bool,
 }
 
 impl Default for FsOptions {
@@ -77,6 +82,7 @@ impl Default for FsOptions {
             attr_ttl: Duration::from_secs(1),
             render_cache_entries: 256,
             render_cache_bytes: 4 << 20,
+            shared: false,
         }
     }
 }
@@ -97,7 +103,17 @@ pub struct WarehouseFs {
     /// Per directory inode: what its listing was last built from (its kind
     /// and its own stat identity), so an unchanged directory's entries can
     /// stay in the kernel's cache across `opendir`s.
-    listed: Mutex<HashMap<u64, (NodeKind, FileId)>>,
+    listed: Mutex<HashMap<u64, Listed>>,
+    /// Per synthetic file inode: the one content it holds (see `versions`).
+    versions: versions::Versions,
+}
+
+/// What a directory's listing was last built from, and when.
+#[derive(Clone, Copy)]
+struct Listed {
+    kind: NodeKind,
+    id: FileId,
+    at: Instant,
 }
 
 impl WarehouseFs {
@@ -105,6 +121,10 @@ impl WarehouseFs {
         WarehouseFs {
             views: Views::new(catalog),
             inodes: InodeTable::new(),
+            versions: versions::Versions::new(
+                options.render_cache_entries,
+                options.render_cache_bytes,
+            ),
             renders: Renders::new(
                 options.attr_ttl,
                 options.render_cache_entries,
@@ -143,6 +163,11 @@ impl WarehouseFs {
         let claimed = self.inodes.claim(parent, name);
         match (found, claimed) {
             (Ok(mut entry), Some(ino)) => {
+                if let Some(version) = self.version(ino) {
+                    // The number claimed holds this content (another
+                    // lookup may have given the name a newer one).
+                    version.describe(&mut entry.attr);
+                }
                 entry.attr.ino = INodeNo(ino);
                 self.inodes.remember(ino);
                 Ok(entry)
@@ -167,16 +192,29 @@ impl WarehouseFs {
             let ino = self.child_ino(parent, name)?;
             if which == Synthetic::Records {
                 return Ok(Entry {
-                    attr: synthetic_attr(ino, 0, &owner.meta),
+                    attr: synthetic_attr(ino, 0, &owner.meta, SystemTime::now()),
                     attr_ttl: NO_TTL,
                     entry_ttl: ttl,
                 });
             }
-            let bytes = self.synthetic_bytes(&self.views.of(caller)?, ino, which, &parent_rel)?;
+            let view = self.views.of(caller)?;
+            let bytes = self.synthetic_bytes(&view, ino, which, &parent_rel)?;
+            let current = if self.keeps_synthetics(&view) {
+                self.current_version(parent, name, ino, Arc::clone(&bytes))?
+            } else {
+                None
+            };
+            if let Some((ino, version)) = current {
+                return Ok(Entry {
+                    attr: version.attr(ino, &owner.meta),
+                    attr_ttl: ttl,
+                    entry_ttl: ttl,
+                });
+            }
             // A synthetic file exists as long as its directory does, so
             // its name may be cached; its attributes (its length) never are.
             return Ok(Entry {
-                attr: synthetic_attr(ino, bytes.len() as u64, &owner.meta),
+                attr: synthetic_attr(ino, bytes.len() as u64, &owner.meta, SystemTime::now()),
                 attr_ttl: NO_TTL,
                 entry_ttl: ttl,
             });
@@ -207,10 +245,15 @@ impl WarehouseFs {
         fh: Option<u64>,
     ) -> Result<(FileAttr, Duration), FsError> {
         let (target, _) = self.target(ino)?;
-        if let Some(handle) = fh.and_then(|fh| self.handles.get(fh).ok()) {
+        // A handle on a synthetic file rendered at open says its length
+        // (one holding a version is described by the version, below).
+        let rendered = fh.filter(|_| self.version(ino).is_none());
+        if let Some(handle) = rendered.and_then(|fh| self.handles.get(fh).ok()) {
             if let (Handle::Bytes(bytes), Target::Synthetic { rel, .. }) = (&*handle, &target) {
                 if let Ok(owner) = self.dir_node(rel) {
-                    return Ok((synthetic_attr(ino, bytes.len() as u64, &owner.meta), NO_TTL));
+                    let attr =
+                        synthetic_attr(ino, bytes.len() as u64, &owner.meta, SystemTime::now());
+                    return Ok((attr, NO_TTL));
                 }
             }
         }
@@ -238,13 +281,21 @@ impl WarehouseFs {
                 let owner = self.synthetic_owner(&rel, which)?;
                 // `.records` says 0 bytes, as /proc files do: its length is
                 // known only by producing it (see docs/filesystem.md).
-                let len = match which {
-                    Synthetic::Records => 0,
-                    _ => self
-                        .synthetic_bytes(&self.views.of(caller)?, ino, which, &rel)?
-                        .len(),
-                };
-                Ok((synthetic_attr(ino, len as u64, &owner.meta), NO_TTL))
+                if which == Synthetic::Records {
+                    return Ok((
+                        synthetic_attr(ino, 0, &owner.meta, SystemTime::now()),
+                        NO_TTL,
+                    ));
+                }
+                let view = self.views.of(caller)?;
+                if let Some(version) = self.served_version(&view, ino, which, &rel)? {
+                    return Ok((version.attr(ino, &owner.meta), self.options.attr_ttl));
+                }
+                let len = self.synthetic_bytes(&view, ino, which, &rel)?.len();
+                Ok((
+                    synthetic_attr(ino, len as u64, &owner.meta, SystemTime::now()),
+                    NO_TTL,
+                ))
             }
         }
     }
@@ -269,6 +320,10 @@ impl WarehouseFs {
                         Arc::clone(&self.producers),
                     );
                     (Handle::Records(stream), false, true, None)
+                } else if let Some(version) = self.served_version(&view, ino, which, &rel)? {
+                    // This number's content, whatever the name holds now:
+                    // its pages in the cache are exactly these bytes.
+                    (Handle::Bytes(version.bytes), true, false, None)
                 } else {
                     let bytes = self.synthetic_bytes(&view, ino, which, &rel)?;
                     (Handle::Bytes(bytes), false, true, None)
@@ -334,6 +389,7 @@ impl WarehouseFs {
         if self.inodes.forget(ino, nlookup) {
             self.listed.lock().remove(&ino);
             self.shown.lock().remove(&ino);
+            self.versions.forget(ino);
         }
     }
 

@@ -1,0 +1,252 @@
+//! `.stats` and `.sources` served from the page cache while unchanged.
+//!
+//! A synthetic file's inode number stands for one content ("version"):
+//! its bytes never change, so its attributes may be cached for the TTL and
+//! its pages kept across opens (`FOPEN_KEEP_CACHE`, no direct I/O). When the
+//! name is looked up again (its entry TTL ran out) the file is rendered
+//! again: the same bytes keep the number (the version is "checked" now);
+//! other bytes get a new number, as a file replaced by `rename` would, so
+//! a reader still holding the old one reads the old version whole and
+//! never a mix. Old numbers go when the kernel forgets them.
+//!
+//! Only where every reader sees the same bytes: not under `--allow-other`
+//! (two users may see different rollups of one directory, and the page
+//! cache is shared), and not with a zero TTL (every read renders).
+//!
+//! The versions held are bounded like the render cache (in count and
+//! bytes; a larger file is rendered per open as before). A version pushed
+//! out is "retired": its number answers `ESTALE` from then on (the kernel
+//! looks the name up again and gets a new number), since its bytes, which
+//! the kernel may still cache, are no longer known.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::FileAttr;
+use lru::LruCache;
+use nix::errno::Errno;
+use parking_lot::Mutex;
+
+use super::WarehouseFs;
+use crate::fs::FsError;
+use crate::fs::attributes::synthetic_attr;
+use crate::fs::inodes::Synthetic;
+use crate::fs::views::View;
+use crate::warehouse::Stat;
+
+/// One content of a synthetic file, held by one inode number.
+#[derive(Clone)]
+pub(super) struct Version {
+    pub bytes: Arc<[u8]>,
+    /// Its times: when this content was first rendered.
+    made: SystemTime,
+    /// When a render last found the content unchanged.
+    checked: Instant,
+}
+
+impl Version {
+    fn new(bytes: Arc<[u8]>) -> Version {
+        Version {
+            bytes,
+            made: SystemTime::now(),
+            checked: Instant::now(),
+        }
+    }
+
+    /// The attributes of inode `ino` holding this version, owned like
+    /// `owner`.
+    pub fn attr(&self, ino: u64, owner: &Stat) -> FileAttr {
+        let mut attr = synthetic_attr(ino, 0, owner, self.made);
+        self.describe(&mut attr);
+        attr
+    }
+
+    /// Makes `attr` (a synthetic file's) describe this version.
+    pub fn describe(&self, attr: &mut FileAttr) {
+        let len = self.bytes.len() as u64;
+        attr.size = len;
+        attr.blocks = len.div_ceil(512);
+        (attr.atime, attr.mtime, attr.ctime, attr.crtime) =
+            (self.made, self.made, self.made, self.made);
+    }
+
+    /// How much longer the kernel may trust this version without asking:
+    /// the TTL from its last check.
+    pub fn fresh_for(&self, ttl: Duration) -> Duration {
+        ttl.saturating_sub(self.checked.elapsed())
+    }
+}
+
+/// The versions held, by inode number, and the numbers retired.
+pub(super) struct Versions {
+    inner: Mutex<Held>,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+struct Held {
+    versions: LruCache<u64, Version>,
+    bytes: usize,
+    retired: HashSet<u64>,
+}
+
+/// What a synthetic file's number serves.
+enum Found {
+    Version(Version),
+    Retired,
+    None,
+}
+
+impl Versions {
+    pub fn new(max_entries: usize, max_bytes: usize) -> Versions {
+        Versions {
+            inner: Mutex::new(Held {
+                versions: LruCache::unbounded(),
+                bytes: 0,
+                retired: HashSet::new(),
+            }),
+            max_entries,
+            max_bytes,
+        }
+    }
+
+    fn find(&self, ino: u64) -> Found {
+        let mut held = self.inner.lock();
+        if let Some(version) = held.versions.get(&ino) {
+            return Found::Version(version.clone());
+        }
+        if held.retired.contains(&ino) {
+            Found::Retired
+        } else {
+            Found::None
+        }
+    }
+
+    /// Whether a version of `len` bytes may be held at all.
+    fn fits(&self, len: usize) -> bool {
+        self.max_entries > 0 && len <= self.max_bytes
+    }
+
+    /// Holds `version` as `ino`'s; returns the numbers pushed out.
+    fn hold(&self, held: &mut Held, ino: u64, version: Version) -> Vec<u64> {
+        held.bytes += version.bytes.len();
+        if let Some(old) = held.versions.put(ino, version) {
+            held.bytes -= old.bytes.len();
+        }
+        let mut retired = Vec::new();
+        while held.versions.len() > self.max_entries || held.bytes > self.max_bytes {
+            let Some((out, old)) = held.versions.pop_lru() else {
+                break;
+            };
+            held.bytes -= old.bytes.len();
+            held.retired.insert(out);
+            retired.push(out);
+        }
+        retired
+    }
+
+    /// The kernel forgot `ino`.
+    pub fn forget(&self, ino: u64) {
+        let mut held = self.inner.lock();
+        if let Some(old) = held.versions.pop(&ino) {
+            held.bytes -= old.bytes.len();
+        }
+        held.retired.remove(&ino);
+    }
+}
+
+impl WarehouseFs {
+    /// Whether synthetic files are served from the page cache to `view`.
+    pub(super) fn keeps_synthetics(&self, view: &View) -> bool {
+        self.keeps_any_synthetics() && view.id == 0
+    }
+
+    /// Whether the mount serves synthetic files from the page cache at all.
+    pub(super) fn keeps_any_synthetics(&self) -> bool {
+        !self.options.shared && !self.options.attr_ttl.is_zero()
+    }
+
+    /// The version inode `ino` holds, if it holds one.
+    pub(super) fn version(&self, ino: u64) -> Option<Version> {
+        match self.versions.find(ino) {
+            Found::Version(version) => Some(version),
+            _ => None,
+        }
+    }
+
+    /// The version the synthetic file `ino` (`which` of `rel`) serves to
+    /// `view`: the one it holds, or one made now for a number that never
+    /// held one (handed out by a listing); `None` when it is rendered per
+    /// open instead; `ESTALE` for a retired number.
+    pub(super) fn served_version(
+        &self,
+        view: &View,
+        ino: u64,
+        which: Synthetic,
+        rel: &std::path::Path,
+    ) -> Result<Option<Version>, FsError> {
+        if which == Synthetic::Records || !self.keeps_synthetics(view) {
+            return Ok(None);
+        }
+        match self.versions.find(ino) {
+            Found::Version(version) => return Ok(Some(version)),
+            Found::Retired => return Err(Errno::ESTALE.into()),
+            Found::None => {}
+        }
+        let bytes = self.synthetic_bytes(view, ino, which, rel)?;
+        if !self.versions.fits(bytes.len()) {
+            return Ok(None);
+        }
+        let mut held = self.versions.inner.lock();
+        if let Some(version) = held.versions.get(&ino) {
+            return Ok(Some(version.clone()));
+        }
+        let version = Version::new(bytes);
+        let retired = self.versions.hold(&mut held, ino, version.clone());
+        drop(held);
+        self.retire(&retired);
+        Ok(Some(version))
+    }
+
+    /// The inode holding `bytes`, freshly rendered, as the synthetic file
+    /// `name` of the directory `parent`, now numbered `ino`: `ino` itself
+    /// when it holds the same bytes (checked now) or none yet, else a new
+    /// number for the new content. `None` when it is too large to hold.
+    pub(super) fn current_version(
+        &self,
+        parent: u64,
+        name: &str,
+        ino: u64,
+        bytes: Arc<[u8]>,
+    ) -> Result<Option<(u64, Version)>, FsError> {
+        if !self.versions.fits(bytes.len()) {
+            return Ok(None);
+        }
+        let mut held = self.versions.inner.lock();
+        let retired = held.retired.contains(&ino);
+        let ino = match held.versions.get_mut(&ino) {
+            Some(version) if *version.bytes == *bytes => {
+                version.checked = Instant::now();
+                return Ok(Some((ino, version.clone())));
+            }
+            None if !retired => ino,
+            _ => {
+                self.inodes.detach(ino);
+                self.child_ino(parent, name)?
+            }
+        };
+        let version = Version::new(bytes);
+        let retired = self.versions.hold(&mut held, ino, version.clone());
+        drop(held);
+        self.retire(&retired);
+        Ok(Some((ino, version)))
+    }
+
+    /// Numbers whose versions were pushed out: their names get new ones.
+    fn retire(&self, inos: &[u64]) {
+        for &ino in inos {
+            self.inodes.detach(ino);
+        }
+    }
+}
