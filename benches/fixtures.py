@@ -8,6 +8,9 @@ python3 benches/fixtures.py dialogue DIR MIB    MIB of JSONL turns (four roles) 
 python3 benches/fixtures.py median-ms RUNS CMD...   median wall time of CMD
 python3 benches/fixtures.py read-mib-s FILE     sequential read throughput
 python3 benches/fixtures.py poll MNT PID SECONDS    daemon CPU while polling
+python3 benches/fixtures.py cohort FILE N       N records of 100,000s of sessions (an index's input)
+python3 benches/fixtures.py read-leaves DIR     reads every leaf's manifest and CURRENT once (ms)
+python3 benches/fixtures.py peak CMD...         runs CMD; prints "<ms> <peak RSS KiB>"
 """
 
 import os
@@ -176,8 +179,51 @@ def poll(mnt, pid, seconds):
             late += 1
     elapsed = time.monotonic() - t0
     used = (cpu_ticks(pid) - start_ticks) / hz
-    print("  %d directories, %d rounds in %.1f s (%d late); daemon CPU %.2f s = %.2f %% of one core   goal <= 2 %%"
-          % (len(dirs), rounds, elapsed, late, used, 100 * used / elapsed))
+    print("  %d directories, %d rounds in %.1f s (%d late); daemon CPU %.2f s"
+          % (len(dirs), rounds, elapsed, late, used), file=sys.stderr)
+    print("%.2f" % (100 * used / elapsed))
+
+
+def cohort(path, n):
+    """The sidecar benchmark's input: one record file of N records."""
+    sessions = max(n // 10, 1)
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write('{"id":"r-%010d","session":"s-%07d","turn":%d,"ts":"2026-11-30T10:00:00Z",'
+                    '"role":"assistant","content":"step %d: ran the tests"}\n'
+                    % (i, i * 7919 % sessions, i % 10, i))
+
+
+def read_leaves(root):
+    """The native baseline of a cold root `.stats`: one walk that reads
+    every leaf's manifest and CURRENT once and enters no leaf (ms)."""
+    t0 = time.perf_counter()
+    todo, leaves = [root], 0
+    while todo:
+        d = todo.pop()
+        names = os.listdir(d)
+        if "CURRENT" in names:
+            for name in ("CURRENT", "chronicle.manifest"):
+                with open(os.path.join(d, name), "rb") as f:
+                    f.read()
+            leaves += 1
+            continue
+        for name in names:
+            p = os.path.join(d, name)
+            if not name.startswith(".") and os.path.isdir(p):
+                todo.append(p)
+    print("%.1f" % ((time.perf_counter() - t0) * 1000))
+    return leaves
+
+
+def peak(cmd):
+    t0 = time.perf_counter()
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    ms = (time.perf_counter() - t0) * 1000
+    if status != 0:
+        sys.exit("%s failed (%d)" % (cmd[0], status))
+    print("%.0f %d" % (ms, usage.ru_maxrss))
 
 
 def main():
@@ -198,6 +244,12 @@ def main():
         read_mib_s(args[0])
     elif what == "poll":
         poll(args[0], int(args[1]), float(args[2]))
+    elif what == "cohort":
+        cohort(args[0], int(args[1]))
+    elif what == "read-leaves":
+        read_leaves(args[0])
+    elif what == "peak":
+        peak(args)
     else:
         sys.exit(__doc__)
 

@@ -22,7 +22,6 @@ bin="${CARGO_TARGET_DIR:-/var/cache/pchronicle/target}/release/pchronicle"
 [ -x "$bin" ] || { echo "build first: cargo build --release ($bin missing)" >&2; exit 1; }
 mib="${PCHRONICLE_BENCH_RECORDS_MIB:-1024}"
 runs="${PCHRONICLE_BENCH_RUNS:-3}"
-venv="${PCHRONICLE_BENCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pchronicle-bench-venv}"
 gen=benches/fixtures.py
 
 work="$(mktemp -d "${PCHRONICLE_BENCH_DIR:-${TMPDIR:-/tmp}}/pchronicle-records.XXXXXX")"
@@ -35,11 +34,7 @@ trap cleanup EXIT
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "inf"; else printf "%.2f", a / b }'; }
 median_ms() { python3 "$gen" median-ms "$runs" sh -c "$1"; }
 
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import lance, duckdb' 2>/dev/null; then
-  echo "installing the peers (pylance 14.0.2, duckdb) into $venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check pylance==14.0.2 duckdb
-fi
+source benches/peers.sh
 
 python3 "$gen" dialogue "$work/jsonl" "$mib"
 cat "$work"/jsonl/*.jsonl >/dev/null   # page cache warm for everyone
