@@ -117,39 +117,45 @@ fn the_daemon_reads_every_way_when_passthrough_is_off() {
 
 #[test]
 fn a_replaced_file_is_read_new_while_a_handle_still_reads_the_old_one() {
-    let wh = Warehouse::new();
-    wh.file("r.jsonl", "{\"old\":1}\n".repeat(1000));
-    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", "100"]) else {
-        return;
-    };
-    let old = fs::File::open(m.at("r.jsonl")).unwrap();
-    let mut first = vec![0u8; 10];
-    old.read_exact_at(&mut first, 0).unwrap();
-    assert_eq!(first, b"{\"old\":1}\n");
-    // Replaced by rename while `old` is open: with passthrough the inode
-    // reads through the old file, so the new open must not use it.
-    let new = "{\"new\":22}\n".repeat(700);
-    fs::write(wh.abs("r.tmp"), &new).unwrap();
-    fs::rename(wh.abs("r.tmp"), wh.abs("r.jsonl")).unwrap();
-    std::thread::sleep(Duration::from_millis(250));
-    assert_eq!(
-        fs::read_to_string(m.at("r.jsonl")).unwrap(),
-        new,
-        "a new open reads the new file whole"
-    );
-    if !passthrough_expected() {
-        // Without passthrough both handles share the inode's page cache
-        // and size; only a passthrough handle keeps its own file's bytes.
-        return;
+    for extra in [&[][..], &["--no-passthrough"][..]] {
+        let wh = Warehouse::new();
+        wh.file("r.jsonl", "{\"old\":1}\n".repeat(1000));
+        let mut args = vec!["--attr-ttl", "100"];
+        args.extend_from_slice(extra);
+        let Some(m) = Mounted::start(wh.path(), &args) else {
+            return;
+        };
+        let old = fs::File::open(m.at("r.jsonl")).unwrap();
+        let mut first = vec![0u8; 10];
+        old.read_exact_at(&mut first, 0).unwrap();
+        assert_eq!(first, b"{\"old\":1}\n");
+        // Replaced by rename while `old` is open: the name gets a new
+        // inode, and with passthrough the old one reads through the old
+        // file, so the new open must not use it.
+        let new = "{\"new\":22}\n".repeat(700);
+        fs::write(wh.abs("r.tmp"), &new).unwrap();
+        fs::rename(wh.abs("r.tmp"), wh.abs("r.jsonl")).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(
+            fs::read_to_string(m.at("r.jsonl")).unwrap(),
+            new,
+            "{extra:?}: a new open reads the new file whole"
+        );
+        // After the TTL, `fstat` of the old handle still describes it.
+        assert_eq!(old.metadata().unwrap().len(), 10_000, "{extra:?}");
+        let mut rest = Vec::new();
+        (&old).read_to_end(&mut rest).unwrap();
+        assert_eq!(
+            rest.len(),
+            10_000,
+            "{extra:?}: the old handle reads the old file"
+        );
+        assert!(rest.chunks(10).all(|c| c == b"{\"old\":1}\n"), "{extra:?}");
+        assert_eq!(
+            fs::metadata(m.at("r.jsonl")).unwrap().len(),
+            new.len() as u64
+        );
     }
-    let mut rest = Vec::new();
-    (&old).read_to_end(&mut rest).unwrap();
-    assert_eq!(
-        rest.len(),
-        10_000,
-        "the open handle still reads the old file"
-    );
-    assert!(rest.chunks(10).all(|c| c == b"{\"old\":1}\n"));
 }
 
 #[test]

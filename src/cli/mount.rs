@@ -166,11 +166,13 @@ struct CacheArgs {
     /// Directory classifications and dataset previews kept.
     #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().node_cache_entries)]
     node_cache_entries: usize,
-    /// Rendered `.stats`/`.sources` kept for reuse within the attribute TTL.
+    /// Rendered `.stats`/`.sources` kept for reuse within the attribute
+    /// TTL; as many unchanged contents are served from the page cache.
     #[arg(long, value_name = "N", default_value_t = FsOptions::default().render_cache_entries)]
     render_cache_entries: usize,
     /// Bytes of rendered `.stats`/`.sources` kept, in MiB (a larger render
-    /// is not kept).
+    /// is not kept, and is rendered on every open); the same bound holds
+    /// for contents served from the page cache.
     #[arg(long, value_name = "MIB", default_value_t = FsOptions::default().render_cache_bytes >> 20)]
     render_cache_mib: usize,
 }

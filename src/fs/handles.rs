@@ -41,9 +41,10 @@ pub enum Handle {
     Dir(Mutex<Option<Arc<Vec<DirItem>>>>),
 }
 
-/// The handles open on a mount, by number.
+/// The handles open on a mount, by number, each with the inode it was
+/// opened on.
 pub struct Handles {
-    open: Mutex<HashMap<u64, Arc<Handle>>>,
+    open: Mutex<HashMap<u64, (u64, Arc<Handle>)>>,
     next: AtomicU64,
 }
 
@@ -55,16 +56,28 @@ impl Handles {
         }
     }
 
-    /// Keeps `handle` and returns its number (never 0, never reused).
-    pub fn add(&self, handle: Handle) -> u64 {
+    /// Keeps `handle`, opened on inode `ino`, and returns its number
+    /// (never 0, never reused).
+    pub fn add(&self, ino: u64, handle: Handle) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.open.lock().insert(fh, Arc::new(handle));
+        self.open.lock().insert(fh, (ino, Arc::new(handle)));
         fh
     }
 
     /// The handle numbered `fh`; `EBADF` once released or never opened.
     pub fn get(&self, fh: u64) -> Result<Arc<Handle>, Errno> {
-        self.open.lock().get(&fh).cloned().ok_or(Errno::EBADF)
+        let open = self.open.lock();
+        open.get(&fh)
+            .map(|(_, h)| Arc::clone(h))
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Some handle open on inode `ino` (`fstat` of a file replaced since,
+    /// which the kernel asks without naming the handle).
+    pub fn any_of(&self, ino: u64) -> Option<Arc<Handle>> {
+        let open = self.open.lock();
+        let found = open.values().find(|(of, _)| *of == ino);
+        found.map(|(_, h)| Arc::clone(h))
     }
 
     /// Drops a handle; a read already holding it finishes first.

@@ -212,6 +212,18 @@ impl InodeTable {
         }
     }
 
+    /// Holds the number `ino` itself for a reply about to hand it to the
+    /// kernel, as [`claim`](InodeTable::claim); false when it is gone.
+    pub fn claim_number(&self, ino: u64) -> bool {
+        match self.inner.write().nodes.get_mut(&ino) {
+            Some(node) => {
+                node.pending += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A claimed number was not handed to the kernel after all.
     pub fn release(&self, ino: u64) {
         if let Some(node) = self.inner.write().nodes.get_mut(&ino) {

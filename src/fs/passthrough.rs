@@ -5,9 +5,10 @@
 //! `CAP_SYS_ADMIN`), an open warehouse file is handed to the kernel as the
 //! "backing file" of the handle: reads, `mmap` and splices then go straight
 //! to it and its own page cache, and no read request reaches the daemon.
-//! The file handed over is the descriptor the daemon opened and checked
+//! The file handed over is a descriptor the daemon opened and checked
 //! (below the root, never through a symlink, a regular file, as the
-//! requester), so passthrough serves exactly the bytes a daemon read would.
+//! requester): the first opener's, shared by every handle that opened the
+//! same file, so passthrough serves exactly the bytes a daemon read would.
 //!
 //! The kernel holds one backing file per inode: while one handle of an
 //! inode reads through backing file A, another handle of it may not use B.
@@ -120,10 +121,8 @@ impl Passthrough {
     /// never accepted one and refuses the call itself, else for this file.
     fn refused(&self, e: &std::io::Error) -> Route {
         let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
-        let whole_mount = matches!(
-            errno,
-            Errno::EPERM | Errno::ENOTTY | Errno::ENOSYS | Errno::EOPNOTSUPP
-        );
+        // EOPNOTSUPP is about the file (one its filesystem cannot back).
+        let whole_mount = matches!(errno, Errno::EPERM | Errno::ENOTTY | Errno::ENOSYS);
         if whole_mount && !self.worked.load(Ordering::Relaxed) {
             if self.on.swap(false, Ordering::Relaxed) {
                 log::warn!(

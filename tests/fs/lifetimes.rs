@@ -338,10 +338,11 @@ fn a_file_replaced_under_its_name_is_a_new_inode_and_the_old_one_serves_its_hand
     std::fs::rename(wh.abs("d/r.tmp"), wh.abs("d/r.jsonl")).unwrap();
 
     // The old number now stands for the file its handle holds: described
-    // by that handle, stale without it (the kernel looks the name up again).
-    let (attr, _) = fs.getattr(&ROOT_CALLER, old, Some(opened.fh)).unwrap();
-    assert_eq!(attr.size, jsonl(3, 0).len() as u64);
-    assert_eq!(errno(fs.getattr(&ROOT_CALLER, old, None)), Errno::ESTALE);
+    // by that handle, named or not (`fstat` does not name it).
+    for fh in [Some(opened.fh), None] {
+        let (attr, _) = fs.getattr(&ROOT_CALLER, old, fh).unwrap();
+        assert_eq!(attr.size, jsonl(3, 0).len() as u64);
+    }
     assert_eq!(errno(fs.open(&ROOT_CALLER, old, false)), Errno::ESTALE);
     assert_eq!(
         fs.read(opened.fh, 0, 1 << 20).unwrap().as_slice(),
@@ -356,6 +357,8 @@ fn a_file_replaced_under_its_name_is_a_new_inode_and_the_old_one_serves_its_hand
     let entry = listed.iter().find(|e| e.name == "r.jsonl").unwrap();
     assert_eq!(entry.ino, new);
     fs.release(opened.fh);
+    // No handle left on the old number: stale (the kernel looks it up).
+    assert_eq!(errno(fs.getattr(&ROOT_CALLER, old, None)), Errno::ESTALE);
 
     // Replaced again and seen first by a listing: a third number there.
     std::fs::write(wh.abs("d/r.tmp"), jsonl(7, 200)).unwrap();
@@ -385,6 +388,15 @@ fn versions_held_are_bounded_and_a_number_pushed_out_is_looked_up_anew() {
     // Three versions, room for two: `a`'s went, and its bytes with it.
     assert_eq!(errno(fs.getattr(&ROOT_CALLER, a, None)), Errno::ESTALE);
     assert_eq!(errno(fs.open(&ROOT_CALLER, a, false)), Errno::ESTALE);
+    // A handle opened before is still described (`fstat`), with its times.
+    let b = ino(&fs, "b/.stats");
+    let (before, _) = fs.getattr(&ROOT_CALLER, b, None).unwrap();
+    let held = fs.open(&ROOT_CALLER, b, false).unwrap();
+    ino(&fs, "c/.stats");
+    ino(&fs, "a/.stats");
+    let (after, _) = fs.getattr(&ROOT_CALLER, b, None).unwrap();
+    assert_eq!((after.size, after.mtime), (before.size, before.mtime));
+    fs.release(held.fh);
     let again = ino(&fs, "a/.stats");
     assert_ne!(again, a);
     assert_eq!(record_count(&cat(&fs, "a/.stats")), 3);

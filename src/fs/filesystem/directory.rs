@@ -48,7 +48,7 @@ impl WarehouseFs {
             keep
         };
         Ok(Opened {
-            fh: self.handles.add(Handle::Dir(Mutex::new(None))),
+            fh: self.handles.add(ino, Handle::Dir(Mutex::new(None))),
             keep_cache,
             direct_io: false,
             file: None,
@@ -91,15 +91,19 @@ impl WarehouseFs {
         let items = self.dir_snapshot(ino, fh, offset)?;
         for (i, item) in items.iter().enumerate().skip(offset as usize) {
             let held = hands_over && item.name != "." && item.name != "..";
-            // Held from the claim until it is counted, so no forget or
-            // sweep drops the number in between.
-            let claimed = if held {
-                self.inodes.claim(ino, &item.name)
+            // The very number the item describes (a name given a new
+            // number since keeps its old one here, with the old
+            // attributes), held from the claim until it is counted, so no
+            // forget or sweep drops it in between; one swept since (a big
+            // listing numbers more than the table keeps unclaimed) is
+            // numbered again by name.
+            let child = if !held || self.inodes.claim_number(item.ino) {
+                item.ino
             } else {
-                Some(item.ino)
-            };
-            let Some(child) = claimed else {
-                continue;
+                match self.inodes.claim(ino, &item.name) {
+                    Some(child) => child,
+                    None => continue,
+                }
             };
             let attr = FileAttr {
                 ino: INodeNo(child),

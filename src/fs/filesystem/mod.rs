@@ -16,13 +16,16 @@
 //! `pchronicle ls --sources --json`.
 //!
 //! Caching, kernel side: names and attributes of warehouse paths are
-//! cached for the attribute TTL; synthetic files have a zero TTL and are
-//! served with direct I/O, so every `stat` and every `open` asks the
-//! daemon. Daemon side: a rendered synthetic file is reused for at most the
-//! attribute TTL ([`super::render`]), and the catalog's own refresh cache
-//! answers unchanged directories and files from memory after a stat. A
-//! regular file keeps its page cache across opens only while its identity
-//! (size, mtime, ctime, inode) is unchanged.
+//! cached for the attribute TTL; a synthetic file's number stands for one
+//! content, cached like a file's (`versions`), except under `allow_other`
+//! or a zero TTL, where it has a zero TTL and direct I/O and every `stat`
+//! and `open` asks the daemon. Daemon side: a rendered synthetic file is
+//! reused for at most the attribute TTL ([`super::render`]), and the
+//! catalog's own refresh cache answers unchanged directories and files
+//! from memory after a stat. A regular file read by the daemon keeps its
+//! page cache across opens only while its identity (size, mtime, ctime,
+//! inode) is unchanged; one read through kernel passthrough uses the
+//! file's own page cache.
 //!
 //! Nothing that would change the warehouse is answered here: the mount is
 //! read-only, so the kernel refuses every write itself.
@@ -33,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use fuser::{FileAttr, INodeNo};
+use fuser::FileAttr;
 use nix::errno::Errno;
 use parking_lot::Mutex;
 
@@ -53,6 +56,9 @@ use crate::catalog::{Catalog, Node, NodeKind};
 use crate::extract::stream::{Producers, RecordsStream};
 use crate::extract::{Plan, Selection, Shape};
 use crate::warehouse::Stat;
+
+/// Times a lookup describes a name whose number is forgotten meanwhile.
+const LOOKUP_TRIES: usize = 4;
 
 /// `.records` streams producing at once; past it the least recently read
 /// one pauses (and resumes from a checkpoint when read again).
@@ -157,29 +163,18 @@ impl WarehouseFs {
     /// kernel holds once the entry is returned.
     pub fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<Entry, FsError> {
         let name = name.to_str().ok_or(Errno::ENOENT)?;
-        let found = self.entry_of(caller, parent, name);
-        // The number is held from here until it is counted, so no forget
-        // or sweep drops it in between.
-        let claimed = self.inodes.claim(parent, name);
-        match (found, claimed) {
-            (Ok(mut entry), Some(ino)) => {
-                if let Some(version) = self.version(ino) {
-                    // The number claimed holds this content (another
-                    // lookup may have given the name a newer one).
-                    version.describe(&mut entry.attr);
-                }
-                entry.attr.ino = INodeNo(ino);
+        // The number claimed is the one the entry describes. It is held
+        // from here until it is counted, so no forget or sweep drops it in
+        // between; one dropped before the claim is described again.
+        for _ in 0..LOOKUP_TRIES {
+            let entry = self.entry_of(caller, parent, name)?;
+            let ino = entry.attr.ino.0;
+            if self.inodes.claim_number(ino) {
                 self.inodes.remember(ino);
-                Ok(entry)
-            }
-            (Ok(_), None) => Err(Errno::ENOENT.into()),
-            (Err(e), claimed) => {
-                if let Some(ino) = claimed {
-                    self.inodes.release(ino);
-                }
-                Err(e)
+                return Ok(entry);
             }
         }
+        Err(Errno::ENOENT.into())
     }
 
     fn entry_of(&self, caller: &Caller, parent: u64, name: &str) -> Result<Entry, FsError> {
@@ -247,7 +242,7 @@ impl WarehouseFs {
         let (target, _) = self.target(ino)?;
         // A handle on a synthetic file rendered at open says its length
         // (one holding a version is described by the version, below).
-        let rendered = fh.filter(|_| self.version(ino).is_none());
+        let rendered = fh.filter(|_| self.version(ino).is_none() && self.retired(ino).is_none());
         if let Some(handle) = rendered.and_then(|fh| self.handles.get(fh).ok()) {
             if let (Handle::Bytes(bytes), Target::Synthetic { rel, .. }) = (&*handle, &target) {
                 if let Ok(owner) = self.dir_node(rel) {
@@ -271,8 +266,23 @@ impl WarehouseFs {
                 }
                 let node = self.node(&rel)?;
                 if self.replaced(ino, &node) {
-                    // The kernel looks the name up again (a new inode).
-                    return Err(Errno::ESTALE.into());
+                    // The number stands for the file its name led to
+                    // before: described by a handle still open on it
+                    // (`fstat`, which the kernel asks without naming the
+                    // handle), else stale (the kernel looks the name up
+                    // again and finds the new file's number).
+                    let held = self.handles.any_of(ino);
+                    return match held.as_deref() {
+                        Some(Handle::File(file)) => {
+                            let meta = Stat::of(file)?;
+                            let node = Node {
+                                kind: NodeKind::File,
+                                meta,
+                            };
+                            Ok((node_attr(ino, &node), self.options.attr_ttl))
+                        }
+                        _ => Err(Errno::ESTALE.into()),
+                    };
                 }
                 self.show(ino, shown_file(&node));
                 Ok((node_attr(ino, &node), self.options.attr_ttl))
@@ -286,6 +296,17 @@ impl WarehouseFs {
                         synthetic_attr(ino, 0, &owner.meta, SystemTime::now()),
                         NO_TTL,
                     ));
+                }
+                if let Some(made) = self.retired(ino) {
+                    // Pushed out of the versions held: still described by
+                    // a handle open on it (`fstat`), else stale.
+                    let held = fh.and_then(|fh| self.handles.get(fh).ok());
+                    if let Some(Handle::Bytes(bytes)) =
+                        held.or_else(|| self.handles.any_of(ino)).as_deref()
+                    {
+                        let attr = synthetic_attr(ino, bytes.len() as u64, &owner.meta, made);
+                        return Ok((attr, self.options.attr_ttl));
+                    }
                 }
                 let view = self.views.of(caller)?;
                 if let Some(version) = self.served_version(&view, ino, which, &rel)? {
@@ -348,7 +369,7 @@ impl WarehouseFs {
             }
         };
         Ok(Opened {
-            fh: self.handles.add(handle),
+            fh: self.handles.add(ino, handle),
             keep_cache,
             direct_io,
             file,

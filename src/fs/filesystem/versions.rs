@@ -19,7 +19,7 @@
 //! looks the name up again and gets a new number), since its bytes, which
 //! the kernel may still cache, are no longer known.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -88,13 +88,15 @@ pub(super) struct Versions {
 struct Held {
     versions: LruCache<u64, Version>,
     bytes: usize,
-    retired: HashSet<u64>,
+    /// Numbers whose versions were pushed out, with their times.
+    retired: HashMap<u64, SystemTime>,
 }
 
 /// What a synthetic file's number serves.
 enum Found {
     Version(Version),
-    Retired,
+    /// Pushed out; its content was first rendered then.
+    Retired(SystemTime),
     None,
 }
 
@@ -104,7 +106,7 @@ impl Versions {
             inner: Mutex::new(Held {
                 versions: LruCache::unbounded(),
                 bytes: 0,
-                retired: HashSet::new(),
+                retired: HashMap::new(),
             }),
             max_entries,
             max_bytes,
@@ -116,10 +118,9 @@ impl Versions {
         if let Some(version) = held.versions.get(&ino) {
             return Found::Version(version.clone());
         }
-        if held.retired.contains(&ino) {
-            Found::Retired
-        } else {
-            Found::None
+        match held.retired.get(&ino) {
+            Some(made) => Found::Retired(*made),
+            None => Found::None,
         }
     }
 
@@ -128,22 +129,21 @@ impl Versions {
         self.max_entries > 0 && len <= self.max_bytes
     }
 
-    /// Holds `version` as `ino`'s; returns the numbers pushed out.
-    fn hold(&self, held: &mut Held, ino: u64, version: Version) -> Vec<u64> {
+    /// Holds `version` as `ino`'s; returns the versions pushed out.
+    fn hold(&self, held: &mut Held, ino: u64, version: Version) -> Vec<(u64, Version)> {
         held.bytes += version.bytes.len();
         if let Some(old) = held.versions.put(ino, version) {
             held.bytes -= old.bytes.len();
         }
-        let mut retired = Vec::new();
+        let mut out = Vec::new();
         while held.versions.len() > self.max_entries || held.bytes > self.max_bytes {
-            let Some((out, old)) = held.versions.pop_lru() else {
+            let Some((number, old)) = held.versions.pop_lru() else {
                 break;
             };
             held.bytes -= old.bytes.len();
-            held.retired.insert(out);
-            retired.push(out);
+            out.push((number, old));
         }
-        retired
+        out
     }
 
     /// The kernel forgot `ino`.
@@ -175,6 +175,14 @@ impl WarehouseFs {
         }
     }
 
+    /// When the content of the retired number `ino` was first rendered.
+    pub(super) fn retired(&self, ino: u64) -> Option<SystemTime> {
+        match self.versions.find(ino) {
+            Found::Retired(made) => Some(made),
+            _ => None,
+        }
+    }
+
     /// The version the synthetic file `ino` (`which` of `rel`) serves to
     /// `view`: the one it holds, or one made now for a number that never
     /// held one (handed out by a listing); `None` when it is rendered per
@@ -191,7 +199,7 @@ impl WarehouseFs {
         }
         match self.versions.find(ino) {
             Found::Version(version) => return Ok(Some(version)),
-            Found::Retired => return Err(Errno::ESTALE.into()),
+            Found::Retired(_) => return Err(Errno::ESTALE.into()),
             Found::None => {}
         }
         let bytes = self.synthetic_bytes(view, ino, which, rel)?;
@@ -203,9 +211,7 @@ impl WarehouseFs {
             return Ok(Some(version.clone()));
         }
         let version = Version::new(bytes);
-        let retired = self.versions.hold(&mut held, ino, version.clone());
-        drop(held);
-        self.retire(&retired);
+        self.hold(&mut held, ino, version.clone());
         Ok(Some(version))
     }
 
@@ -224,29 +230,38 @@ impl WarehouseFs {
             return Ok(None);
         }
         let mut held = self.versions.inner.lock();
-        let retired = held.retired.contains(&ino);
-        let ino = match held.versions.get_mut(&ino) {
-            Some(version) if *version.bytes == *bytes => {
-                version.checked = Instant::now();
-                return Ok(Some((ino, version.clone())));
+        let mut ino = ino;
+        // Another lookup may have numbered the new content meanwhile: the
+        // name's number is compared again until it holds these bytes or
+        // nothing (never two contents under one number).
+        loop {
+            let retired = held.retired.contains_key(&ino);
+            match held.versions.get_mut(&ino) {
+                Some(version) if *version.bytes == *bytes => {
+                    version.checked = Instant::now();
+                    return Ok(Some((ino, version.clone())));
+                }
+                None if !retired => break,
+                _ => {
+                    self.inodes.detach(ino);
+                    ino = self.child_ino(parent, name)?;
+                }
             }
-            None if !retired => ino,
-            _ => {
-                self.inodes.detach(ino);
-                self.child_ino(parent, name)?
-            }
-        };
+        }
         let version = Version::new(bytes);
-        let retired = self.versions.hold(&mut held, ino, version.clone());
-        drop(held);
-        self.retire(&retired);
+        self.hold(&mut held, ino, version.clone());
         Ok(Some((ino, version)))
     }
 
-    /// Numbers whose versions were pushed out: their names get new ones.
-    fn retire(&self, inos: &[u64]) {
-        for &ino in inos {
-            self.inodes.detach(ino);
+    /// Holds `version` as `ino`'s, retiring what is pushed out: a number
+    /// the kernel still holds answers `ESTALE` from now on and its name
+    /// gets a new one.
+    fn hold(&self, held: &mut Held, ino: u64, version: Version) {
+        for (out, old) in self.versions.hold(held, ino, version) {
+            if self.inodes.get(out).is_some() {
+                held.retired.insert(out, old.made);
+                self.inodes.detach(out);
+            }
         }
     }
 }
