@@ -37,8 +37,11 @@ impl WarehouseFs {
         let keep_cache = {
             let mut listed = self.listed.lock();
             let keep = listed.get(&ino).is_some_and(|last| {
+                // With a zero TTL nothing a new listing brings would be
+                // kept, so the names alone are kept while unchanged.
+                let ttl = self.options.attr_ttl;
                 (last.kind, last.id) == (kind, id)
-                    && last.at.elapsed() < self.options.attr_ttl
+                    && (ttl.is_zero() || last.at.elapsed() < ttl)
                     && !id.is_racy()
             });
             if !keep {
