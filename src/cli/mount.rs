@@ -167,7 +167,8 @@ struct CacheArgs {
     #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().node_cache_entries)]
     node_cache_entries: usize,
     /// Rendered `.stats`/`.sources` kept for reuse within the attribute
-    /// TTL; as many unchanged contents are served from the page cache.
+    /// TTL; 16 times as many unchanged contents are served from the page
+    /// cache.
     #[arg(long, value_name = "N", default_value_t = FsOptions::default().render_cache_entries)]
     render_cache_entries: usize,
     /// Bytes of rendered `.stats`/`.sources` kept, in MiB (a larger render

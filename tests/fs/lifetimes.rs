@@ -372,8 +372,13 @@ fn a_file_replaced_under_its_name_is_a_new_inode_and_the_old_one_serves_its_hand
 #[test]
 fn versions_held_are_bounded_and_a_number_pushed_out_is_looked_up_anew() {
     let wh = Warehouse::new();
-    for d in ["a", "b", "c"] {
+    // Room for 16 versions per render kept: 2 renders, 32 versions.
+    let dirs: Vec<String> = (0..33).map(|i| format!("d{i:02}")).collect();
+    for d in &dirs {
         wh.file(&format!("{d}/r.jsonl"), jsonl(3, 0));
+    }
+    for (from, to) in [("d00", "a"), ("d01", "b"), ("d02", "c")] {
+        std::fs::rename(wh.abs(from), wh.abs(to)).unwrap();
     }
     let fs = fs_with_options(
         &wh,
@@ -384,16 +389,23 @@ fn versions_held_are_bounded_and_a_number_pushed_out_is_looked_up_anew() {
     );
     let a = ino(&fs, "a/.stats");
     ino(&fs, "b/.stats");
+    for d in &dirs[3..] {
+        ino(&fs, &format!("{d}/.stats"));
+    }
     ino(&fs, "c/.stats");
-    // Three versions, room for two: `a`'s went, and its bytes with it.
+    // 33 versions, room for 32: `a`'s went, and its bytes with it.
     assert_eq!(errno(fs.getattr(&ROOT_CALLER, a, None)), Errno::ESTALE);
     assert_eq!(errno(fs.open(&ROOT_CALLER, a, false)), Errno::ESTALE);
     // A handle opened before is still described (`fstat`), with its times.
     let b = ino(&fs, "b/.stats");
     let (before, _) = fs.getattr(&ROOT_CALLER, b, None).unwrap();
     let held = fs.open(&ROOT_CALLER, b, false).unwrap();
-    ino(&fs, "c/.stats");
-    ino(&fs, "a/.stats");
+    for d in dirs[3..].iter().map(String::as_str).chain(["c", "a"]) {
+        ino(&fs, &format!("{d}/.stats"));
+    }
+    wh.file("e/r.jsonl", jsonl(3, 0));
+    ino(&fs, "e/.stats");
+    assert_eq!(errno(fs.open(&ROOT_CALLER, b, false)), Errno::ESTALE, "pushed out");
     let (after, _) = fs.getattr(&ROOT_CALLER, b, None).unwrap();
     assert_eq!((after.size, after.mtime), (before.size, before.mtime));
     fs.release(held.fh);

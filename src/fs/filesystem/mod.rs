@@ -128,7 +128,9 @@ impl WarehouseFs {
             views: Views::new(catalog),
             inodes: InodeTable::new(),
             versions: versions::Versions::new(
-                options.render_cache_entries,
+                options
+                    .render_cache_entries
+                    .saturating_mul(versions::PER_RENDER_KEPT),
                 options.render_cache_bytes,
             ),
             renders: Renders::new(
@@ -331,8 +333,19 @@ impl WarehouseFs {
         }
         let (handle, keep_cache, direct_io, file) = match self.target(ino)?.0 {
             Target::Synthetic { rel, which, .. } => {
-                self.synthetic_owner(&rel, which)?;
                 let view = self.views.of(caller)?;
+                let held = self.version(ino).filter(|_| self.keeps_synthetics(&view));
+                if let Some(version) = held {
+                    // A number holding a content serves it as it is, with
+                    // no walk (its name is looked up again each TTL).
+                    return Ok(Opened {
+                        fh: self.handles.add(ino, Handle::Bytes(version.bytes)),
+                        keep_cache: true,
+                        direct_io: false,
+                        file: None,
+                    });
+                }
+                self.synthetic_owner(&rel, which)?;
                 if which == Synthetic::Records {
                     let plan = Plan::new(&view.catalog, &rel, Selection::default(), Shape::Plain)?;
                     let stream = RecordsStream::new(

@@ -13,8 +13,9 @@
 //! (two users may see different rollups of one directory, and the page
 //! cache is shared), and not with a zero TTL (every read renders).
 //!
-//! The versions held are bounded like the render cache (in count and
-//! bytes; a larger file is rendered per open as before). A version pushed
+//! The versions held are bounded by the render cache's bytes and by
+//! [`PER_RENDER_KEPT`] times its entries (a dashboard polls more files
+//! than it renders at once; a larger file is rendered per open as before). A version pushed
 //! out is "retired": its number answers `ESTALE` from then on (the kernel
 //! looks the name up again and gets a new number), since its bytes, which
 //! the kernel may still cache, are no longer known.
@@ -77,6 +78,9 @@ impl Version {
         ttl.saturating_sub(self.checked.elapsed())
     }
 }
+
+/// Versions held per render the render cache keeps.
+pub(super) const PER_RENDER_KEPT: usize = 16;
 
 /// The versions held, by inode number, and the numbers retired.
 pub(super) struct Versions {
