@@ -405,7 +405,11 @@ fn versions_held_are_bounded_and_a_number_pushed_out_is_looked_up_anew() {
     }
     wh.file("e/r.jsonl", jsonl(3, 0));
     ino(&fs, "e/.stats");
-    assert_eq!(errno(fs.open(&ROOT_CALLER, b, false)), Errno::ESTALE, "pushed out");
+    assert_eq!(
+        errno(fs.open(&ROOT_CALLER, b, false)),
+        Errno::ESTALE,
+        "pushed out"
+    );
     let (after, _) = fs.getattr(&ROOT_CALLER, b, None).unwrap();
     assert_eq!((after.size, after.mtime), (before.size, before.mtime));
     fs.release(held.fh);

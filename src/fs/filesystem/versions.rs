@@ -58,18 +58,7 @@ impl Version {
     /// The attributes of inode `ino` holding this version, owned like
     /// `owner`.
     pub fn attr(&self, ino: u64, owner: &Stat) -> FileAttr {
-        let mut attr = synthetic_attr(ino, 0, owner, self.made);
-        self.describe(&mut attr);
-        attr
-    }
-
-    /// Makes `attr` (a synthetic file's) describe this version.
-    pub fn describe(&self, attr: &mut FileAttr) {
-        let len = self.bytes.len() as u64;
-        attr.size = len;
-        attr.blocks = len.div_ceil(512);
-        (attr.atime, attr.mtime, attr.ctime, attr.crtime) =
-            (self.made, self.made, self.made, self.made);
+        synthetic_attr(ino, self.bytes.len() as u64, owner, self.made)
     }
 
     /// How much longer the kernel may trust this version without asking:
