@@ -234,7 +234,7 @@ impl WarehouseFs {
     }
 
     /// Attributes and TTL of `ino`, from the warehouse as it is now; an
-    /// open synthetic file (`fh`) reports the length of what it holds.
+    /// open file (`fh`) is described as what that handle holds.
     pub fn getattr(
         &self,
         caller: &Caller,
@@ -242,85 +242,87 @@ impl WarehouseFs {
         fh: Option<u64>,
     ) -> Result<(FileAttr, Duration), FsError> {
         let (target, _) = self.target(ino)?;
-        // A handle on a synthetic file rendered at open says its length
-        // (one holding a version is described by the version, below).
-        let rendered = fh.filter(|_| self.version(ino).is_none() && self.retired(ino).is_none());
-        if let Some(handle) = rendered.and_then(|fh| self.handles.get(fh).ok()) {
-            if let (Handle::Bytes(bytes), Target::Synthetic { rel, .. }) = (&*handle, &target) {
-                if let Ok(owner) = self.dir_node(rel) {
-                    let attr =
-                        synthetic_attr(ino, bytes.len() as u64, &owner.meta, SystemTime::now());
-                    return Ok((attr, NO_TTL));
-                }
-            }
-        }
+        let handle = fh.and_then(|fh| self.handles.get(fh).ok());
         match target {
-            Target::Path(rel) => {
-                // An open file is described as what it is, whatever its
-                // name now leads to (`fstat` of a replaced file).
-                let open = fh.and_then(|fh| self.with_file(fh, |file| Stat::of(file)));
-                if let Some(meta) = open {
-                    let node = Node {
-                        kind: NodeKind::File,
-                        meta: meta?,
-                    };
-                    return Ok((node_attr(ino, &node), self.options.attr_ttl));
-                }
-                let node = self.node(&rel)?;
-                if self.replaced(ino, &node) {
-                    // The number stands for the file its name led to
-                    // before: described by a handle still open on it
-                    // (`fstat`, which the kernel asks without naming the
-                    // handle), else stale (the kernel looks the name up
-                    // again and finds the new file's number).
-                    let held = self.handles.any_of(ino);
-                    return match held.as_deref() {
-                        Some(Handle::File(file)) => {
-                            let meta = Stat::of(file)?;
-                            let node = Node {
-                                kind: NodeKind::File,
-                                meta,
-                            };
-                            Ok((node_attr(ino, &node), self.options.attr_ttl))
-                        }
-                        _ => Err(Errno::ESTALE.into()),
-                    };
-                }
-                self.show(ino, shown_file(&node));
-                Ok((node_attr(ino, &node), self.options.attr_ttl))
-            }
+            Target::Path(rel) => self.path_attr(ino, &rel, handle.as_deref()),
             Target::Synthetic { rel, which, .. } => {
-                let owner = self.synthetic_owner(&rel, which)?;
-                // `.records` says 0 bytes, as /proc files do: its length is
-                // known only by producing it (see docs/filesystem.md).
-                if which == Synthetic::Records {
-                    return Ok((
-                        synthetic_attr(ino, 0, &owner.meta, SystemTime::now()),
-                        NO_TTL,
-                    ));
-                }
-                if let Some(made) = self.retired(ino) {
-                    // Pushed out of the versions held: still described by
-                    // a handle open on it (`fstat`), else stale.
-                    let held = fh.and_then(|fh| self.handles.get(fh).ok());
-                    if let Some(Handle::Bytes(bytes)) =
-                        held.or_else(|| self.handles.any_of(ino)).as_deref()
-                    {
-                        let attr = synthetic_attr(ino, bytes.len() as u64, &owner.meta, made);
-                        return Ok((attr, self.options.attr_ttl));
-                    }
-                }
-                let view = self.views.of(caller)?;
-                if let Some(version) = self.served_version(&view, ino, which, &rel)? {
-                    return Ok((version.attr(ino, &owner.meta), self.options.attr_ttl));
-                }
-                let len = self.synthetic_bytes(&view, ino, which, &rel)?.len();
-                Ok((
-                    synthetic_attr(ino, len as u64, &owner.meta, SystemTime::now()),
-                    NO_TTL,
-                ))
+                self.synthetic_file_attr(caller, ino, &rel, which, handle.as_deref())
             }
         }
+    }
+
+    /// A warehouse path's attributes. An open file is described as what
+    /// it is, whatever its name now leads to: through the handle named,
+    /// else, when the name leads to another file now, through any handle
+    /// open on this number (`fstat`, which the kernel asks without naming
+    /// the handle); with none, the number is stale (the kernel looks the
+    /// name up again and finds the new file's number).
+    fn path_attr(
+        &self,
+        ino: u64,
+        rel: &Path,
+        handle: Option<&Handle>,
+    ) -> Result<(FileAttr, Duration), FsError> {
+        let opened = |handle: &Handle| match handle {
+            Handle::File(file) => Some(Stat::of(file)),
+            _ => None,
+        };
+        let described = |meta: std::io::Result<Stat>| -> Result<(FileAttr, Duration), FsError> {
+            let node = Node {
+                kind: NodeKind::File,
+                meta: meta?,
+            };
+            Ok((node_attr(ino, &node), self.options.attr_ttl))
+        };
+        if let Some(meta) = handle.and_then(opened) {
+            return described(meta);
+        }
+        let node = self.node(rel)?;
+        if self.replaced(ino, &node) {
+            return match self.handles.any_of(ino).as_deref().and_then(opened) {
+                Some(meta) => described(meta),
+                None => Err(Errno::ESTALE.into()),
+            };
+        }
+        self.show(ino, shown_file(&node));
+        Ok((node_attr(ino, &node), self.options.attr_ttl))
+    }
+
+    /// A synthetic file's attributes: those of the content its number
+    /// holds (a number pushed out is described by a handle still open on
+    /// it, else stale), or, rendered per open, the length of what the
+    /// handle holds or of a render now, never cached.
+    fn synthetic_file_attr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        rel: &Path,
+        which: Synthetic,
+        handle: Option<&Handle>,
+    ) -> Result<(FileAttr, Duration), FsError> {
+        let owner = self.synthetic_owner(rel, which)?;
+        let now = SystemTime::now();
+        // `.records` says 0 bytes, as /proc files do: its length is
+        // known only by producing it (see docs/filesystem.md).
+        if which == Synthetic::Records {
+            return Ok((synthetic_attr(ino, 0, &owner.meta, now), NO_TTL));
+        }
+        if let Some(made) = self.retired(ino) {
+            let any = self.handles.any_of(ino);
+            if let Some(Handle::Bytes(bytes)) = handle.or(any.as_deref()) {
+                let attr = synthetic_attr(ino, bytes.len() as u64, &owner.meta, made);
+                return Ok((attr, self.options.attr_ttl));
+            }
+        }
+        let view = self.views.of(caller)?;
+        if let Some(version) = self.served_version(&view, ino, which, rel)? {
+            return Ok((version.attr(ino, &owner.meta), self.options.attr_ttl));
+        }
+        let len = match handle {
+            Some(Handle::Bytes(bytes)) => bytes.len(),
+            _ => self.synthetic_bytes(&view, ino, which, rel)?.len(),
+        };
+        Ok((synthetic_attr(ino, len as u64, &owner.meta, now), NO_TTL))
     }
 
     /// Opens `ino` for reading (`writes`: the open asked to write or
