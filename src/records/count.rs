@@ -18,7 +18,10 @@ use super::RecordFormat;
 use super::document::count_json_document;
 use super::parallel::{self, count_segments_parallel};
 use super::scan::RecordScanner;
-use super::segments::{OversizeSegment, ProbedSegment, SegmentVisitor, for_each_segment_sized};
+use super::segments::{
+    OversizeSegment, ProbedSegment, SegmentVisitor, for_each_segment_sized, split_run,
+};
+use super::structural::{self, Structural};
 use super::timestamp::Micros;
 
 /// What counting a record file found.
@@ -104,21 +107,37 @@ fn count_segments_sized<R: Read>(reader: R, size: usize) -> io::Result<RecordSta
     Ok(counter.stats)
 }
 
+/// Counts one buffered segment into `stats` (a blank one is no record).
+pub(super) fn count_segment(scanner: &mut RecordScanner, segment: &[u8], stats: &mut RecordStats) {
+    let segment = segment.trim_ascii();
+    if !segment.is_empty() {
+        match scanner.scan(segment) {
+            Some(ts) => stats.add_record(ts),
+            None => stats.add_failed(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct SegmentCounter {
     stats: RecordStats,
     scanner: RecordScanner,
+    structural: Structural,
 }
 
 impl SegmentVisitor for SegmentCounter {
-    fn buffered(&mut self, segment: &[u8]) -> io::Result<()> {
-        let segment = segment.trim_ascii();
-        if !segment.is_empty() {
-            match self.scanner.scan(segment) {
-                Some(ts) => self.stats.add_record(ts),
-                None => self.stats.add_failed(),
-            }
+    fn run(&mut self, run: &[u8]) -> io::Result<()> {
+        if structural::available() {
+            self.structural
+                .count_run(run, &mut self.stats, &mut self.scanner);
+            Ok(())
+        } else {
+            split_run(self, run)
         }
+    }
+
+    fn buffered(&mut self, segment: &[u8]) -> io::Result<()> {
+        count_segment(&mut self.scanner, segment, &mut self.stats);
         Ok(())
     }
 

@@ -10,7 +10,7 @@
 //!
 //! A differential test keeps it in agreement with `serde_json`.
 
-use super::timestamp::{self, Micros};
+use super::timestamp::{self, DayMemo, Micros};
 
 /// Bytes that end the fast run through a string body: the closing quote,
 /// a backslash, the control characters JSON forbids unescaped, and
@@ -52,7 +52,7 @@ fn utf8_width(lead: u8) -> usize {
 
 /// Which timestamp field the next top-level value belongs to.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Field {
+pub(super) enum Field {
     Timestamp,
     Ts,
     Id,
@@ -70,6 +70,7 @@ enum State {
 pub struct RecordScanner {
     /// Open containers, innermost last: `true` for an object.
     stack: Vec<bool>,
+    days: DayMemo,
 }
 
 impl RecordScanner {
@@ -83,16 +84,9 @@ impl RecordScanner {
     /// Like [`scan`](Self::scan), with the top-level `id` as well.
     pub fn facts(&mut self, text: &[u8]) -> Option<RecordFacts> {
         let mut facts = RecordFacts::default();
-        self.walk(text, |member| {
-            let field = field_of(member.key, member.key_escaped);
-            if field == Field::Other {
-                return;
-            }
-            match member.token {
-                Token::String { escaped } => facts.note_string(field, member.value, escaped, text),
-                Token::Number => facts.note_number(field, member.value, text),
-                _ => {}
-            }
+        let days = &mut self.days;
+        walk(&mut self.stack, text, |member| {
+            facts.note(&member, text, days)
         })?;
         Some(facts)
     }
@@ -101,117 +95,122 @@ impl RecordScanner {
     /// in UTF-8, calling `on_member` for each member of a top-level object
     /// in order (a repeated key once per occurrence). `None` when `text`
     /// is not valid; otherwise whether its value is an object.
-    pub fn walk<'t>(
-        &mut self,
-        text: &'t [u8],
-        mut on_member: impl FnMut(Member<'t>),
-    ) -> Option<bool> {
-        self.stack.clear();
-        let b = text;
-        let mut i = skip_ws(b, 0);
-        let is_object = b.get(i) == Some(&b'{');
-        // The top-level key whose value comes next, as its token.
-        let mut key: Option<(std::ops::Range<usize>, bool)> = None;
-        let mut state = State::Value;
-        loop {
-            match state {
-                State::Value => {
-                    i = skip_ws(b, i);
-                    let member = key.take();
-                    let start = i;
-                    let token = match *b.get(i)? {
-                        b'{' => {
-                            i = skip_ws(b, i + 1);
-                            if *b.get(i)? == b'}' {
-                                i += 1;
-                                state = State::AfterValue;
-                            } else {
-                                self.stack.push(true);
-                                state = State::Key;
-                            }
-                            Token::Object
-                        }
-                        b'[' => {
-                            i = skip_ws(b, i + 1);
-                            if *b.get(i)? == b']' {
-                                i += 1;
-                                state = State::AfterValue;
-                            } else {
-                                self.stack.push(false);
-                            }
-                            Token::Array
-                        }
-                        b'"' => {
-                            let (end, escaped) = scan_string(b, i)?;
-                            i = end;
+    pub fn walk<'t>(&mut self, text: &'t [u8], on_member: impl FnMut(Member<'t>)) -> Option<bool> {
+        walk(&mut self.stack, text, on_member)
+    }
+}
+
+/// [`RecordScanner::walk`] with its stack of open containers.
+fn walk<'t>(
+    stack: &mut Vec<bool>,
+    text: &'t [u8],
+    mut on_member: impl FnMut(Member<'t>),
+) -> Option<bool> {
+    stack.clear();
+    let b = text;
+    let mut i = skip_ws(b, 0);
+    let is_object = b.get(i) == Some(&b'{');
+    // The top-level key whose value comes next, as its token.
+    let mut key: Option<(std::ops::Range<usize>, bool)> = None;
+    let mut state = State::Value;
+    loop {
+        match state {
+            State::Value => {
+                i = skip_ws(b, i);
+                let member = key.take();
+                let start = i;
+                let token = match *b.get(i)? {
+                    b'{' => {
+                        i = skip_ws(b, i + 1);
+                        if *b.get(i)? == b'}' {
+                            i += 1;
                             state = State::AfterValue;
-                            Token::String { escaped }
-                        }
-                        b'-' | b'0'..=b'9' => {
-                            i = scan_number(b, i)?;
-                            state = State::AfterValue;
-                            Token::Number
-                        }
-                        b't' => {
-                            (i, state) = (literal(b, i, b"true")?, State::AfterValue);
-                            Token::True
-                        }
-                        b'f' => {
-                            (i, state) = (literal(b, i, b"false")?, State::AfterValue);
-                            Token::False
-                        }
-                        b'n' => {
-                            (i, state) = (literal(b, i, b"null")?, State::AfterValue);
-                            Token::Null
-                        }
-                        _ => return None,
-                    };
-                    if let Some((key, key_escaped)) = member {
-                        // A container's range is its opening byte alone.
-                        let end = if matches!(token, Token::Object | Token::Array) {
-                            start + 1
                         } else {
-                            i
-                        };
-                        on_member(Member {
-                            key: &b[key],
-                            key_escaped,
-                            token,
-                            value: start..end,
-                        });
-                    }
-                }
-                State::AfterValue => {
-                    i = skip_ws(b, i);
-                    let Some(&in_object) = self.stack.last() else {
-                        return (i == b.len()).then_some(is_object);
-                    };
-                    match (*b.get(i)?, in_object) {
-                        (b',', true) => state = State::Key,
-                        (b',', false) => state = State::Value,
-                        (b'}', true) | (b']', false) => {
-                            self.stack.pop();
+                            stack.push(true);
+                            state = State::Key;
                         }
-                        _ => return None,
+                        Token::Object
                     }
-                    i += 1;
+                    b'[' => {
+                        i = skip_ws(b, i + 1);
+                        if *b.get(i)? == b']' {
+                            i += 1;
+                            state = State::AfterValue;
+                        } else {
+                            stack.push(false);
+                        }
+                        Token::Array
+                    }
+                    b'"' => {
+                        let (end, escaped) = scan_string(b, i)?;
+                        i = end;
+                        state = State::AfterValue;
+                        Token::String { escaped }
+                    }
+                    b'-' | b'0'..=b'9' => {
+                        i = scan_number(b, i)?;
+                        state = State::AfterValue;
+                        Token::Number
+                    }
+                    b't' => {
+                        (i, state) = (literal(b, i, b"true")?, State::AfterValue);
+                        Token::True
+                    }
+                    b'f' => {
+                        (i, state) = (literal(b, i, b"false")?, State::AfterValue);
+                        Token::False
+                    }
+                    b'n' => {
+                        (i, state) = (literal(b, i, b"null")?, State::AfterValue);
+                        Token::Null
+                    }
+                    _ => return None,
+                };
+                if let Some((key, key_escaped)) = member {
+                    // A container's range is its opening byte alone.
+                    let end = if matches!(token, Token::Object | Token::Array) {
+                        start + 1
+                    } else {
+                        i
+                    };
+                    on_member(Member {
+                        key: &b[key],
+                        key_escaped,
+                        token,
+                        value: start..end,
+                    });
                 }
-                State::Key => {
-                    i = skip_ws(b, i);
-                    if *b.get(i)? != b'"' {
-                        return None;
+            }
+            State::AfterValue => {
+                i = skip_ws(b, i);
+                let Some(&in_object) = stack.last() else {
+                    return (i == b.len()).then_some(is_object);
+                };
+                match (*b.get(i)?, in_object) {
+                    (b',', true) => state = State::Key,
+                    (b',', false) => state = State::Value,
+                    (b'}', true) | (b']', false) => {
+                        stack.pop();
                     }
-                    let (end, escaped) = scan_string(b, i)?;
-                    if self.stack.len() == 1 {
-                        key = Some((i..end, escaped));
-                    }
-                    i = skip_ws(b, end);
-                    if *b.get(i)? != b':' {
-                        return None;
-                    }
-                    i += 1;
-                    state = State::Value;
+                    _ => return None,
                 }
+                i += 1;
+            }
+            State::Key => {
+                i = skip_ws(b, i);
+                if *b.get(i)? != b'"' {
+                    return None;
+                }
+                let (end, escaped) = scan_string(b, i)?;
+                if stack.len() == 1 {
+                    key = Some((i..end, escaped));
+                }
+                i = skip_ws(b, end);
+                if *b.get(i)? != b':' {
+                    return None;
+                }
+                i += 1;
+                state = State::Value;
             }
         }
     }
@@ -287,18 +286,46 @@ impl RecordFacts {
         }
     }
 
+    /// Takes in a top-level member of the record `text` if it is one
+    /// of the fields a count or an import keeps.
+    #[inline]
+    pub(super) fn note(&mut self, member: &Member<'_>, text: &[u8], days: &mut DayMemo) {
+        if let Some(field) = fact_field(member.key, member.key_escaped) {
+            self.note_field(field, member, text, days);
+        }
+    }
+
+    /// [`note`](Self::note) of a member whose key names `field`.
+    #[inline]
+    pub(super) fn note_field(
+        &mut self,
+        field: Field,
+        member: &Member<'_>,
+        text: &[u8],
+        days: &mut DayMemo,
+    ) {
+        match member.token {
+            Token::String { escaped } => {
+                self.note_string(field, member.value.clone(), escaped, text, days)
+            }
+            Token::Number => self.note_number(field, member.value.clone(), text),
+            _ => {}
+        }
+    }
+
     fn note_string(
         &mut self,
         field: Field,
         token: std::ops::Range<usize>,
         escaped: bool,
         b: &[u8],
+        days: &mut DayMemo,
     ) {
-        let ts = || {
+        let mut ts = || {
             if escaped {
                 string_content(&b[token.clone()], true).and_then(|t| timestamp::parse_rfc3339(&t))
             } else {
-                timestamp::parse_rfc3339_bytes(&b[token.start + 1..token.end - 1])
+                timestamp::parse_rfc3339_remembering(&b[token.start + 1..token.end - 1], days)
             }
         };
         match field {
@@ -404,6 +431,13 @@ pub fn string_content(token: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_
     }
 }
 
+/// The field a top-level key (its token) names, if [`RecordFacts`] keeps
+/// it.
+#[inline]
+pub(super) fn fact_field(token: &[u8], escaped: bool) -> Option<Field> {
+    Some(field_of(token, escaped)).filter(|&field| field != Field::Other)
+}
+
 /// Which field a top-level key names; plain keys are compared as bytes.
 fn field_of(token: &[u8], escaped: bool) -> Field {
     let name: &[u8] = &token[1..token.len() - 1];
@@ -424,7 +458,7 @@ fn field_of(token: &[u8], escaped: bool) -> Field {
 
 /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
 #[inline]
-fn scan_number(b: &[u8], start: usize) -> Option<usize> {
+pub(super) fn scan_number(b: &[u8], start: usize) -> Option<usize> {
     let mut j = start;
     if b[j] == b'-' {
         j += 1;
@@ -463,7 +497,7 @@ fn digits(b: &[u8], mut j: usize) -> usize {
     j
 }
 
-fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+pub(super) fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
     (b.get(i..i + word.len())? == word).then_some(i + word.len())
 }
 

@@ -44,6 +44,31 @@ pub trait SegmentVisitor {
     /// A segment too large to buffer, to be read from `segment` (which ends
     /// at the separator). Whatever the visitor leaves unread is skipped.
     fn oversize(&mut self, segment: &mut OversizeSegment<'_>) -> io::Result<()>;
+
+    /// Consecutive buffered segments, each followed by its separator
+    /// (`run` ends with one). By default each is handed to
+    /// [`buffered`](Self::buffered) in turn; a visitor that can take many
+    /// records in one pass (counting) takes the run whole.
+    fn run(&mut self, run: &[u8]) -> io::Result<()> {
+        split_run(self, run)
+    }
+}
+
+/// Hands each segment of `run` (segments each followed by a separator) to
+/// `visitor.buffered`, in order.
+pub(super) fn split_run<V: SegmentVisitor + ?Sized>(visitor: &mut V, run: &[u8]) -> io::Result<()> {
+    let mut rest = run;
+    while let Some(i) = find_separator(rest) {
+        visitor.buffered(&rest[..i])?;
+        rest = &rest[i + 1..];
+    }
+    debug_assert!(rest.is_empty(), "a run ends with a separator");
+    Ok(())
+}
+
+/// The index of the last separator in `bytes`.
+pub(super) fn find_last_separator(bytes: &[u8]) -> Option<usize> {
+    memchr::memrchr2(b'\n', RECORD_SEPARATOR, bytes)
 }
 
 /// Splits a line or packed stream on `\n` and U+001E and hands each segment
@@ -71,11 +96,10 @@ pub fn for_each_segment_sized<R: Read, V: SegmentVisitor>(
     // known to hold no separator.
     let (mut start, mut scanned, mut end) = (0usize, 0usize, 0usize);
     loop {
-        while let Some(i) = find_separator(&buf[scanned..end]) {
-            let sep = scanned + i;
-            visitor.buffered(&buf[start..sep])?;
-            start = sep + 1;
-            scanned = start;
+        if let Some(i) = find_last_separator(&buf[scanned..end]) {
+            let last = scanned + i;
+            visitor.run(&buf[start..=last])?;
+            start = last + 1;
         }
         scanned = end;
         if start > 0 {

@@ -40,22 +40,53 @@ pub fn parse_rfc3339(text: &str) -> Option<Micros> {
 
 /// [`parse_rfc3339`] over bytes (anything non-ASCII is rejected).
 pub fn parse_rfc3339_bytes(b: &[u8]) -> Option<Micros> {
+    parse_rfc3339_remembering(b, &mut DayMemo::default())
+}
+
+/// The last date [`parse_rfc3339_remembering`] turned into a day number:
+/// the records of one file mostly share their date, so its calendar
+/// arithmetic is done once per date rather than once per record.
+#[derive(Debug, Default, Clone)]
+pub struct DayMemo {
+    /// `YYYY-MM-DD` as it was written, and its days since the epoch.
+    date: [u8; 10],
+    days: Option<i64>,
+}
+
+impl DayMemo {
+    /// The days since the epoch of `date` (`YYYY-MM-DD`), `None` if it is
+    /// not a valid date.
+    fn days(&mut self, date: &[u8]) -> Option<i64> {
+        if let Some(days) = self.days.filter(|_| self.date == date) {
+            return Some(days);
+        }
+        let year = digits(date, 0, 4)?;
+        let month = digits(date, 5, 2)?;
+        let day = digits(date, 8, 2)?;
+        if date[4] != b'-' || date[7] != b'-' {
+            return None;
+        }
+        if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+            return None;
+        }
+        let days = days_from_civil(i64::from(year), month, day);
+        self.date.copy_from_slice(date);
+        self.days = Some(days);
+        Some(days)
+    }
+}
+
+/// [`parse_rfc3339_bytes`], its date looked up in (and remembered by)
+/// `memo`.
+pub fn parse_rfc3339_remembering(b: &[u8], memo: &mut DayMemo) -> Option<Micros> {
     if b.len() < 20 {
         return None;
     }
-    let year = digits(b, 0, 4)?;
-    let month = digits(b, 5, 2)?;
-    let day = digits(b, 8, 2)?;
+    let days = memo.days(&b[..10])?;
     let hour = digits(b, 11, 2)?;
     let minute = digits(b, 14, 2)?;
     let second = digits(b, 17, 2)?;
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+    if !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
         return None;
     }
     // 60 admits a leap second; it is folded into the next minute.
@@ -94,7 +125,6 @@ pub fn parse_rfc3339_bytes(b: &[u8]) -> Option<Micros> {
         }
         _ => return None,
     };
-    let days = days_from_civil(i64::from(year), month, day);
     let secs = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second)
         - offset_secs;
     Some(secs * 1_000_000 + micros_frac)
@@ -191,6 +221,28 @@ mod tests {
             parse_rfc3339("2000-02-29T12:00:00.123456789Z"),
             Some(951_825_600_123_456)
         );
+    }
+
+    #[test]
+    fn a_remembered_date_parses_as_a_fresh_one() {
+        let mut memo = DayMemo::default();
+        for text in [
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T23:59:59.5+02:00",
+            "2026-02-30T00:00:00Z",
+            "2026-01-01T24:00:00Z",
+            "2024-02-29T12:00:00Z",
+            "2024-02-29T12:00:01Z",
+            "2026-01-01 00:00:00z",
+            "2026-13-01T00:00:00Z",
+            "2026-01-01T00:00:00Z",
+        ] {
+            assert_eq!(
+                parse_rfc3339_remembering(text.as_bytes(), &mut memo),
+                parse_rfc3339(text),
+                "{text}"
+            );
+        }
     }
 
     #[test]
