@@ -19,7 +19,6 @@
 //! an object, a fraction or a number beyond `i64`, or changing type between
 //! records, refuses the build.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -211,7 +210,7 @@ struct Collector<'a> {
     /// The canonical bytes of the record's key, reused between records.
     key_bytes: Vec<u8>,
     types: Vec<Option<KeyType>>,
-    entries: HashMap<Vec<u8>, Vec<u64>>,
+    keyed: KeyedRows,
     locators: Vec<Locator>,
     indexed: u64,
     unkeyed: u64,
@@ -268,7 +267,7 @@ impl<'a> Collector<'a> {
             finder: KeyFinder::default(),
             key_bytes: Vec::new(),
             types: vec![None; key.len()],
-            entries: HashMap::new(),
+            keyed: KeyedRows::default(),
             locators: Vec::new(),
             indexed: 0,
             unkeyed: 0,
@@ -299,12 +298,7 @@ impl<'a> Collector<'a> {
         }
         let offset = self.locators.len() as u64;
         self.locators.extend(later.locators);
-        for (key, rows) in later.entries {
-            self.entries
-                .entry(key)
-                .or_default()
-                .extend(rows.into_iter().map(|row| row + offset));
-        }
+        self.keyed.append(later.keyed, offset);
         self.indexed += later.indexed;
         self.unkeyed += later.unkeyed;
         self.failed += later.failed;
@@ -372,14 +366,61 @@ impl<'a> Collector<'a> {
             value.encode_into(&mut self.key_bytes);
         }
         self.indexed += 1;
-        // The key's bytes are copied only for a key not seen before.
-        match self.entries.get_mut(self.key_bytes.as_slice()) {
-            Some(rows) => rows.push(row),
-            None => {
-                self.entries.insert(self.key_bytes.clone(), vec![row]);
-            }
-        }
+        self.keyed.push(&self.key_bytes, row);
         Ok(())
+    }
+}
+
+/// The rows of each distinct key, collected flat: each key's canonical
+/// bytes once with a number, and per indexed record its key's number and
+/// its row. Rows are grouped by key only at the end, in two sequential
+/// passes, instead of growing one list per key as records arrive.
+#[derive(Default, Clone)]
+struct KeyedRows {
+    /// Key bytes to number, numbered in order of first appearance.
+    numbers: hashbrown::HashMap<Box<[u8]>, usize>,
+    /// `(key number, row)` in row order.
+    rows: Vec<(usize, u64)>,
+}
+
+impl KeyedRows {
+    fn push(&mut self, key: &[u8], row: u64) {
+        let next = self.numbers.len();
+        let number = *self.numbers.entry_ref(key).or_insert(next);
+        self.rows.push((number, row));
+    }
+
+    /// Appends the rows `later` collected, which come after this one's:
+    /// its row ids moved by `offset`, its keys renumbered into this table.
+    fn append(&mut self, later: KeyedRows, offset: u64) {
+        let mut renumber = vec![0; later.numbers.len()];
+        for (key, theirs) in later.numbers {
+            let next = self.numbers.len();
+            renumber[theirs] = *self.numbers.entry(key).or_insert(next);
+        }
+        self.rows.extend(
+            later
+                .rows
+                .into_iter()
+                .map(|(number, row)| (renumber[number], row + offset)),
+        );
+    }
+
+    /// Each key with its rows in file order, sorted by key.
+    fn into_entries(self) -> Vec<(Vec<u8>, Vec<u64>)> {
+        let mut counts = vec![0usize; self.numbers.len()];
+        for &(number, _) in &self.rows {
+            counts[number] += 1;
+        }
+        let mut entries: Vec<(Vec<u8>, Vec<u64>)> = vec![(Vec::new(), Vec::new()); counts.len()];
+        for (key, number) in self.numbers {
+            entries[number] = (key.into_vec(), Vec::with_capacity(counts[number]));
+        }
+        for (number, row) in self.rows {
+            entries[number].1.push(row);
+        }
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        entries
     }
 }
 
@@ -518,8 +559,7 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
         .iter()
         .map(|t| t.unwrap_or(KeyType::String))
         .collect();
-    let mut entries: Vec<(Vec<u8>, Vec<u64>)> = collector.entries.into_iter().collect();
-    entries.sort();
+    let entries = collector.keyed.into_entries();
     let content = IndexContent {
         cohort_sha256: digest,
         key: key.iter().cloned().zip(types.iter().copied()).collect(),
@@ -623,7 +663,10 @@ mod tests {
                 .expect("nothing refuses this build");
             assert_eq!((pdigest, plen), (digest, len));
             assert_eq!(parallel.locators, serial.locators, "{threads} threads");
-            assert_eq!(parallel.entries, serial.entries);
+            assert_eq!(
+                parallel.keyed.into_entries(),
+                serial.keyed.clone().into_entries()
+            );
             assert_eq!(parallel.types, serial.types);
             assert_eq!(
                 (parallel.indexed, parallel.unkeyed, parallel.failed),

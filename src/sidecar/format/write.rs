@@ -32,7 +32,25 @@ pub fn encode_index(content: &IndexContent) -> Vec<u8> {
     for entry in &content.entries {
         by_bucket[(fnv1a64(&entry.0) % u64::from(buckets)) as usize].push(entry);
     }
-    let mut out = Vec::new();
+    // Sized up front: an index of a large cohort is tens of MiB, and
+    // growing it by doubling would copy it several times over.
+    let key_names: usize = content.key.iter().map(|(name, _)| 3 + name.len()).sum();
+    let entries: usize = content
+        .entries
+        .iter()
+        .map(|(key, rows)| 8 + key.len() + 8 * rows.len())
+        .sum();
+    let size = MAGIC.len()
+        + 1
+        + 32
+        + 2
+        + key_names
+        + 20
+        + 12 * buckets as usize
+        + entries
+        + 12 * content.locators.len()
+        + 8;
+    let mut out = Vec::with_capacity(size);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     out.extend_from_slice(&content.cohort_sha256);
@@ -65,5 +83,6 @@ pub fn encode_index(content: &IndexContent) -> Vec<u8> {
         out.extend_from_slice(&locator.len.to_le_bytes());
     }
     out.extend_from_slice(&(content.locators.len() as u64).to_le_bytes());
+    debug_assert_eq!(out.len(), size);
     out
 }
