@@ -221,3 +221,63 @@ fn an_import_writes_the_pinned_data_storage_version() {
         "the pin differs from the library default, so this test can tell them apart"
     );
 }
+
+#[test]
+fn the_record_column_is_written_with_the_chosen_compression() {
+    use pchronicle::store::compact::{
+        COMPRESSION_KEY, CompactJsonlStore, ImportMode, RECORD_COMPRESSION,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("a.jsonl");
+    // Records that compress well under any general-purpose codec.
+    let line = format!(
+        "{{\"role\":\"tool\",\"content\":\"{}\"}}\n",
+        "ok ".repeat(300)
+    );
+    let text = line.repeat(2_000);
+    std::fs::write(&source, &text).unwrap();
+    let leaf = dir.path().join("leaf");
+    let store = CompactJsonlStore::default();
+    store
+        .import_path(&source, &leaf, ImportMode::Create)
+        .unwrap();
+    let rt = lance_runtime();
+    let dataset = open(&rt, &leaf);
+    let field = dataset.schema().field("record").expect("a record column");
+    assert_eq!(
+        field.metadata.get(COMPRESSION_KEY).map(String::as_str),
+        Some(RECORD_COMPRESSION),
+        "the compression asked for is kept with the dataset's schema"
+    );
+    // And the data is compressed: the data files hold far less than the
+    // records.
+    let data_bytes: u64 = std::fs::read_dir(leaf.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(
+        data_bytes * 10 < text.len() as u64,
+        "{data_bytes} bytes of data for {} bytes of records",
+        text.len()
+    );
+    // An append with the same schema is accepted, and every record reads
+    // back as it was.
+    store
+        .import_path(&source, &leaf, ImportMode::Append)
+        .unwrap();
+    let dataset = open(&rt, &leaf);
+    let rows: usize = scan_all(&rt, &dataset)
+        .iter()
+        .map(|batch| {
+            let records = batch
+                .column_by_name("record")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow::array::LargeStringArray>()
+                .unwrap();
+            assert!(records.iter().all(|r| r == Some(line.trim_end())));
+            batch.num_rows()
+        })
+        .sum();
+    assert_eq!(rows, 4_000);
+}

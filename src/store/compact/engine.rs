@@ -33,6 +33,15 @@ const METADATA_CACHE_BYTES: usize = 32 << 20;
 /// Lance's index cache; compact-jsonl leaves have no indexes.
 const INDEX_CACHE_BYTES: usize = 1 << 20;
 
+/// Lance's field metadata key naming a column's compression.
+pub const COMPRESSION_KEY: &str = "lance-encoding:compression";
+
+/// How the `record` column is compressed. Lance's default for text is
+/// FSST; on agent records LZ4 measured 1.6 times faster to import and 35 %
+/// smaller on disk (1 GiB of JSONL: 2.5 s and 158 MiB against 4.0 s and
+/// 245 MiB), and reads back as fast. The other columns keep the defaults.
+pub const RECORD_COMPRESSION: &str = "lz4";
+
 /// The Arrow schema of a compact-jsonl dataset (SPEC 2.3).
 pub fn schema() -> Schema {
     let fields = vec![
@@ -45,7 +54,10 @@ pub fn schema() -> Schema {
             true,
         ),
         Field::new("failed", DataType::Boolean, false),
-        Field::new("record", DataType::LargeUtf8, true),
+        Field::new("record", DataType::LargeUtf8, true).with_metadata(HashMap::from([(
+            COMPRESSION_KEY.to_string(),
+            RECORD_COMPRESSION.to_string(),
+        )])),
         Field::new("offload_sha256", DataType::Utf8, true),
     ];
     let metadata = HashMap::from([(FORMAT_METADATA_KEY.to_string(), FORMAT.to_string())]);

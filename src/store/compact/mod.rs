@@ -49,7 +49,7 @@ use crate::records::read::{RecordSink, Resume, Wanted};
 use crate::warehouse::Dir;
 
 #[cfg(feature = "compact-jsonl")]
-pub use engine::{DATA_STORAGE_VERSION, schema};
+pub use engine::{COMPRESSION_KEY, DATA_STORAGE_VERSION, RECORD_COMPRESSION, schema};
 
 pub const FORMAT: &str = "compact-jsonl/v1";
 /// The schema metadata key that marks a dataset as compact-jsonl.
