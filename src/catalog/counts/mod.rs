@@ -143,10 +143,22 @@ impl Inner {
 
 /// The cache's entries by `(size, mtime_ns)`, taken when a walk first
 /// meets a file the cache does not know, so renames can be matched without
-/// the cache keeping a second map of every entry.
+/// the cache keeping a second map of every entry. One sorted array (one
+/// allocation, whatever the number of entries): a first mount takes one
+/// for each directory it counts, so it must be cheap to build and drop.
 #[derive(Default)]
 pub struct RenameIndex {
-    by_identity: HashMap<Identity, Vec<Arc<str>>>,
+    /// Sorted by identity; a path taken over by a rename is `None`.
+    by_identity: Vec<(Identity, Option<Arc<str>>)>,
+}
+
+impl RenameIndex {
+    /// The entries of `identity` (taken ones included, as `None`).
+    fn candidates(&mut self, identity: Identity) -> &mut [(Identity, Option<Arc<str>>)] {
+        let start = self.by_identity.partition_point(|(id, _)| *id < identity);
+        let len = self.by_identity[start..].partition_point(|(id, _)| *id == identity);
+        &mut self.by_identity[start..start + len]
+    }
 }
 
 impl CountCache {
@@ -210,15 +222,14 @@ impl CountCache {
     /// The entries by identity, for [`CountCache::adopt_rename`].
     pub fn rename_index(&self) -> RenameIndex {
         let inner = self.inner.lock();
-        let mut index = RenameIndex::default();
-        for (path, entry) in inner.entries.iter() {
-            index
-                .by_identity
-                .entry(entry.identity())
-                .or_default()
-                .push(Arc::clone(path));
-        }
-        index
+        let mut by_identity: Vec<(Identity, Option<Arc<str>>)> = inner
+            .entries
+            .iter()
+            .map(|(path, entry)| (entry.identity(), Some(Arc::clone(path))))
+            .collect();
+        drop(inner);
+        by_identity.sort_unstable_by_key(|(id, _)| *id);
+        RenameIndex { by_identity }
     }
 
     /// The counts of a file new under `rel` (no entry for its path) taken
@@ -236,19 +247,19 @@ impl CountCache {
             return None;
         }
         let identity = (id.size, id.mtime_ns);
-        let candidates = index.by_identity.get_mut(&identity)?;
-        let vanished: Vec<Arc<str>> = candidates
-            .iter()
-            .filter(|path| &***path != rel)
-            .filter(|path| live(path).is_none_or(|now| (now.size, now.mtime_ns) != identity))
-            .cloned()
-            .collect();
-        let [from] = vanished.as_slice() else {
+        let candidates = index.candidates(identity);
+        let mut vanished = candidates.iter_mut().filter_map(|(_, slot)| {
+            let path = slot.as_deref()?;
+            let gone =
+                path != rel && live(path).is_none_or(|now| (now.size, now.mtime_ns) != identity);
+            gone.then_some(slot)
+        });
+        let (Some(slot), None) = (vanished.next(), vanished.next()) else {
             return None;
         };
-        candidates.retain(|p| p != from);
+        let from = slot.take()?;
         let mut inner = self.inner.lock();
-        let mut entry = inner.remove(from).filter(|e| e.identity() == identity)?;
+        let mut entry = inner.remove(&from).filter(|e| e.identity() == identity)?;
         entry.exact = Some(Exact::of(id));
         let stats = entry.stats;
         inner.insert(rel, entry);
