@@ -439,15 +439,24 @@ pub(super) fn fact_field(token: &[u8], escaped: bool) -> Option<Field> {
 }
 
 /// Which field a top-level key names; plain keys are compared as bytes.
+#[inline]
 fn field_of(token: &[u8], escaped: bool) -> Field {
-    let name: &[u8] = &token[1..token.len() - 1];
-    let decoded;
-    let name = if escaped {
-        decoded = string_content(token, true);
-        decoded.as_deref().map(str::as_bytes).unwrap_or(b"")
-    } else {
-        name
-    };
+    if escaped {
+        return escaped_field_of(token);
+    }
+    field_named(&token[1..token.len() - 1])
+}
+
+/// [`field_of`] a key written with escapes (rare: decoded first).
+#[cold]
+#[inline(never)]
+fn escaped_field_of(token: &[u8]) -> Field {
+    let decoded = string_content(token, true);
+    field_named(decoded.as_deref().map(str::as_bytes).unwrap_or(b""))
+}
+
+#[inline]
+fn field_named(name: &[u8]) -> Field {
     match name {
         b"timestamp" => Field::Timestamp,
         b"ts" => Field::Ts,
