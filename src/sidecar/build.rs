@@ -19,6 +19,7 @@
 //! an object, a fraction or a number beyond `i64`, or changing type between
 //! records, refuses the build.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -377,16 +378,25 @@ impl<'a> Collector<'a> {
 /// passes, instead of growing one list per key as records arrive.
 #[derive(Default, Clone)]
 struct KeyedRows {
-    /// Key bytes to number, numbered in order of first appearance.
-    numbers: hashbrown::HashMap<Box<[u8]>, usize>,
+    /// Key bytes to number, numbered in order of first appearance. Keys
+    /// come from the cohort, so the map keeps std's keyed (SipHash)
+    /// hasher.
+    numbers: HashMap<Box<[u8]>, usize>,
     /// `(key number, row)` in row order.
     rows: Vec<(usize, u64)>,
 }
 
 impl KeyedRows {
     fn push(&mut self, key: &[u8], row: u64) {
-        let next = self.numbers.len();
-        let number = *self.numbers.entry_ref(key).or_insert(next);
+        // The key's bytes are copied only for a key not seen before.
+        let number = match self.numbers.get(key) {
+            Some(&number) => number,
+            None => {
+                let number = self.numbers.len();
+                self.numbers.insert(key.into(), number);
+                number
+            }
+        };
         self.rows.push((number, row));
     }
 
@@ -636,6 +646,26 @@ mod tests {
             }
         }
         Ok(Some(out))
+    }
+
+    #[test]
+    fn keyed_rows_group_by_key_in_row_order_across_appends() {
+        let mut first = KeyedRows::default();
+        for (key, row) in [("b", 0), ("a", 1), ("b", 2)] {
+            first.push(key.as_bytes(), row);
+        }
+        let mut later = KeyedRows::default();
+        for (key, row) in [("c", 0), ("a", 1), ("c", 2)] {
+            later.push(key.as_bytes(), row);
+        }
+        first.append(later, 3);
+        let entries = first.into_entries();
+        let expect: Vec<(Vec<u8>, Vec<u64>)> = vec![
+            (b"a".to_vec(), vec![1, 4]),
+            (b"b".to_vec(), vec![0, 2]),
+            (b"c".to_vec(), vec![3, 5]),
+        ];
+        assert_eq!(entries, expect);
     }
 
     #[test]
