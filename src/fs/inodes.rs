@@ -96,6 +96,9 @@ struct Inner {
     next: u64,
     /// Size of the table after the last sweep.
     swept_at: usize,
+    /// Sweeps so far, so the mount can drop what it keeps per number for
+    /// the numbers a sweep dropped.
+    sweeps: u64,
     /// `(parent, hash of the name)` to the first inode with that pair;
     /// the name itself is read back from the inode's path, so it is not
     /// stored twice.
@@ -135,6 +138,7 @@ impl InodeTable {
                 nodes: HashMap::from([(ROOT, root)]),
                 next: ROOT + 1,
                 swept_at: 0,
+                sweeps: 0,
                 by_name: HashMap::new(),
                 collided: HashMap::new(),
                 last_open: HashMap::new(),
@@ -281,6 +285,17 @@ impl InodeTable {
         inner.last_open.insert(ino, id) == Some(id)
     }
 
+    /// How many sweeps dropped unheld numbers so far.
+    pub fn sweeps(&self) -> u64 {
+        self.inner.read().sweeps
+    }
+
+    /// Keeps in `by_number` only the numbers the table still holds.
+    pub fn retain_held<V>(&self, by_number: &mut HashMap<u64, V>) {
+        let inner = self.inner.read();
+        by_number.retain(|ino, _| inner.nodes.contains_key(ino));
+    }
+
     /// How many numbers are held.
     pub fn len(&self) -> usize {
         self.inner.read().nodes.len()
@@ -338,6 +353,7 @@ impl Inner {
             self.remove(ino);
         }
         self.swept_at = self.nodes.len();
+        self.sweeps += 1;
     }
 
     /// The last component an inode was numbered under.

@@ -430,3 +430,39 @@ fn versions_held_are_bounded_and_a_number_pushed_out_is_looked_up_anew() {
     assert!(opened.direct_io);
     fs.release(opened.fh);
 }
+
+#[test]
+fn what_is_kept_per_number_goes_with_numbers_a_sweep_drops() {
+    let wh = Warehouse::new();
+    wh.file("a/only.txt", "x");
+    // More entries than the inode table keeps unheld, listed without
+    // handing them to the kernel (plain readdir): the table sweeps.
+    for i in 0..70_000 {
+        wh.file(&format!("d/f{i:05}.txt"), "");
+    }
+    let fs = fs_of(&wh);
+    let a = ino(&fs, "a");
+    let only = list(&fs, a, 10, false)
+        .into_iter()
+        .find(|l| l.name == "only.txt")
+        .unwrap()
+        .ino;
+    // An attribute request for a number the kernel was never handed notes
+    // the file it shows.
+    let before = fs.files_shown();
+    assert_eq!(fs.getattr(&ROOT_CALLER, only, None).unwrap().0.ino.0, only);
+    assert_eq!(fs.files_shown(), before + 1);
+    let d = ino(&fs, "d");
+    // Every file, `.` and `..`, `.stats` and `.sources`.
+    assert_eq!(list(&fs, d, 100_000, false).len(), 70_004);
+    assert_eq!(
+        errno(fs.getattr(&ROOT_CALLER, only, None)),
+        Errno::ENOENT,
+        "the table swept the unheld number"
+    );
+    assert_eq!(
+        fs.files_shown(),
+        before,
+        "the swept number's shown file went with it"
+    );
+}

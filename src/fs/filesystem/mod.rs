@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::FileAttr;
@@ -104,6 +105,9 @@ pub struct WarehouseFs {
     /// shown as (device, inode). An open serves that file or `ESTALE` (the
     /// kernel then looks the name up again and retries).
     shown: Mutex<HashMap<u64, (u64, u64)>>,
+    /// The inode table's sweep count when `shown` and `listed` were last
+    /// pruned to its numbers.
+    pruned_at: AtomicU64,
     /// The threads producing `.records` streams, bounded across handles.
     producers: Arc<Producers>,
     /// Per directory inode: what its listing was last built from (its kind
@@ -142,6 +146,7 @@ impl WarehouseFs {
             handles: Handles::new(),
             producers: Producers::new(RECORDS_PRODUCERS),
             shown: Mutex::new(HashMap::new()),
+            pruned_at: AtomicU64::new(0),
             listed: Mutex::new(HashMap::new()),
         }
     }
@@ -524,7 +529,26 @@ impl WarehouseFs {
     }
 
     fn child_ino(&self, parent: u64, name: &str) -> Result<u64, FsError> {
-        Ok(self.inodes.child(parent, name).ok_or(Errno::ENOENT)?)
+        let ino = self.inodes.child(parent, name).ok_or(Errno::ENOENT)?;
+        self.prune_swept();
+        Ok(ino)
+    }
+
+    /// After a sweep of the inode table, drops what is kept per number for
+    /// the numbers it dropped (a forget drops them one by one; a sweep
+    /// takes numbers the kernel never held, which a `getattr` or a retried
+    /// lookup may still have described).
+    fn prune_swept(&self) {
+        let sweeps = self.inodes.sweeps();
+        if self.pruned_at.swap(sweeps, Ordering::Relaxed) != sweeps {
+            self.inodes.retain_held(&mut self.shown.lock());
+            self.inodes.retain_held(&mut self.listed.lock());
+        }
+    }
+
+    /// How many numbers have the file they were last shown as noted.
+    pub fn files_shown(&self) -> usize {
+        self.shown.lock().len()
     }
 
     /// The number of `name` in `parent`, which is `node`: a new one when
