@@ -200,6 +200,9 @@ error_codes! {
     UnknownCode => "PCHRONICLE_UNKNOWN_CODE",
         "`pchronicle errors CODE` was given a code that does not exist",
         "Run `pchronicle errors` without an argument to list every code.";
+    PassthroughRefused => "PCHRONICLE_PASSTHROUGH_REFUSED",
+        "the kernel refused FUSE passthrough for this mount (a kernel without it, or a daemon not allowed to register files); the daemon reads every warehouse file itself, correctly but slower (a warning, logged once)",
+        "Nothing to fix for correctness. For kernel-speed reads run the daemon as root on Linux 6.9 or newer built with CONFIG_FUSE_PASSTHROUGH; pass `--no-passthrough` to silence this.";
 }
 
 impl ErrorCode {

@@ -30,6 +30,8 @@ use fuser::BackingId;
 use nix::errno::Errno;
 use parking_lot::Mutex;
 
+use crate::error::ErrorCode;
+
 /// How one open warehouse file is read.
 pub enum Route {
     /// By the kernel, through this registration.
@@ -126,7 +128,8 @@ impl Passthrough {
         if whole_mount && !self.worked.load(Ordering::Relaxed) {
             if self.on.swap(false, Ordering::Relaxed) {
                 log::warn!(
-                    "the kernel refused passthrough ({e}); the daemon reads every file itself"
+                    "warning[{}]: the kernel refused passthrough ({e}); the daemon reads every file itself",
+                    ErrorCode::PassthroughRefused.as_str()
                 );
             }
             return Route::Daemon;
