@@ -3,11 +3,13 @@
 //! The byte scanner ([`super::scan`]) validates one record at a time after
 //! the records were cut apart with `memchr`. Here a run of many records is
 //! read once, 64 bytes at a time, and cut, validated and measured in two
-//! passes over windows of a few tens of KiB (so both stay in the cache):
+//! passes over windows of at most 64 KiB of whole records (so both stay in
+//! the cache):
 //!
 //! 1. **Structure.** Each 64-byte block is classified with AVX2 into bit
-//!    masks: quote, backslash, whitespace, the six operators, separators
-//!    (`\n`, U+001E), control and non-ASCII bytes. Escapes are resolved
+//!    masks: quotes, backslashes, control and non-ASCII bytes, and (from
+//!    one table lookup per nibble) the six operators with the separators
+//!    (`\n`, U+001E), and those with whitespace. Escapes are resolved
 //!    from the backslash mask; the inside of strings is the running XOR of
 //!    the unescaped quotes, restarted at every separator (a separator never
 //!    belongs to a valid string, so it ends a torn one). What remains is
