@@ -191,7 +191,7 @@ impl Catalog {
                         }
                     });
                     let children = opened
-                        .map_err(|e| Error::io(&parent.path().join(&name), &e))
+                        .map_err(|e| Error::io(parent.path().join(&name), &e))
                         .and_then(|dir| self.walk_items(&Arc::new(dir), &rel, &attrs, walk));
                     match children {
                         Ok(children) => stack.push((rel, children.into_iter())),

@@ -136,12 +136,12 @@ impl Selection {
         if self.has_window() && source.trusted {
             let counts = &source.counts;
             match (counts.min_timestamp, counts.max_timestamp) {
-                (Some(min), Some(max)) => {
+                // Counted, and the whole range is outside the window.
+                (Some(min), Some(max))
                     if self.since.is_some_and(|since| max.0 < since)
-                        || self.until.is_some_and(|until| min.0 >= until)
-                    {
-                        return false;
-                    }
+                        || self.until.is_some_and(|until| min.0 >= until) =>
+                {
+                    return false;
                 }
                 // Counted, and no record carries a time: none is inside.
                 (None, None) if counts.record_count.is_some() => return false,

@@ -48,6 +48,12 @@ pub struct Handles {
     next: AtomicU64,
 }
 
+impl Default for Handles {
+    fn default() -> Handles {
+        Handles::new()
+    }
+}
+
 impl Handles {
     pub fn new() -> Handles {
         Handles {

@@ -64,8 +64,11 @@ impl RenderMemo {
 /// renders, the ones waiting for it take what it finished with.
 #[derive(Default)]
 struct RenderGate {
-    last: Mutex<Option<(Instant, Result<Arc<[u8]>, FsError>)>>,
+    last: Mutex<Option<Rendered>>,
 }
+
+/// A finished render and when it finished.
+type Rendered = (Instant, Result<Arc<[u8]>, FsError>);
 
 /// Recent renders and the gates of renders under way.
 pub struct Renders {

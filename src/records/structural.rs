@@ -503,7 +503,7 @@ impl Walk<'_, '_> {
             };
             if !matches!(token, Token::String { .. } | Token::Object | Token::Array) {
                 let next = b.get(end).copied().unwrap_or(b'\n');
-                if !DELIMITER[next as usize] && !(next == FORM_FEED && stack.is_empty()) {
+                if !(DELIMITER[next as usize] || next == FORM_FEED && stack.is_empty()) {
                     return None;
                 }
             }

@@ -232,7 +232,7 @@ impl Manifest {
             .map_err(|e| {
                 Error::at(
                     ErrorCode::ManifestWrite,
-                    &dir.path().join(MANIFEST_FILE),
+                    dir.path().join(MANIFEST_FILE),
                     e.to_string(),
                 )
             })

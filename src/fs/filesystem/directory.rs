@@ -200,7 +200,7 @@ impl WarehouseFs {
             }
             let node = Node {
                 kind: entry.kind(),
-                meta: meta.clone(),
+                meta: *meta,
             };
             let child = self.node_ino(ino, name, &node)?;
             items.push(DirItem {
