@@ -14,16 +14,17 @@
 //! being read. When several new paths (within one walk) or several vanished
 //! entries share an identity the match is ambiguous and the file is read.
 
+mod entries;
 mod persisted;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lru::LruCache;
 use parking_lot::Mutex;
+
+use entries::{Entries, SlotRef};
 
 use super::cache::{FileId, HitCount, HitCounter};
 use crate::error::Result;
@@ -107,9 +108,9 @@ pub struct CountCache {
 }
 
 struct Inner {
-    /// Unbounded as a map (so no table for the full capacity is allocated
-    /// up front); `capacity` is enforced on insert.
-    entries: LruCache<Arc<str>, Entry>,
+    /// Grown as entries come (so nothing is allocated for the full
+    /// capacity up front); `capacity` is enforced on insert.
+    entries: Entries,
     capacity: usize,
     /// Entries changed since the last save.
     dirty: bool,
@@ -118,20 +119,21 @@ struct Inner {
 impl Inner {
     fn new(capacity: NonZeroUsize) -> Inner {
         Inner {
-            entries: LruCache::unbounded(),
+            entries: Entries::default(),
             capacity: capacity.get(),
             dirty: false,
         }
     }
 
     /// Adds or replaces the entry of `path` (evicting the least recently
-    /// used one when full).
-    fn insert(&mut self, path: &str, entry: Entry) {
-        self.entries.push(Arc::from(path), entry);
+    /// used one when full). False when `path` was already there.
+    fn insert(&mut self, path: &str, entry: Entry) -> bool {
+        let added = self.entries.push(path, entry);
         while self.entries.len() > self.capacity {
             self.entries.pop_lru();
         }
         self.dirty = true;
+        added
     }
 
     fn remove(&mut self, path: &str) -> Option<Entry> {
@@ -148,13 +150,13 @@ impl Inner {
 /// for each directory it counts, so it must be cheap to build and drop.
 #[derive(Default)]
 pub struct RenameIndex {
-    /// Sorted by identity; a path taken over by a rename is `None`.
-    by_identity: Vec<(Identity, Option<Arc<str>>)>,
+    /// Sorted by identity; an entry taken over by a rename is `None`.
+    by_identity: Vec<(Identity, Option<SlotRef>)>,
 }
 
 impl RenameIndex {
     /// The entries of `identity` (taken ones included, as `None`).
-    fn candidates(&mut self, identity: Identity) -> &mut [(Identity, Option<Arc<str>>)] {
+    fn candidates(&mut self, identity: Identity) -> &mut [(Identity, Option<SlotRef>)] {
         let start = self.by_identity.partition_point(|(id, _)| *id < identity);
         let len = self.by_identity[start..].partition_point(|(id, _)| *id == identity);
         &mut self.by_identity[start..start + len]
@@ -222,10 +224,10 @@ impl CountCache {
     /// The entries by identity, for [`CountCache::adopt_rename`].
     pub fn rename_index(&self) -> RenameIndex {
         let inner = self.inner.lock();
-        let mut by_identity: Vec<(Identity, Option<Arc<str>>)> = inner
+        let mut by_identity: Vec<(Identity, Option<SlotRef>)> = inner
             .entries
-            .iter()
-            .map(|(path, entry)| (entry.identity(), Some(Arc::clone(path))))
+            .refs()
+            .map(|(at, entry)| (entry.identity(), Some(at)))
             .collect();
         drop(inner);
         by_identity.sort_unstable_by_key(|(id, _)| *id);
@@ -248,16 +250,35 @@ impl CountCache {
         }
         let identity = (id.size, id.mtime_ns);
         let candidates = index.candidates(identity);
-        let mut vanished = candidates.iter_mut().filter_map(|(_, slot)| {
-            let path = slot.as_deref()?;
-            let gone =
-                path != rel && live(path).is_none_or(|now| (now.size, now.mtime_ns) != identity);
-            gone.then_some(slot)
-        });
-        let (Some(slot), None) = (vanished.next(), vanished.next()) else {
+        // The candidates' paths, copied so no file is looked at under the
+        // lock; one that has left the cache since has none, and counts as
+        // vanished (it makes the match ambiguous, never adopted).
+        let paths: Vec<Option<String>> = {
+            let inner = self.inner.lock();
+            candidates
+                .iter()
+                .map(|(_, at)| {
+                    at.and_then(|at| inner.entries.path_of(at))
+                        .map(str::to_string)
+                })
+                .collect()
+        };
+        let taken = |(_, at): &(Identity, Option<SlotRef>)| at.is_none();
+        let mut vanished = candidates
+            .iter_mut()
+            .zip(paths)
+            .filter(|(candidate, _)| !taken(candidate))
+            .filter(|(_, path)| match path {
+                Some(path) => {
+                    path != rel && live(path).is_none_or(|now| (now.size, now.mtime_ns) != identity)
+                }
+                None => true,
+            });
+        let (Some((candidate, from)), None) = (vanished.next(), vanished.next()) else {
             return None;
         };
-        let from = slot.take()?;
+        candidate.1 = None;
+        let from = from?;
         let mut inner = self.inner.lock();
         let mut entry = inner.remove(&from).filter(|e| e.identity() == identity)?;
         entry.exact = Some(Exact::of(id));

@@ -23,14 +23,10 @@
 //! bytes before. Schema 1 ended in a u64 FNV-1a 64 instead; like any older
 //! schema it is ignored and rebuilt, never refused.
 
-use std::collections::HashSet;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use lru::LruCache;
-
-use super::{Entry, Inner, Loaded};
+use super::{Entries, Entry, Inner, Loaded};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordStats;
 use crate::warehouse::{self, CappedError, Dir, Replace};
@@ -74,7 +70,7 @@ impl CacheFile {
     /// to write, else this user's cache directory (with the reason).
     pub fn default_for(root: &Dir) -> Result<(CacheFile, Option<String>)> {
         let state = warehouse::state_dir(root, warehouse::STATE_DIR, DEFAULT_DIR)
-            .map_err(|e| Error::io(&root.path().join(warehouse::STATE_DIR), &e))?;
+            .map_err(|e| Error::io(root.path().join(warehouse::STATE_DIR), &e))?;
         let file = CacheFile {
             dir: state.dir,
             name: DEFAULT_NAME.to_string(),
@@ -88,13 +84,13 @@ impl CacheFile {
 }
 
 /// The file's bytes for `entries`.
-pub(super) fn encode(entries: &LruCache<Arc<str>, Entry>) -> Vec<u8> {
+pub(super) fn encode(entries: &Entries) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + entries.len() * 96);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&SCHEMA.to_le_bytes());
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     // Least recently used first, so loading in order rebuilds the recency.
-    for (path, e) in entries.iter().rev() {
+    for (path, e) in entries.oldest_first() {
         out.extend_from_slice(&(path.len() as u32).to_le_bytes());
         out.extend_from_slice(path.as_bytes());
         out.extend_from_slice(&e.size.to_le_bytes());
@@ -122,7 +118,7 @@ pub(super) fn write(file: &CacheFile, bytes: &[u8]) -> Result<()> {
     check_ours(file).and_then(|()| {
         file.dir
             .replace(&file.name, bytes, how)
-            .map_err(|e| Error::io(&file.path(), &e))
+            .map_err(|e| Error::io(file.path(), &e))
     })
 }
 
@@ -206,10 +202,11 @@ pub(super) fn load(file: &CacheFile, inner: &mut Inner) -> Result<Loaded> {
     }
 }
 
-/// Hands each entry of a cache file to `each`, in order; the entry count,
-/// or `None` when the bytes are damaged (after some entries may have been
-/// handed over).
-fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, Entry)) -> Option<usize> {
+/// Hands each entry of a cache file to `each`, in order, which says
+/// whether its path was new; the entry count, or `None` when the bytes are
+/// damaged (after some entries may have been handed over), a path given
+/// twice among them.
+fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, Entry) -> bool) -> Option<usize> {
     let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
     if crc32fast::hash(body) != u32::from_le_bytes(sum.try_into().ok()?) {
         return None;
@@ -222,7 +219,6 @@ fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, Entry)) -> Option<usize> {
     };
     let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
     let count = u64_at(take(8)?);
-    let mut seen = HashSet::new();
     for _ in 0..count {
         let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
         let path = std::str::from_utf8(take(len)?).ok()?;
@@ -233,24 +229,21 @@ fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, Entry)) -> Option<usize> {
         let flags = take(1)?[0];
         let min = u64_at(take(8)?) as i64;
         let max = u64_at(take(8)?) as i64;
-        if !seen.insert(path) {
-            return None;
-        }
         let stats = RecordStats {
             record_count,
             failed_count,
             min_timestamp: (flags & 1 != 0).then_some(min),
             max_timestamp: (flags & 2 != 0).then_some(max),
         };
-        each(
-            path,
-            Entry {
-                size,
-                mtime_ns,
-                exact: None,
-                stats,
-            },
-        );
+        let entry = Entry {
+            size,
+            mtime_ns,
+            exact: None,
+            stats,
+        };
+        if !each(path, entry) {
+            return None;
+        }
     }
     (at == body.len()).then_some(count as usize)
 }
@@ -287,12 +280,16 @@ mod tests {
 
         let bytes = std::fs::read(&file).unwrap();
         for cut in 0..bytes.len() {
-            assert_eq!(decode(&bytes[..cut], &mut |_, _| ()), None, "cut at {cut}");
+            assert_eq!(
+                decode(&bytes[..cut], &mut |_, _| true),
+                None,
+                "cut at {cut}"
+            );
         }
         for i in 12..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[i] ^= 0x40;
-            assert!(decode(&damaged, &mut |_, _| ()).is_none(), "flip at {i}");
+            assert!(decode(&damaged, &mut |_, _| true).is_none(), "flip at {i}");
         }
     }
 
