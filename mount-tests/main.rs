@@ -16,5 +16,6 @@ mod hostile;
 mod lifecycle;
 mod reads;
 mod records;
+mod system;
 mod tools;
 mod tree;

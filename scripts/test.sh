@@ -17,9 +17,10 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # util-linux brings setpriv and passwd brings useradd: the hostile mount
 # tests read the mount as a second, unprivileged user. python3-venv holds
 # the records benchmark's peers (pylance, duckdb).
+# mount: mount(8) and umount(8), which the system-mount tests drive.
 # git: the shard tests and the append benchmark run it in temporary
 # repositories.
-extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux passwd git)
+extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux mount passwd git)
 source scripts/setup.sh
 
 step() { printf '\n== %s\n' "$*"; }

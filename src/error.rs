@@ -203,6 +203,9 @@ error_codes! {
     PassthroughRefused => "PCHRONICLE_PASSTHROUGH_REFUSED",
         "the kernel refused FUSE passthrough for this mount (a kernel without it, or a daemon not allowed to register files); the daemon reads every warehouse file itself, correctly but slower (a warning, logged once)",
         "Nothing to fix for correctness. For kernel-speed reads run the daemon as root on Linux 6.9 or newer built with CONFIG_FUSE_PASSTHROUGH; pass `--no-passthrough` to silence this.";
+    MountHelperUsage => "PCHRONICLE_MOUNT_HELPER_USAGE",
+        "called as a mount helper (`mount -t fuse.pchronicle`, an fstab line) with arguments it cannot use: not exactly SOURCE and MOUNTPOINT, an unknown flag, another filesystem type or a namespace (`-N`)",
+        "Call it as `mount -t fuse.pchronicle WAREHOUSE MOUNTPOINT -o OPTIONS`, or put `WAREHOUSE MOUNTPOINT fuse.pchronicle OPTIONS 0 0` in /etc/fstab (see docs/operations.md).";
 }
 
 impl ErrorCode {

@@ -15,6 +15,7 @@
 
 mod browse;
 mod guide;
+mod helper;
 mod index;
 mod ingest;
 mod mount;
@@ -130,9 +131,18 @@ impl WalkArgs {
     }
 }
 
-/// Parses the process arguments and runs the command.
+/// Parses the process arguments and runs the command. Called the way
+/// mount helpers are (`SOURCE MOUNTPOINT -o OPTIONS`), it runs the mount
+/// that call stands for (see `helper.rs`).
 pub fn run() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match helper::helper_call(&args) {
+        None => {}
+        Some(Ok(helper::HelperCall::Mount(mount))) => args = mount,
+        Some(Ok(helper::HelperCall::Fake(_))) => return ExitCode::SUCCESS,
+        Some(Err(e)) => return failed(&e),
+    }
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -141,12 +151,15 @@ pub fn run() -> ExitCode {
     };
     match execute(cli.command) {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("{}", e.render());
-            eprintln!("  fix: {}", e.code.fixup());
-            ExitCode::from(1)
-        }
+        Err(e) => failed(&e),
     }
+}
+
+/// Prints `e` with its fix-up; exit code 1.
+fn failed(e: &crate::error::Error) -> ExitCode {
+    eprintln!("{}", e.render());
+    eprintln!("  fix: {}", e.code.fixup());
+    ExitCode::from(1)
 }
 
 /// Hands the parsed command to its `run`.

@@ -22,17 +22,22 @@ pub(super) struct MountArgs {
     mountpoint: PathBuf,
     /// Serve in this process until unmounted or interrupted (for
     /// tests and service managers).
-    #[arg(long)]
+    #[arg(short, long)]
     foreground: bool,
+    /// Print nothing once mounted (what the mount helper does for
+    /// `mount -t fuse.pchronicle` and fstab).
+    #[arg(short, long)]
+    quiet: bool,
     /// Let other users read the mount (needs `user_allow_other` in
     /// /etc/fuse.conf unless run as root). Permissions are still those
     /// of the underlying files.
     #[arg(long)]
     allow_other: bool,
-    /// How long the kernel caches names and attributes, in
-    /// milliseconds; changes underneath show up within this time.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    attr_ttl: u64,
+    /// How long the kernel caches names and attributes: `1s`, `500ms`,
+    /// `2m`, `0` (a bare number is milliseconds); changes underneath show
+    /// up within this time.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_ms)]
+    attr_ttl: Duration,
     /// Mount options, comma-separated, fuse style: ro, allow_other,
     /// allow_root, default_permissions, nodev, nosuid, noexec, exec,
     /// noatime, atime. The mount is always read-only.
@@ -42,11 +47,11 @@ pub(super) struct MountArgs {
     /// listings elsewhere.
     #[arg(long, value_name = "N", default_value_t = 4)]
     threads: usize,
-    /// Longest a `.stats`/`.sources` render may walk, in seconds; a
-    /// longer one is answered with EIO (and logged) instead of holding
-    /// a serving thread.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    render_timeout: u64,
+    /// Longest a `.stats`/`.sources` render may walk (`60s`, `5m`; a bare
+    /// number is seconds); a longer one is answered with EIO (and
+    /// logged) instead of holding a serving thread.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration_s)]
+    render_timeout: Duration,
     /// Append the background daemon's log (RUST_LOG levels) to FILE.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
@@ -67,6 +72,7 @@ impl MountArgs {
             warehouse,
             mountpoint,
             foreground,
+            quiet,
             allow_other,
             attr_ttl,
             options,
@@ -78,7 +84,7 @@ impl MountArgs {
             cache,
         } = self;
         let catalog = CatalogOptions {
-            walk_budget: Some(Duration::from_secs(render_timeout.max(1))),
+            walk_budget: Some(render_timeout.max(Duration::from_secs(1))),
             ..cache.apply(walk.options())
         };
         let config = MountConfig {
@@ -86,7 +92,7 @@ impl MountArgs {
             warehouse,
             mount_point: mountpoint,
             fs: FsOptions {
-                attr_ttl: Duration::from_millis(attr_ttl),
+                attr_ttl,
                 render_cache_entries: cache.render_cache_entries,
                 render_cache_bytes: cache.render_cache_mib.saturating_mul(1 << 20),
                 // Set by the mount from who may read it.
@@ -100,6 +106,9 @@ impl MountArgs {
             passthrough: !no_passthrough,
         };
         let announce = |m: &Mounted| {
+            if quiet {
+                return;
+            }
             eprintln!(
                 "serving {} at {} (pid {}); Ctrl-C or `pchronicle umount {}` to stop",
                 m.warehouse.display(),
@@ -109,7 +118,7 @@ impl MountArgs {
             );
         };
         let mounted = crate::fs::mount(&config, &announce)?;
-        if !foreground {
+        if !foreground && !quiet {
             println!(
                 "mounted {} at {} (daemon pid {})",
                 mounted.warehouse.display(),
@@ -195,6 +204,60 @@ impl CacheArgs {
             node_cache_entries: self.node_cache_entries,
             count_cache,
             ..options
+        }
+    }
+}
+
+/// A duration of `--attr-ttl`: a number with a unit, or bare milliseconds.
+fn duration_ms(text: &str) -> std::result::Result<Duration, String> {
+    parse_duration(text, Duration::from_millis)
+}
+
+/// A duration of `--render-timeout`: a number with a unit, or bare seconds.
+fn duration_s(text: &str) -> std::result::Result<Duration, String> {
+    parse_duration(text, Duration::from_secs)
+}
+
+/// `0`, `250ms`, `1.5s`, `2m`, `1h`, or a bare whole number in the flag's
+/// own unit (`bare`).
+fn parse_duration(text: &str, bare: fn(u64) -> Duration) -> std::result::Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(n) = text.parse::<u64>() {
+        return Ok(bare(n));
+    }
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let seconds_per_unit = match unit.trim() {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("`{text}`: expected e.g. 1s, 500ms, 2m, 1h or 0")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a number before the unit"))?;
+    Duration::try_from_secs_f64(value * seconds_per_unit)
+        .map_err(|_| format!("`{text}`: out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units_and_bare_numbers_keep_the_flags_unit() {
+        assert_eq!(duration_ms("0"), Ok(Duration::ZERO));
+        assert_eq!(duration_ms("250"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration_s("250"), Ok(Duration::from_secs(250)));
+        assert_eq!(duration_ms("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration_ms("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration_s("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration_s("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "s", "1d", "-1s", "1.2.3s", "1e400s", "ms5"] {
+            assert!(duration_ms(bad).is_err(), "{bad:?}");
         }
     }
 }
