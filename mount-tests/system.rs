@@ -1,16 +1,19 @@
 //! Mounted the way system mounts are: `mount -t fuse.pchronicle`, an fstab
-//! line through `mount --fstab FILE -a`, fuse3's `mount.fuse3`, and taken
-//! down with `umount`. These need root (mount(8) runs its helpers only for
-//! root, or for fstab lines marked `user`).
+//! line through `mount --fstab FILE -a`, fuse3's `mount.fuse3`, taken
+//! down with `umount`, and under a service manager's `NOTIFY_SOCKET`. The
+//! mount(8) ones need root (it runs its helpers only for root, or for
+//! fstab lines marked `user`).
 
+use std::ffi::OsStr;
 use std::fs;
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use pchronicle::fs::mountpoint::{self, MountState};
 
-use crate::harness::{bin, empty_mount_point, fuse_usable, within};
+use crate::harness::{bin, empty_mount_point, fuse_usable, wait_with_timeout, within};
 use crate::support::{Warehouse, jsonl};
 
 /// Where mount(8) looks for the helper of `fuse.pchronicle`.
@@ -208,4 +211,128 @@ fn fuse3s_mount_helper_runs_pchronicle_from_the_path() {
         .unwrap();
     ok(&out, "mount.fuse3");
     serves_then_umounts(&mnt);
+}
+
+/// The next notification on `socket`, as text.
+fn notification(socket: &UnixDatagram) -> String {
+    let mut buf = [0u8; 1024];
+    let n = socket
+        .recv(&mut buf)
+        .expect("a notification within the limit");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end() {
+    if !fuse_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    let (dir, mnt) = empty_mount_point();
+    let socket_path = dir.path().join("notify");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+
+    // In the foreground (Type=notify with --foreground): this process is
+    // the service's main process.
+    let mut child = Command::new(bin())
+        .args([OsStr::new("mount"), OsStr::new("--foreground")])
+        .arg(wh.path())
+        .arg(&mnt)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let said = notification(&socket);
+    // Read from the mount table, which no request to the daemon can
+    // delay: a READY=1 sent before the mount was there fails here.
+    assert!(mountpoint::pchronicle_mount_at(&mnt).is_some(), "{said}");
+    assert!(said.lines().any(|l| l == "READY=1"), "{said}");
+    assert!(!said.contains("MAINPID="), "{said}");
+    assert!(said.contains("STATUS=serving "), "{said}");
+    assert!(mountpoint::answers(&mnt));
+    // SAFETY: kill(2) on the child's pid has no memory-safety concerns.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(notification(&socket), "STOPPING=1");
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10)).expect("it leaves");
+    assert!(status.success());
+
+    // In the background: the starting command names the daemon as the
+    // main process, and the daemon says it is stopping.
+    let out = Command::new(bin())
+        .arg("mount")
+        .arg(wh.path())
+        .arg(&mnt)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    ok(&out, "pchronicle mount");
+    let said = notification(&socket);
+    let daemon = daemon_of(&mnt).expect("a daemon serves the mount");
+    assert!(
+        said.starts_with(&format!("MAINPID={daemon}\nREADY=1\n")),
+        "{said}"
+    );
+    assert!(mountpoint::answers(&mnt));
+    ok(
+        &command(bin().to_str().unwrap(), &[&"umount", &mnt]),
+        "umount",
+    );
+    assert_eq!(notification(&socket), "STOPPING=1");
+}
+
+#[test]
+fn a_failed_request_is_logged_with_its_path_and_code_and_the_log_is_bounded() {
+    if !fuse_usable() {
+        return;
+    }
+    // A leaf whose manifest says compact-jsonl over bytes Lance cannot
+    // open: its `.stats` comes from the manifest, its records fail.
+    let wh = small_warehouse();
+    wh.compact("team/broken", 1, 3);
+    let (dir, mnt) = empty_mount_point();
+    let log = dir.path().join("daemon.log");
+    // No RUST_LOG: the daemon's own default filter.
+    let out = Command::new(bin())
+        .args([
+            OsStr::new("mount"),
+            OsStr::new("--quiet"),
+            OsStr::new("--log"),
+        ])
+        .arg(&log)
+        .arg(wh.path())
+        .arg(&mnt)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    ok(&out, "pchronicle mount");
+    assert!(out.stdout.is_empty(), "--quiet");
+    let records = mnt.join("team/broken/.records");
+    for _ in 0..100 {
+        let err = fs::read(&records).expect_err("Lance cannot read the leaf");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    }
+    ok(
+        &command(bin().to_str().unwrap(), &[&"umount", &mnt]),
+        "umount",
+    );
+    let text = fs::read_to_string(&log).unwrap();
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(r#"of "team/broken/.records": error[PCHRONICLE_LANCE]"#))
+        .collect();
+    assert!(!failures.is_empty(), "{text}");
+    assert!(
+        failures.len() == pchronicle::fs::fuse::FAILURES_LOGGED_PER_MINUTE as usize,
+        "one line per failure, up to the minute's budget: {} lines",
+        failures.len()
+    );
+    for said in ["INFO", "ready: serving", "exiting"] {
+        assert!(text.contains(said), "{said}: {text}");
+    }
 }

@@ -149,6 +149,14 @@ pub fn run() -> ExitCode {
             return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
         }
     };
+    // `RUST_LOG` decides when set; else warnings, and a mount's own
+    // start, ready, unmount and exit (or everything, with --debug).
+    let default_filter = match &cli.command {
+        Command::Mount(args) => args.log_filter(),
+        _ => "warn",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
+        .init();
     match execute(cli.command) {
         Ok(code) => code,
         Err(e) => failed(&e),

@@ -28,6 +28,10 @@ pub(super) struct MountArgs {
     /// `mount -t fuse.pchronicle` and fstab).
     #[arg(short, long)]
     quiet: bool,
+    /// Log every request and decision (the daemon's log, or standard
+    /// error in the foreground); `RUST_LOG`, when set, decides instead.
+    #[arg(short, long)]
+    debug: bool,
     /// Let other users read the mount (needs `user_allow_other` in
     /// /etc/fuse.conf unless run as root). Permissions are still those
     /// of the underlying files.
@@ -67,12 +71,24 @@ pub(super) struct MountArgs {
 }
 
 impl MountArgs {
+    /// The log filter when `RUST_LOG` is unset: warnings, plus the mount's
+    /// own start, ready, unmount and exit lines, or everything of
+    /// pchronicle's with `--debug`.
+    pub(super) fn log_filter(&self) -> &'static str {
+        if self.debug {
+            "warn,pchronicle=debug"
+        } else {
+            "warn,pchronicle=info"
+        }
+    }
+
     pub(super) fn run(self) -> Result<ExitCode> {
         let MountArgs {
             warehouse,
             mountpoint,
             foreground,
             quiet,
+            debug: _,
             allow_other,
             attr_ttl,
             options,

@@ -17,6 +17,7 @@ use super::background::{ReadyPipe, spawn_daemon};
 use super::filesystem::{FsOptions, WarehouseFs};
 use super::fuse::FuseAdapter;
 use super::mountpoint::{self, FS_NAME, MountState};
+use super::notify::Notifier;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
 
@@ -72,7 +73,14 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
         pid: std::process::id(),
     };
     let announce = match daemon_of {
-        None if !config.foreground => return spawn_daemon(config, mounted),
+        None if !config.foreground => {
+            let mounted = spawn_daemon(config, mounted)?;
+            // The daemon becomes the service's main process.
+            if let Some(notifier) = Notifier::from_env() {
+                notifier.ready(Some(mounted.pid), &serving(&mounted));
+            }
+            return Ok(mounted);
+        }
         None => Announce::Call(ready),
         // The starting process never passes `--foreground`: the variable
         // leaked into a foreground mount's environment.
@@ -216,6 +224,42 @@ fn check_mount_point(path: &Path, warehouse: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
+/// The status line a service manager shows for a mount.
+fn serving(mounted: &Mounted) -> String {
+    format!(
+        "serving {} at {}",
+        mounted.warehouse.display(),
+        mounted.mount_point.display()
+    )
+}
+
+/// Sends `READY=1` once the mount at `mounted` answers a `statfs` (a
+/// round trip to this process's serving threads), from a thread of its
+/// own; gives up, logged, if it never does within the start limit.
+fn notify_when_answering(notifier: Arc<Notifier>, mounted: &Mounted) {
+    let mounted = mounted.clone();
+    let spawned = std::thread::Builder::new()
+        .name("notify-ready".into())
+        .spawn(move || {
+            let deadline = std::time::Instant::now() + READY_LIMIT;
+            while !mountpoint::answers(&mounted.mount_point) {
+                if std::time::Instant::now() > deadline {
+                    log::warn!("the mount never answered; READY=1 not sent");
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            notifier.ready(None, &serving(&mounted));
+        });
+    if let Err(e) = spawned {
+        log::warn!("no readiness notification: {e}");
+    }
+}
+
+/// How long a foreground mount waits for its mount to answer before it
+/// stops trying to tell the service manager it is ready.
+const READY_LIMIT: Duration = Duration::from_secs(60);
+
 /// Whom a mount that is up is announced to.
 enum Announce<'a> {
     /// The foreground caller of [`mount`].
@@ -266,15 +310,32 @@ fn serve(
         )
     })?;
     log::info!("mounted at {}", mount_point.display());
+    let notifier = Notifier::from_env().map(Arc::new);
     match announce {
-        Announce::Call(ready) => ready(mounted),
+        Announce::Call(ready) => {
+            if let Some(notifier) = &notifier {
+                notify_when_answering(Arc::clone(notifier), mounted);
+            }
+            ready(mounted)
+        }
         // A failure here drops the session, which unmounts.
         Announce::Pipe(pipe) => pipe.report(mounted, config.log.as_deref())?,
     }
+    log::info!(
+        "pchronicle {} (pid {}) ready: {}",
+        env!("CARGO_PKG_VERSION"),
+        mounted.pid,
+        serving(mounted)
+    );
 
-    spawn_exit_watchdog(mount_point.to_path_buf(), Weak::clone(&catalog_at_exit));
+    spawn_exit_watchdog(
+        mount_point.to_path_buf(),
+        Weak::clone(&catalog_at_exit),
+        notifier.clone(),
+    );
     let mut unmounter = session.unmount_callable();
     let target = mount_point.to_path_buf();
+    let stopping = notifier.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -282,6 +343,9 @@ fn serve(
             // SAFETY: `signals` is initialised and `signal` is writable.
             unsafe { libc::sigwait(&signals, &mut signal) };
             log::info!("signal {signal}: unmounting {}", target.display());
+            if let Some(notifier) = &stopping {
+                notifier.stopping();
+            }
             if let Err(e) = unmounter.unmount() {
                 // Busy (a shell sits in it): detach it from the namespace
                 // now. A detached mount lives on while used, so the daemon
@@ -306,14 +370,18 @@ fn serve(
             )
         })?;
 
-    session.run().map_err(|e| {
+    let served = session.run();
+    if let Some(notifier) = &notifier {
+        notifier.stopping();
+    }
+    served.map_err(|e| {
         Error::at(
             ErrorCode::MountFailed,
             mount_point,
             format!("serving the mount failed: {e}"),
         )
     })?;
-    log::info!("unmounted {}", mount_point.display());
+    log::info!("unmounted {}; exiting", mount_point.display());
     Ok(())
 }
 
@@ -344,7 +412,11 @@ const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// returned within [`EXIT_GRACE`]: a request stuck in the filesystem (a
 /// hung device below the warehouse) must not keep a daemon of an unmounted
 /// filesystem alive. The counts are saved first.
-fn spawn_exit_watchdog(mount_point: PathBuf, catalog: Weak<Catalog>) {
+fn spawn_exit_watchdog(
+    mount_point: PathBuf,
+    catalog: Weak<Catalog>,
+    notifier: Option<Arc<Notifier>>,
+) {
     let spawned = std::thread::Builder::new()
         .name("exit-watchdog".into())
         .spawn(move || {
@@ -366,6 +438,9 @@ fn spawn_exit_watchdog(mount_point: PathBuf, catalog: Weak<Catalog>) {
                 "{} is unmounted but the daemon is still busy; leaving now",
                 mount_point.display()
             );
+            if let Some(notifier) = &notifier {
+                notifier.stopping();
+            }
             if let Some(catalog) = catalog.upgrade() {
                 let _ = catalog.save_counts();
             }

@@ -13,6 +13,7 @@
 //! test proves it).
 
 use std::ffi::OsStr;
+use std::time::{Duration, Instant};
 
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -31,13 +32,13 @@ use crate::error::ErrorCode;
 /// filesystem; its success is replied with `$ok`, its failure with its
 /// errno, logged with the operation, the inode and the error's code.
 macro_rules! answer {
-    ($op:literal, $ino:expr, $reply:ident, $call:expr, |$value:pat_param| $ok:expr) => {
+    ($adapter:expr, $op:literal, $ino:expr, $reply:ident, $call:expr, |$value:pat_param| $ok:expr) => {
         guarded($op, || {
             let result = $call;
             match result {
                 Ok($value) => $ok,
                 Err(error) => {
-                    failed($op, $ino, &error);
+                    $adapter.failed($op, $ino, &error);
                     $reply.error(Errno::from_i32(error.raw_errno()))
                 }
             }
@@ -51,6 +52,7 @@ pub struct FuseAdapter {
     /// Ask the kernel to read warehouse files itself where it can.
     wants_passthrough: bool,
     passthrough: Passthrough,
+    failures_logged: LogBudget,
 }
 
 impl FuseAdapter {
@@ -59,6 +61,7 @@ impl FuseAdapter {
             fs,
             wants_passthrough,
             passthrough: Passthrough::default(),
+            failures_logged: LogBudget::new(),
         }
     }
 
@@ -103,13 +106,79 @@ fn open_flags(opened: Opened) -> FopenFlags {
     flags
 }
 
-/// Logs a failed request: expected answers (a name that is not there) at
-/// debug, everything else as a warning with its code.
-fn failed(op: &str, ino: u64, error: &FsError) {
-    if error.is_expected() {
-        log::debug!("{op} of inode {ino}: {error}");
-    } else {
-        log::warn!("{op} of inode {ino}: {error}");
+impl FuseAdapter {
+    /// Logs a failed request once, with the operation, the path it was
+    /// about and the error's code and cause: expected answers (a name that
+    /// is not there) at debug, everything else as a warning, within
+    /// [`FAILURES_LOGGED_PER_MINUTE`].
+    fn failed(&self, op: &str, ino: u64, error: &FsError) {
+        let about = self.fs.describe(ino);
+        if error.is_expected() {
+            log::debug!("{op} of {about}: {error}");
+        } else if self.failures_logged.admit() {
+            match error.code() {
+                Some(_) => log::warn!("{op} of {about}: {error}"),
+                None => log::warn!(
+                    "error[{}]: {op} of {about}: {error}",
+                    ErrorCode::RequestFailed
+                ),
+            }
+        }
+    }
+}
+
+/// Failed requests logged a minute at most: a hostile tree can make every
+/// request fail, and must not fill the disk the log is on. The rest are
+/// counted, and the count is logged with the next failure after the
+/// minute.
+pub const FAILURES_LOGGED_PER_MINUTE: u32 = 60;
+
+/// How many failed requests may still be logged this minute.
+struct LogBudget {
+    state: parking_lot::Mutex<Budget>,
+}
+
+struct Budget {
+    started: Instant,
+    logged: u32,
+    dropped: u64,
+}
+
+impl LogBudget {
+    fn new() -> LogBudget {
+        LogBudget {
+            state: parking_lot::Mutex::new(Budget {
+                started: Instant::now(),
+                logged: 0,
+                dropped: 0,
+            }),
+        }
+    }
+
+    /// Whether one more failure may be logged now.
+    fn admit(&self) -> bool {
+        let mut budget = self.state.lock();
+        if budget.started.elapsed() >= Duration::from_secs(60) {
+            if budget.dropped > 0 {
+                log::warn!(
+                    "error[{}]: {} more failed requests were not logged in the last minute",
+                    ErrorCode::RequestFailed,
+                    budget.dropped
+                );
+            }
+            *budget = Budget {
+                started: Instant::now(),
+                logged: 0,
+                dropped: 0,
+            };
+        }
+        if budget.logged < FAILURES_LOGGED_PER_MINUTE {
+            budget.logged += 1;
+            true
+        } else {
+            budget.dropped += 1;
+            false
+        }
     }
 }
 
@@ -196,6 +265,7 @@ impl Filesystem for FuseAdapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         answer!(
+            self,
             "lookup",
             parent.0,
             reply,
@@ -207,6 +277,7 @@ impl Filesystem for FuseAdapter {
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let fh = fh.map(|fh| fh.0);
         answer!(
+            self,
             "getattr",
             ino.0,
             reply,
@@ -218,6 +289,7 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let writes = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         answer!(
+            self,
             "open",
             ino.0,
             reply,
@@ -238,6 +310,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         answer!(
+            self,
             "read",
             ino.0,
             reply,
@@ -275,10 +348,17 @@ impl Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        answer!("opendir", ino.0, reply, self.fs.opendir(ino.0), |opened| {
-            let flags = open_flags(opened) | FopenFlags::FOPEN_CACHE_DIR;
-            reply.opened(FileHandle(opened.fh), flags)
-        })
+        answer!(
+            self,
+            "opendir",
+            ino.0,
+            reply,
+            self.fs.opendir(ino.0),
+            |opened| {
+                let flags = open_flags(opened) | FopenFlags::FOPEN_CACHE_DIR;
+                reply.opened(FileHandle(opened.fh), flags)
+            }
+        )
     }
 
     fn readdir(
@@ -290,6 +370,7 @@ impl Filesystem for FuseAdapter {
         mut reply: ReplyDirectory,
     ) {
         answer!(
+            self,
             "readdir",
             ino.0,
             reply,
@@ -307,6 +388,7 @@ impl Filesystem for FuseAdapter {
         mut reply: ReplyDirectoryPlus,
     ) {
         answer!(
+            self,
             "readdirplus",
             ino.0,
             reply,
@@ -333,20 +415,22 @@ impl Filesystem for FuseAdapter {
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        answer!("statfs", ino.0, reply, self.fs.statfs(), |s| reply.statfs(
-            s.blocks,
-            s.blocks_free,
-            s.blocks_available,
-            s.files,
-            s.files_free,
-            s.block_size,
-            s.name_max,
-            s.fragment_size,
-        ))
+        answer!(self, "statfs", ino.0, reply, self.fs.statfs(), |s| reply
+            .statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_available,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.fragment_size,
+            ))
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         answer!(
+            self,
             "getxattr",
             ino.0,
             reply,
@@ -357,6 +441,7 @@ impl Filesystem for FuseAdapter {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         answer!(
+            self,
             "listxattr",
             ino.0,
             reply,
@@ -368,6 +453,7 @@ impl Filesystem for FuseAdapter {
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let writes = mask.contains(AccessFlags::W_OK);
         answer!(
+            self,
             "access",
             ino.0,
             reply,

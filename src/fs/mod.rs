@@ -12,7 +12,8 @@
 //! read natively; [`attributes`] and [`xattrs`] say what a node looks
 //! like; `passthrough` hands warehouse files to the kernel to read;
 //! [`mountpoint`] reads the mount table and unmounts; [`daemon`]
-//! mounts, serves and stops, and `background` starts the daemon. What each operation returns is
+//! mounts, serves and stops, `background` starts the daemon, and
+//! [`notify`] tells a service manager when the mount is ready. What each operation returns is
 //! documented in `docs/filesystem.md`.
 
 pub mod attributes;
@@ -24,6 +25,7 @@ pub mod fuse;
 pub mod handles;
 pub mod inodes;
 pub mod mountpoint;
+pub mod notify;
 mod passthrough;
 pub mod render;
 pub mod views;

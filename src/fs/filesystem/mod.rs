@@ -546,6 +546,20 @@ impl WarehouseFs {
         }
     }
 
+    /// What `ino` stands for, for a log line: its warehouse path, quoted
+    /// and escaped (a hostile name cannot start a line of its own), or its
+    /// number once it is forgotten.
+    pub fn describe(&self, ino: u64) -> String {
+        match self.inodes.get(ino) {
+            Some((Target::Path(rel), _)) if rel.as_os_str().is_empty() => "\".\"".into(),
+            Some((Target::Path(rel), _)) => format!("{:?}", rel),
+            Some((Target::Synthetic { rel, which, .. }, _)) => {
+                format!("{:?}", rel.join(which.name()))
+            }
+            None => format!("inode {ino}"),
+        }
+    }
+
     /// How many numbers have the file they were last shown as noted.
     pub fn files_shown(&self) -> usize {
         self.shown.lock().len()
