@@ -118,10 +118,15 @@ fn serves_then_umounts(mnt: &PathBuf) {
     let daemon = daemon_of(mnt).expect("a daemon serves the mount");
     ok(&command("umount", &[mnt]), "umount");
     assert_eq!(mountpoint::state(mnt), MountState::NotMounted);
+    leaves(daemon);
+}
+
+/// Waits for the daemon `pid` to leave once its mount is gone.
+fn leaves(pid: u32) {
     let gone = within(Duration::from_secs(10), || {
-        !Path::new(&format!("/proc/{daemon}")).exists()
+        !Path::new(&format!("/proc/{pid}")).exists()
     });
-    assert!(gone.is_some(), "the daemon {daemon} left after umount");
+    assert!(gone.is_some(), "the daemon {pid} left after umount");
 }
 
 #[test]
@@ -317,10 +322,13 @@ fn a_failed_request_is_logged_with_its_path_and_code_and_the_log_is_bounded() {
         let err = fs::read(&records).expect_err("Lance cannot read the leaf");
         assert_eq!(err.raw_os_error(), Some(libc::EIO));
     }
+    let daemon = daemon_of(&mnt).expect("a daemon serves the mount");
     ok(
         &command(bin().to_str().unwrap(), &[&"umount", &mnt]),
         "umount",
     );
+    // The daemon logs its exit after the mount is gone.
+    leaves(daemon);
     let text = fs::read_to_string(&log).unwrap();
     let failures: Vec<&str> = text
         .lines()

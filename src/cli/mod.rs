@@ -29,10 +29,18 @@ use clap::{Args, Parser, Subcommand};
 use crate::catalog::CatalogOptions;
 use crate::error::Result;
 
+/// `pchronicle --version`: the release and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PCHRONICLE_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "pchronicle",
-    version,
+    version = VERSION,
     about = "Browse a trajectory warehouse: mount it read-only, list datasets, count records.",
     long_about = "pchronicle reads a trajectory warehouse: a directory tree of dataset leaves \
 (compact-jsonl Lance tables, storyline generations), loose JSON/JSONL/NDJSON/JSONSEQ record files \

@@ -22,51 +22,51 @@ pub(super) struct MountArgs {
     mountpoint: PathBuf,
     /// Serve in this process until unmounted or interrupted (for
     /// tests and service managers).
-    #[arg(short, long)]
+    #[arg(short, long, help_heading = "Running")]
     foreground: bool,
     /// Print nothing once mounted (what the mount helper does for
     /// `mount -t fuse.pchronicle` and fstab).
-    #[arg(short, long)]
+    #[arg(short, long, help_heading = "Running")]
     quiet: bool,
     /// Log every request and decision (the daemon's log, or standard
     /// error in the foreground); `RUST_LOG`, when set, decides instead.
-    #[arg(short, long)]
+    #[arg(short, long, help_heading = "Running")]
     debug: bool,
     /// Let other users read the mount (needs `user_allow_other` in
     /// /etc/fuse.conf unless run as root). Permissions are still those
     /// of the underlying files.
-    #[arg(long)]
+    #[arg(long, help_heading = "Access")]
     allow_other: bool,
     /// How long the kernel caches names and attributes: `1s`, `500ms`,
     /// `2m`, `0` (a bare number is milliseconds); changes underneath show
     /// up within this time.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_ms)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_ms, help_heading = "Serving")]
     attr_ttl: Duration,
     /// Mount options, comma-separated, fuse style: ro, allow_other,
     /// allow_root, default_permissions, nodev, nosuid, noexec, exec,
     /// noatime, atime. The mount is always read-only.
-    #[arg(short = 'o', value_name = "OPTIONS")]
+    #[arg(short = 'o', value_name = "OPTIONS", help_heading = "Access")]
     options: Vec<String>,
     /// Threads serving requests, so one slow `.stats` does not hold up
     /// listings elsewhere.
-    #[arg(long, value_name = "N", default_value_t = 4)]
+    #[arg(long, value_name = "N", default_value_t = 4, help_heading = "Serving")]
     threads: usize,
     /// Longest a `.stats`/`.sources` render may walk (`60s`, `5m`; a bare
     /// number is seconds); a longer one is answered with EIO (and
     /// logged) instead of holding a serving thread.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration_s)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration_s, help_heading = "Serving")]
     render_timeout: Duration,
     /// Append the background daemon's log (RUST_LOG levels) to FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Running")]
     log: Option<PathBuf>,
     /// Have the daemon read every warehouse file itself, even where the
     /// kernel could read it directly (FUSE passthrough, Linux 6.9+, the
     /// daemon running as root): slower, for comparison and diagnosis.
-    #[arg(long)]
+    #[arg(long, help_heading = "Serving")]
     no_passthrough: bool,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Traversal")]
     walk: WalkArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Caches")]
     cache: CacheArgs,
 }
 
