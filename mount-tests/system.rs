@@ -344,3 +344,67 @@ fn a_failed_request_is_logged_with_its_path_and_code_and_the_log_is_bounded() {
         assert!(text.contains(said), "{said}: {text}");
     }
 }
+
+#[test]
+fn a_background_daemon_logs_to_the_system_log_else_to_the_state_directory() {
+    if !fuse_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    wh.compact("team/broken", 1, 3);
+    let (dir, mnt) = empty_mount_point();
+    let records = mnt.join("team/broken/.records");
+    // Mounts in the background with the system log at `socket`, makes one
+    // request fail, unmounts; the daemon's pid.
+    let one_failure = |socket: &Path| -> u32 {
+        let out = Command::new(bin())
+            .args([OsStr::new("mount"), OsStr::new("--quiet")])
+            .arg(wh.path())
+            .arg(&mnt)
+            .env("PCHRONICLE_SYSLOG_SOCKET", socket)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        ok(&out, "pchronicle mount");
+        assert_eq!(
+            fs::read(&records).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EIO))
+        );
+        let daemon = daemon_of(&mnt).expect("a daemon serves the mount");
+        ok(
+            &command(bin().to_str().unwrap(), &[&"umount", &mnt]),
+            "umount",
+        );
+        leaves(daemon);
+        daemon
+    };
+    let failure = r#"read of "team/broken/.records": error[PCHRONICLE_LANCE]"#;
+
+    // A system log listens: a datagram a line, facility daemon.
+    let socket = dir.path().join("syslog");
+    let syslog = UnixDatagram::bind(&socket).unwrap();
+    syslog.set_nonblocking(true).unwrap();
+    let daemon = one_failure(&socket);
+    let mut lines = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = syslog.recv(&mut buf) {
+        lines.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    let warning = format!("<28>pchronicle[{daemon}]: WARN pchronicle::fs::fuse: {failure}");
+    assert!(lines.iter().any(|l| l.starts_with(&warning)), "{lines:#?}");
+    let exit = format!("<30>pchronicle[{daemon}]: INFO pchronicle::fs::daemon: unmounted");
+    assert!(lines.iter().any(|l| l.starts_with(&exit)), "{lines:#?}");
+
+    // None listens: the warehouse's state directory, readable by its owner
+    // alone.
+    let none = dir.path().join("no-syslog");
+    one_failure(&none);
+    let file = wh.path().join(".pchronicle/log/daemon.log");
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(text.contains(failure), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}

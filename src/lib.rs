@@ -30,6 +30,7 @@ pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod fs;
+pub mod logging;
 pub mod query;
 pub mod records;
 pub mod shards;
@@ -52,6 +53,7 @@ mod layering {
         ("error", 0),
         ("warehouse", 0),
         ("atomic", 0),
+        ("logging", 0),
         ("records", 0),
         ("sidecar", 1),
         ("store", 2),

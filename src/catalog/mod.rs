@@ -256,6 +256,11 @@ impl Catalog {
         &self.root
     }
 
+    /// The warehouse root, open.
+    pub fn root_dir(&self) -> &Dir {
+        &self.root_dir
+    }
+
     /// This warehouse as `viewer` sees it: a catalog whose every read is
     /// checked as that user (see [`crate::warehouse::Viewer`]), with
     /// listings and classifications of its own and the record-file counts

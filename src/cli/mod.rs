@@ -163,8 +163,7 @@ pub fn run() -> ExitCode {
         Command::Mount(args) => args.log_filter(),
         _ => "warn",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
-        .init();
+    crate::logging::init(default_filter);
     match execute(cli.command) {
         Ok(code) => code,
         Err(e) => failed(&e),

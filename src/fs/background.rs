@@ -24,6 +24,7 @@ use std::time::Duration;
 use super::daemon::{MountConfig, Mounted};
 use super::mountpoint::{self, MountState};
 use crate::error::{Error, ErrorCode, Result};
+use crate::warehouse::{self, Dir};
 
 /// The line a background daemon writes once its mount is up.
 const READY: &str = "ready";
@@ -104,20 +105,21 @@ impl ReadyPipe {
     /// Tells the starting process the mount is up, then points standard
     /// input and output at /dev/null and standard error at the log, and
     /// leaves the starting directory (so the daemon pins no directory).
-    /// A log that cannot be opened fails the mount before it is reported.
-    pub(super) fn report(self, mounted: &Mounted, log_file: Option<&Path>) -> Result<()> {
+    pub(super) fn report(self, mounted: &Mounted, log: DaemonLog) -> Result<()> {
         let null = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/null")
             .map_err(|e| Error::io("/dev/null", &e))?;
-        let log = match log_file {
-            Some(path) => std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| Error::io(path, &e))?,
-            None => null.try_clone().map_err(|e| Error::io("/dev/null", &e))?,
+        let (log, syslog): (OwnedFd, bool) = match log {
+            DaemonLog::File(file) => (file.into(), false),
+            DaemonLog::Syslog(socket) => (socket.into(), true),
+            DaemonLog::Discard => (
+                null.try_clone()
+                    .map_err(|e| Error::io("/dev/null", &e))?
+                    .into(),
+                false,
+            ),
         };
         let mut pipe = std::fs::File::from(self.0);
         writeln!(pipe, "{}", ready_line(mounted))
@@ -127,6 +129,9 @@ impl ReadyPipe {
             .and_then(|()| nix::unistd::dup2_stdout(null.as_fd()))
             .and_then(|()| nix::unistd::dup2_stderr(log.as_fd()))
             .and_then(|()| nix::unistd::chdir("/"));
+        if syslog && redirected.is_ok() {
+            crate::logging::use_syslog_format();
+        }
         redirected.map_err(|e| {
             Error::new(
                 ErrorCode::MountFailed,
@@ -134,6 +139,66 @@ impl ReadyPipe {
             )
         })
     }
+}
+
+/// Where a background daemon's log goes.
+#[derive(Debug)]
+pub(super) enum DaemonLog {
+    /// Appended to a file.
+    File(std::fs::File),
+    /// The system log (journald or a syslog daemon), a datagram a line.
+    Syslog(std::os::unix::net::UnixDatagram),
+    /// Nowhere.
+    Discard,
+}
+
+/// The variable that names the system log's socket instead of
+/// [`SYSLOG_SOCKET`].
+pub const SYSLOG_SOCKET_VAR: &str = "PCHRONICLE_SYSLOG_SOCKET";
+
+/// Where journald and syslog daemons listen.
+const SYSLOG_SOCKET: &str = "/dev/log";
+
+/// The state subdirectory of the daemon's log file, and its name.
+const LOG_DIR: &str = "log";
+const LOG_NAME: &str = "daemon.log";
+
+/// A log file past this size is renamed `daemon.log.1` when a daemon
+/// starts, so two generations are kept at most.
+const LOG_ROTATE_BYTES: u64 = 8 << 20;
+
+/// The background daemon's log: the file `--log` names (one that cannot be
+/// opened fails the mount); else the system log when one listens; else
+/// `daemon.log` in the warehouse's state directory `log` (see
+/// [`warehouse::state_dir`]); else nothing, with a warning.
+pub(super) fn daemon_log(log_file: Option<&Path>, root: &Dir) -> Result<DaemonLog> {
+    if let Some(path) = log_file {
+        return std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(DaemonLog::File)
+            .map_err(|e| Error::io(path, &e));
+    }
+    let socket = std::env::var_os(SYSLOG_SOCKET_VAR).unwrap_or_else(|| SYSLOG_SOCKET.into());
+    let listening =
+        std::os::unix::net::UnixDatagram::unbound().and_then(|s| s.connect(&socket).map(|()| s));
+    match listening {
+        Ok(socket) => return Ok(DaemonLog::Syslog(socket)),
+        Err(e) => log::debug!("no system log at {}: {e}", Path::new(&socket).display()),
+    }
+    let file = warehouse::state_dir(root, warehouse::STATE_DIR, LOG_DIR).and_then(|state| {
+        let file = state.dir.open_append(LOG_NAME, 0o600, LOG_ROTATE_BYTES)?;
+        log::info!("logging to {}", state.dir.path().join(LOG_NAME).display());
+        Ok(file)
+    });
+    Ok(match file {
+        Ok(file) => DaemonLog::File(file),
+        Err(e) => {
+            log::warn!("the daemon's log is discarded: no system log, and no log file ({e})");
+            DaemonLog::Discard
+        }
+    })
 }
 
 /// Starts the background daemon and waits until its mount answers.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use fuser::{Config, MountOption, Session, SessionACL};
 
 pub use super::background::READY_FD_VAR;
-use super::background::{ReadyPipe, spawn_daemon};
+use super::background::{DaemonLog, ReadyPipe, daemon_log, spawn_daemon};
 use super::filesystem::{FsOptions, WarehouseFs};
 use super::fuse::FuseAdapter;
 use super::mountpoint::{self, FS_NAME, MountState};
@@ -291,6 +291,12 @@ fn serve(
     fuse_config.acl = acl;
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
+    // A background daemon's log, opened before mounting: a `--log` that
+    // cannot be opened fails the mount before anything is mounted.
+    let log = match &announce {
+        Announce::Pipe(_) => daemon_log(config.log.as_deref(), catalog.root_dir())?,
+        Announce::Call(_) => DaemonLog::Discard,
+    };
     let catalog = Arc::new(catalog);
     spawn_count_saver(Arc::downgrade(&catalog));
     let catalog_at_exit = Arc::downgrade(&catalog);
@@ -319,7 +325,7 @@ fn serve(
             ready(mounted)
         }
         // A failure here drops the session, which unmounts.
-        Announce::Pipe(pipe) => pipe.report(mounted, config.log.as_deref())?,
+        Announce::Pipe(pipe) => pipe.report(mounted, log)?,
     }
     log::info!(
         "pchronicle {} (pid {}) ready: {}",

@@ -181,6 +181,49 @@ impl Dir {
         Ok(true)
     }
 
+    /// Opens the regular file `name` for appending, created with `mode`
+    /// when absent (never through a symlink; anything but a regular file is
+    /// refused). When it has grown past `rotate_at` bytes it is renamed to
+    /// `name.1` first (replacing an older one), and a new one is started.
+    pub fn open_append(
+        &self,
+        name: impl AsRef<OsStr>,
+        mode: u32,
+        rotate_at: u64,
+    ) -> io::Result<File> {
+        let name = name.as_ref();
+        check_name(name)?;
+        self.check(&self.stat, Access::Write)?;
+        let open = || -> io::Result<File> {
+            let fd = rustix::fs::openat(
+                &self.fd,
+                name,
+                OFlags::WRONLY
+                    | OFlags::APPEND
+                    | OFlags::CREATE
+                    | OFlags::NOFOLLOW
+                    | OFlags::NONBLOCK
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(mode as _),
+            )?;
+            let stat = rustix::fs::fstat(&fd)?;
+            if rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                != rustix::fs::FileType::RegularFile
+            {
+                return Err(not_regular());
+            }
+            Ok(File::from(fd))
+        };
+        let file = open()?;
+        if file.metadata()?.len() <= rotate_at {
+            return Ok(file);
+        }
+        let mut older = name.to_os_string();
+        older.push(".1");
+        rustix::fs::renameat(&self.fd, name, &self.fd, &older)?;
+        open()
+    }
+
     /// Removes the regular file `name`; absent is fine.
     pub fn remove_file(&self, name: impl AsRef<OsStr>) -> io::Result<bool> {
         let name = name.as_ref();
