@@ -121,6 +121,27 @@ fn serves_then_umounts(mnt: &PathBuf) {
     leaves(daemon);
 }
 
+/// The small warehouse with a leaf whose manifest says compact-jsonl over
+/// bytes Lance cannot open: its `.stats` comes from the manifest, reading
+/// its records fails.
+fn broken_warehouse() -> Warehouse {
+    let wh = small_warehouse();
+    wh.compact("team/broken", 1, 3);
+    wh
+}
+
+/// `pchronicle umount MNT`, then waits for the daemon that served it to
+/// leave; its pid.
+fn umount_and_wait(mnt: &Path) -> u32 {
+    let daemon = daemon_of(mnt).expect("a daemon serves the mount");
+    ok(
+        &command(bin().to_str().unwrap(), &[&"umount", &mnt]),
+        "umount",
+    );
+    leaves(daemon);
+    daemon
+}
+
 /// Waits for the daemon `pid` to leave once its mount is gone.
 fn leaves(pid: u32) {
     let gone = within(Duration::from_secs(10), || {
@@ -296,10 +317,7 @@ fn a_failed_request_is_logged_with_its_path_and_code_and_the_log_is_bounded() {
     if !fuse_usable() {
         return;
     }
-    // A leaf whose manifest says compact-jsonl over bytes Lance cannot
-    // open: its `.stats` comes from the manifest, its records fail.
-    let wh = small_warehouse();
-    wh.compact("team/broken", 1, 3);
+    let wh = broken_warehouse();
     let (dir, mnt) = empty_mount_point();
     let log = dir.path().join("daemon.log");
     // No RUST_LOG: the daemon's own default filter.
@@ -322,13 +340,8 @@ fn a_failed_request_is_logged_with_its_path_and_code_and_the_log_is_bounded() {
         let err = fs::read(&records).expect_err("Lance cannot read the leaf");
         assert_eq!(err.raw_os_error(), Some(libc::EIO));
     }
-    let daemon = daemon_of(&mnt).expect("a daemon serves the mount");
-    ok(
-        &command(bin().to_str().unwrap(), &[&"umount", &mnt]),
-        "umount",
-    );
     // The daemon logs its exit after the mount is gone.
-    leaves(daemon);
+    umount_and_wait(&mnt);
     let text = fs::read_to_string(&log).unwrap();
     let failures: Vec<&str> = text
         .lines()
@@ -350,8 +363,7 @@ fn a_background_daemon_logs_to_the_system_log_else_to_the_state_directory() {
     if !fuse_usable() {
         return;
     }
-    let wh = small_warehouse();
-    wh.compact("team/broken", 1, 3);
+    let wh = broken_warehouse();
     let (dir, mnt) = empty_mount_point();
     let records = mnt.join("team/broken/.records");
     // Mounts in the background with the system log at `socket`, makes one
@@ -370,13 +382,7 @@ fn a_background_daemon_logs_to_the_system_log_else_to_the_state_directory() {
             fs::read(&records).map_err(|e| e.raw_os_error()),
             Err(Some(libc::EIO))
         );
-        let daemon = daemon_of(&mnt).expect("a daemon serves the mount");
-        ok(
-            &command(bin().to_str().unwrap(), &[&"umount", &mnt]),
-            "umount",
-        );
-        leaves(daemon);
-        daemon
+        umount_and_wait(&mnt)
     };
     let failure = r#"read of "team/broken/.records": error[PCHRONICLE_LANCE]"#;
 
