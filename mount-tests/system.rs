@@ -159,19 +159,16 @@ fn mount_t_and_an_fstab_line_mount_and_umount_takes_them_down() {
     let wh = small_warehouse();
     let (dir, mnt) = empty_mount_point();
 
+    let mount_t = |options: &str| {
+        command(
+            "mount",
+            &[&"-t", &"fuse.pchronicle", &wh.path(), &mnt, &"-o", &options],
+        )
+    };
+
     // What an operator types; mount(8) adds `rw`, which is dropped with a
     // warning (the mount is read-only).
-    let out = command(
-        "mount",
-        &[
-            &"-t",
-            &"fuse.pchronicle",
-            &wh.path(),
-            &mnt,
-            &"-o",
-            &"attr_ttl=2s",
-        ],
-    );
+    let out = mount_t("attr_ttl=2s");
     ok(&out, "mount -t fuse.pchronicle");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("ignoring -o rw"), "{said}");
@@ -194,17 +191,7 @@ fn mount_t_and_an_fstab_line_mount_and_umount_takes_them_down() {
 
     // An option the mount does not know is refused with its code, and
     // nothing is left mounted.
-    let out = command(
-        "mount",
-        &[
-            &"-t",
-            &"fuse.pchronicle",
-            &wh.path(),
-            &mnt,
-            &"-o",
-            &"frobnicate",
-        ],
-    );
+    let out = mount_t("frobnicate");
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("PCHRONICLE_MOUNT_OPTION_INVALID"), "{said}");
