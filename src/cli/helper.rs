@@ -51,9 +51,40 @@ const FUSE_OPTIONS: &[&str] = &[
 
 /// Options that mount, fstab and systemd keep for themselves.
 const BOOKKEEPING: &[&str] = &[
-    "defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "_netdev", "nofail",
-    "async", "sync",
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "users",
+    "nouser",
+    "owner",
+    "group",
+    "_netdev",
+    "nofail",
+    "async",
+    "sync",
+    "relatime",
+    "strictatime",
+    "nodiratime",
+    "lazytime",
+    "nosymfollow",
 ];
+
+/// Prefixes of options kept by mount, fstab, systemd and SELinux.
+const BOOKKEEPING_PREFIXES: &[&str] = &[
+    "x-",
+    "X-",
+    "comment=",
+    "context=",
+    "fscontext=",
+    "defcontext=",
+    "rootcontext=",
+];
+
+/// Flags of `pchronicle mount` an option may not name: `foreground` would
+/// hold mount(8) (and a boot) until the mount ends, and the helper sets
+/// `quiet` itself.
+const NOT_AS_OPTIONS: &[&str] = &["foreground", "quiet"];
 
 /// Options mount adds when none are given, which this mount cannot honour.
 const NEVER_HONOURED: &[(&str, &str)] = &[
@@ -188,9 +219,9 @@ fn translate(option: &str) -> Result<Translated> {
         return Ok(Translated::Fuse);
     }
     if BOOKKEEPING.contains(&option)
-        || option.starts_with("x-")
-        || option.starts_with("X-")
-        || option.starts_with("comment=")
+        || BOOKKEEPING_PREFIXES
+            .iter()
+            .any(|prefix| option.starts_with(prefix))
     {
         return Ok(Translated::Dropped);
     }
@@ -204,6 +235,11 @@ fn translate(option: &str) -> Result<Translated> {
     let long = name.replace('_', "-");
     let invalid =
         |why: String| Error::new(ErrorCode::MountOptionInvalid, format!("-o {option}: {why}"));
+    if NOT_AS_OPTIONS.contains(&long.as_str()) {
+        return Err(invalid(
+            "not as a mount option (mount(8) waits for the helper)".into(),
+        ));
+    }
     let command = Cli::command();
     let flag = command
         .find_subcommand("mount")
@@ -267,7 +303,7 @@ mod tests {
                 "/wh",
                 "/mnt",
                 "-o",
-                "rw,dev,suid,nofail,_netdev,x-systemd.automount,allow_other,noatime,attr_ttl=5s,no_passthrough"
+                "rw,dev,suid,nofail,_netdev,x-systemd.automount,relatime,context=x,allow_other,noatime,attr_ttl=5s,no_passthrough"
             ]),
             [
                 "pchronicle",
@@ -371,6 +407,14 @@ mod tests {
             ),
             (
                 &["mount.pchronicle", "/wh", "/mnt", "-o", "quiet=1"],
+                ErrorCode::MountOptionInvalid,
+            ),
+            (
+                &["mount.pchronicle", "/wh", "/mnt", "-o", "foreground"],
+                ErrorCode::MountOptionInvalid,
+            ),
+            (
+                &["mount.pchronicle", "/wh", "/mnt", "-o", "quiet"],
                 ErrorCode::MountOptionInvalid,
             ),
         ] {

@@ -39,7 +39,8 @@ pub(super) struct MountArgs {
     allow_other: bool,
     /// How long the kernel caches names and attributes: `1s`, `500ms`,
     /// `2m`, `0` (a bare number is milliseconds); changes underneath show
-    /// up within this time.
+    /// up within this time. `indefinite`, for a warehouse that never
+    /// changes underneath: nothing is asked again until unmounted.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_ms, help_heading = "Serving")]
     attr_ttl: Duration,
     /// Mount options, comma-separated, fuse style: ro, allow_other,
@@ -234,10 +235,17 @@ fn duration_s(text: &str) -> std::result::Result<Duration, String> {
     parse_duration(text, Duration::from_secs)
 }
 
-/// `0`, `250ms`, `1.5s`, `2m`, `1h`, or a bare whole number in the flag's
-/// own unit (`bare`).
+/// What `indefinite` stands for: a hundred years, as good as forever for
+/// a mount, and far from any overflow when added to a clock.
+const INDEFINITE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `0`, `250ms`, `1.5s`, `2m`, `1h`, `indefinite`, or a bare whole number
+/// in the flag's own unit (`bare`).
 fn parse_duration(text: &str, bare: fn(u64) -> Duration) -> std::result::Result<Duration, String> {
     let text = text.trim();
+    if text == "indefinite" {
+        return Ok(INDEFINITE);
+    }
     if let Ok(n) = text.parse::<u64>() {
         return Ok(bare(n));
     }
@@ -250,7 +258,11 @@ fn parse_duration(text: &str, bare: fn(u64) -> Duration) -> std::result::Result<
         "s" => 1.0,
         "m" | "min" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("`{text}`: expected e.g. 1s, 500ms, 2m, 1h or 0")),
+        _ => {
+            return Err(format!(
+                "`{text}`: expected e.g. 1s, 500ms, 2m, 1h, 0 or indefinite"
+            ));
+        }
     };
     let value: f64 = number
         .parse()
@@ -272,6 +284,8 @@ mod tests {
         assert_eq!(duration_ms("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(duration_s("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(duration_s("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(duration_ms("indefinite"), Ok(INDEFINITE));
+        assert!(std::time::Instant::now().checked_add(INDEFINITE).is_some());
         for bad in ["", "s", "1d", "-1s", "1.2.3s", "1e400s", "ms5"] {
             assert!(duration_ms(bad).is_err(), "{bad:?}");
         }

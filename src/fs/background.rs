@@ -173,12 +173,25 @@ const LOG_ROTATE_BYTES: u64 = 8 << 20;
 /// [`warehouse::state_dir`]); else nothing, with a warning.
 pub(super) fn daemon_log(log_file: Option<&Path>, root: &Dir) -> Result<DaemonLog> {
     if let Some(path) = log_file {
-        return std::fs::OpenOptions::new()
+        // Never through a symlink, never blocking on a FIFO, private when
+        // created, and only a regular file.
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
-            .map(DaemonLog::File)
-            .map_err(|e| Error::io(path, &e));
+            .map_err(|e| Error::io(path, &e))?;
+        let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
+        if !regular {
+            return Err(Error::at(
+                ErrorCode::MountFailed,
+                path,
+                "--log must name a regular file",
+            ));
+        }
+        return Ok(DaemonLog::File(file));
     }
     let socket = std::env::var_os(SYSLOG_SOCKET_VAR).unwrap_or_else(|| SYSLOG_SOCKET.into());
     let listening =
@@ -212,8 +225,14 @@ pub(super) fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result
         .map_err(|e| Error::new(ErrorCode::MountFailed, format!("creating a pipe: {e}")))?
         .st_ino;
     let mut command = Command::new(exe);
+    let mut args = std::env::args_os();
+    // The same name too: called as `mount.fuse.pchronicle`, the daemon
+    // must read its arguments as the mount helper's again.
+    if let Some(name) = args.next() {
+        command.arg0(name);
+    }
     command
-        .args(std::env::args_os().skip(1))
+        .args(args)
         .env(READY_FD_VAR, format!("{ready_fd}:{pipe_inode}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -226,10 +226,11 @@ fn check_mount_point(path: &Path, warehouse: &Path) -> Result<PathBuf> {
 
 /// The status line a service manager shows for a mount.
 fn serving(mounted: &Mounted) -> String {
+    // Quoted and escaped: a newline in a path must not add a line (a
+    // notification's KEY=VALUE, a log line).
     format!(
-        "serving {} at {}",
-        mounted.warehouse.display(),
-        mounted.mount_point.display()
+        "serving {:?} at {:?}",
+        mounted.warehouse, mounted.mount_point
     )
 }
 

@@ -112,10 +112,13 @@ impl FuseAdapter {
     /// is not there) at debug, everything else as a warning, within
     /// [`FAILURES_LOGGED_PER_MINUTE`].
     fn failed(&self, op: &str, ino: u64, error: &FsError) {
-        let about = self.fs.describe(ino);
+        let about = || self.fs.describe(ino);
         if error.is_expected() {
-            log::debug!("{op} of {about}: {error}");
+            if log::log_enabled!(log::Level::Debug) {
+                log::debug!("{op} of {}: {error}", about());
+            }
         } else if self.failures_logged.admit() {
+            let about = about();
             match error.code() {
                 Some(_) => log::warn!("{op} of {about}: {error}"),
                 None => log::warn!(
@@ -192,8 +195,9 @@ fn guarded(op: &'static str, handler: impl FnOnce()) {
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         log::error!(
-            "error[{}]: {op} panicked and was answered with EIO: {what}",
-            ErrorCode::RequestFailed
+            "error[{}]: {op} panicked and was answered with EIO: {}",
+            ErrorCode::RequestFailed,
+            what.escape_debug()
         );
     }
 }
