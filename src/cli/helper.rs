@@ -181,7 +181,15 @@ fn parse(args: &[OsString]) -> Result<HelperCall> {
             Ok(Translated::Fuse) => fuse.push(option),
             Ok(Translated::Dropped) => {}
             Ok(Translated::Warned(why)) => eprintln!("pchronicle: ignoring -o {option}: {why}"),
-            Ok(Translated::Flag(flag)) => mount.push(flag.into()),
+            Ok(Translated::Flag(flag)) => {
+                // A flag given twice (fstab options, then `-o` on the
+                // command line): the last one holds, as mount does.
+                let name = flag.split('=').next().unwrap_or_default().to_string();
+                mount.retain(|given| {
+                    given.to_str().and_then(|g| g.split('=').next()) != Some(name.as_str())
+                });
+                mount.push(flag.into());
+            }
             Err(e) if sloppy => {
                 eprintln!("pchronicle: ignoring -o {option} (sloppy): {}", e.message)
             }
@@ -334,6 +342,28 @@ mod tests {
             call(&["mount.pchronicle", "/wh", "/mnt", "-f"]),
             Some(Ok(HelperCall::Fake(_)))
         ));
+        let twice = mount(&[
+            "mount.pchronicle",
+            "/wh",
+            "/mnt",
+            "-o",
+            "attr_ttl=1s,no_repair",
+            "-o",
+            "attr_ttl=2s,no_repair",
+        ]);
+        assert_eq!(
+            twice,
+            [
+                "pchronicle",
+                "mount",
+                "--quiet",
+                "--attr-ttl=2s",
+                "--no-repair",
+                "--",
+                "/wh",
+                "/mnt"
+            ]
+        );
         let sloppy = mount(&[
             "mount.pchronicle",
             "/wh",

@@ -197,7 +197,12 @@ pub(super) fn daemon_log(log_file: Option<&Path>, root: &Dir) -> Result<DaemonLo
     let listening =
         std::os::unix::net::UnixDatagram::unbound().and_then(|s| s.connect(&socket).map(|()| s));
     match listening {
-        Ok(socket) => return Ok(DaemonLog::Syslog(socket)),
+        // A system log that stalls drops lines rather than holding up the
+        // requests that log them.
+        Ok(socket) if socket.set_nonblocking(true).is_ok() => {
+            return Ok(DaemonLog::Syslog(socket));
+        }
+        Ok(_) => {}
         Err(e) => log::debug!("no system log at {}: {e}", Path::new(&socket).display()),
     }
     let file = warehouse::state_dir(root, warehouse::STATE_DIR, LOG_DIR).and_then(|state| {
