@@ -174,24 +174,11 @@ const LOG_ROTATE_BYTES: u64 = 8 << 20;
 pub(super) fn daemon_log(log_file: Option<&Path>, root: &Dir) -> Result<DaemonLog> {
     if let Some(path) = log_file {
         // Never through a symlink, never blocking on a FIFO, private when
-        // created, and only a regular file.
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| Error::io(path, &e))?;
-        let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
-        if !regular {
-            return Err(Error::at(
-                ErrorCode::MountFailed,
-                path,
-                "--log must name a regular file",
-            ));
-        }
-        return Ok(DaemonLog::File(file));
+        // created, only a regular file; never rotated (the operator's).
+        return Dir::open_parent_of(path)
+            .and_then(|(dir, name)| dir.open_append(name, 0o600, u64::MAX))
+            .map(DaemonLog::File)
+            .map_err(|e| Error::io(path, &e));
     }
     let socket = std::env::var_os(SYSLOG_SOCKET_VAR).unwrap_or_else(|| SYSLOG_SOCKET.into());
     let listening =
