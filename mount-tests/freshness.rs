@@ -249,3 +249,74 @@ fn records_appended_with_pchronicle_append_show_in_the_store_stats_within_the_tt
         "{names:?}"
     );
 }
+
+#[test]
+fn refresh_shows_changes_underneath_at_once_under_long_ttls() {
+    let wh = Warehouse::new();
+    wh.file("runs/a.jsonl", jsonl(2, 0));
+    let Some(m) = Mounted::start(wh.path(), &["--attr-ttl", "1h", "--negative-ttl", "1h"]) else {
+        return;
+    };
+    let refresh = |path: Option<&str>| {
+        let mut args = vec![std::ffi::OsStr::new("refresh"), m.mnt.as_os_str()];
+        args.extend(path.map(std::ffi::OsStr::new));
+        let out = crate::harness::run(&args);
+        assert!(
+            out.status.success(),
+            "refresh {path:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let size = |rel: &str| fs::metadata(m.at(rel)).map(|meta| meta.len());
+    let count = |rel: &str| record_count(&fs::read_to_string(m.at(rel)).unwrap());
+    // The kernel learns all of it: a size, two rollups, a missing name.
+    let before = size("runs/a.jsonl").unwrap();
+    assert_eq!(count(".stats"), 2);
+    assert_eq!(count("runs/.stats"), 2);
+    assert!(size("later").is_err());
+
+    let mut a = fs::OpenOptions::new()
+        .append(true)
+        .open(wh.abs("runs/a.jsonl"))
+        .unwrap();
+    a.write_all(jsonl(1, 100).as_bytes()).unwrap();
+    drop(a);
+    wh.file("runs/b.jsonl", jsonl(3, 0));
+    wh.file("later/c.jsonl", jsonl(4, 0));
+    std::thread::sleep(Duration::from_millis(200));
+    // Within the TTLs the mount keeps what it showed.
+    assert_eq!(size("runs/a.jsonl").unwrap(), before);
+    assert_eq!(count(".stats"), 2);
+    assert!(size("later").is_err(), "a missing name is remembered");
+
+    refresh(Some("runs"));
+    assert!(size("runs/a.jsonl").unwrap() > before, "the new size shows");
+    assert!(names(&m.at("runs")).contains(&"b.jsonl".to_string()));
+    assert_eq!(count("runs/.stats"), 6);
+    // The rollups above the path count it too.
+    assert_eq!(count(".stats"), 6 + 4);
+    // Elsewhere the TTL still holds.
+    assert!(size("later").is_err());
+
+    // A name the kernel remembers as missing, and a path through it.
+    refresh(Some("later/c.jsonl"));
+    assert_eq!(size("later/c.jsonl").unwrap(), jsonl(4, 0).len() as u64);
+    assert_eq!(count("later/.stats"), 4);
+
+    // The whole mount; a path that does not exist is no error.
+    fs::remove_file(wh.abs("runs/b.jsonl")).unwrap();
+    refresh(None);
+    assert!(!names(&m.at("runs")).contains(&"b.jsonl".to_string()));
+    assert_eq!(count(".stats"), 3 + 4);
+    refresh(Some("nowhere/at/all"));
+
+    // Paths out of the mount are refused before anything is asked.
+    let out = crate::harness::run(&[
+        std::ffi::OsStr::new("refresh"),
+        m.mnt.as_os_str(),
+        std::ffi::OsStr::new("../etc"),
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_PATH_INVALID"));
+    let out = crate::harness::run(&[std::ffi::OsStr::new("refresh"), wh.path().as_os_str()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_NOT_MOUNTED"));
+}

@@ -231,6 +231,25 @@ fn another_user_sees_through_the_mount_what_it_could_read_natively() {
     );
     assert_eq!(fs::metadata(m.at("sealed")).unwrap().mode() & 0o777, 0o550);
     assert_eq!(fs::metadata(m.at("leaf")).unwrap().mode() & 0o777, 0o555);
+    // Only root and the daemon's own user may make the mount drop its
+    // caches (each refresh costs the daemon walks).
+    let refused = as_user(
+        uid,
+        gid,
+        bin(),
+        &["refresh".as_ref(), m.mnt.as_os_str(), "open".as_ref()],
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("PCHRONICLE_REFRESH_FAILED"),
+        "{err}"
+    );
+    let out = crate::harness::run(&["refresh".as_ref(), m.mnt.as_os_str(), "open".as_ref()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

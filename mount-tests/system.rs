@@ -401,3 +401,98 @@ fn a_background_daemon_logs_to_the_system_log_else_to_the_state_directory() {
         0o600
     );
 }
+
+/// The descriptor number the daemon is handed the FUSE device as.
+const DEVICE_FD: i32 = 3;
+
+#[test]
+fn a_dev_fd_mount_point_serves_a_device_the_caller_mounted() {
+    if !system_mounts_usable() {
+        return;
+    }
+    let wh = small_warehouse();
+    let (_dir, mnt) = empty_mount_point();
+    // What a container runtime does: open the device, mount it, and hand
+    // the descriptor over.
+    let device = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&device);
+    let options = format!("fd={raw},rootmode=40000,user_id=0,group_id=0,default_permissions");
+    let flags = nix::mount::MsFlags::MS_RDONLY
+        | nix::mount::MsFlags::MS_NODEV
+        | nix::mount::MsFlags::MS_NOSUID;
+    nix::mount::mount(
+        Some("pchronicle"),
+        &mnt,
+        Some("fuse.pchronicle"),
+        flags,
+        Some(options.as_str()),
+    )
+    .expect("the test mounts /dev/fuse itself");
+    let mut command = Command::new(bin());
+    command
+        .arg("mount")
+        .arg(wh.path())
+        .arg(format!("/dev/fd/{DEVICE_FD}"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            // dup2 onto itself would keep close-on-exec set.
+            let kept = if raw == DEVICE_FD {
+                libc::fcntl(DEVICE_FD, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, DEVICE_FD)
+            };
+            if kept < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut daemon = command.spawn().expect("the daemon starts");
+    // The daemon holds the only descriptor now: if it dies, the mount
+    // answers ENOTCONN instead of hanging.
+    drop(device);
+    let stats = fs::read_to_string(mnt.join(".stats")).expect("the mount answers");
+    assert!(stats.contains("\"record_count\": 8"), "{stats}");
+    assert_eq!(
+        fs::read_to_string(mnt.join("runs/a.jsonl")).unwrap(),
+        jsonl(3, 1_790_000_000)
+    );
+    assert!(
+        daemon.try_wait().unwrap().is_none(),
+        "a /dev/fd mount is served in the foreground"
+    );
+    // Unmounted by its owner: the daemon's session ends and it leaves.
+    nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()).expect("umount");
+    let status = wait_with_timeout(&mut daemon, Duration::from_secs(10))
+        .expect("the daemon leaves once its device is unmounted");
+    assert!(status.success(), "{status}");
+
+    // Anything but an open FUSE device is refused, with nothing served.
+    let out = command_with(&[&"mount", &wh.path(), &"/dev/fd/0", &"-f"], Stdio::null());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PCHRONICLE_MOUNT_FAILED") && err.contains("not /dev/fuse"),
+        "{err}"
+    );
+    let out = command_with(&[&"mount", &wh.path(), &"/dev/fd/97", &"-f"], Stdio::null());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not open"));
+}
+
+/// The binary run with `args`, standard input from `stdin`.
+fn command_with(args: &[&dyn AsRef<OsStr>], stdin: Stdio) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("RUST_LOG", "off")
+        .stdin(stdin)
+        .output()
+        .expect("the binary runs")
+}

@@ -206,6 +206,9 @@ error_codes! {
     MountHelperUsage => "PCHRONICLE_MOUNT_HELPER_USAGE",
         "called as a mount helper (`mount -t fuse.pchronicle`, an fstab line) with arguments it cannot use: not exactly SOURCE and MOUNTPOINT, an unknown flag, another filesystem type or a namespace (`-N`)",
         "Call it as `mount -t fuse.pchronicle WAREHOUSE MOUNTPOINT -o OPTIONS`, or put `WAREHOUSE MOUNTPOINT fuse.pchronicle OPTIONS 0 0` in /etc/fstab (see docs/operations.md).";
+    RefreshFailed => "PCHRONICLE_REFRESH_FAILED",
+        "a running mount refused `pchronicle refresh` or could not finish it: the caller is neither root nor the user the daemon runs as, the path cannot be named in the mount, or the daemon is older than the refresh request",
+        "Run it as root or as the user that mounted, name a path relative to the mount point (`pchronicle refresh MNT team/runs`), and remount with this pchronicle if the daemon predates it; the TTLs still bring every change within their time.";
 }
 
 impl ErrorCode {

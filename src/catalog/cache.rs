@@ -151,7 +151,7 @@ impl HitCounter {
     }
 }
 
-impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
+impl<K: Hash + Eq + Clone, S: Clone, V: Clone> StampedLru<K, S, V> {
     pub fn new(capacity: usize) -> Self {
         StampedLru {
             inner: Mutex::new(LruCache::unbounded()),
@@ -209,6 +209,19 @@ impl<K: Hash + Eq, S: Clone, V: Clone> StampedLru<K, S, V> {
 
     pub fn clear(&self) {
         self.inner.lock().clear();
+    }
+
+    /// Drops every entry whose key `dropped` accepts.
+    pub fn forget_where(&self, dropped: impl Fn(&K) -> bool) {
+        let mut inner = self.inner.lock();
+        let keys: Vec<K> = inner
+            .iter()
+            .filter(|(key, _)| dropped(key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in keys {
+            inner.pop(&key);
+        }
     }
 }
 

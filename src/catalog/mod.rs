@@ -325,6 +325,30 @@ impl Catalog {
         self.files.clear();
     }
 
+    /// Drops the cached listings, classifications and kept directory
+    /// handles at or below `rel` and the listing of the directory holding
+    /// it: the next call reads them again. Record-file counts stay: each is
+    /// checked against its file's identity, ctime included, which no
+    /// writer can set back.
+    pub fn forget_below(&self, rel: &Path) {
+        let scope = self.root.join(rel);
+        let holder = (scope != self.root)
+            .then(|| scope.parent().map(Path::to_path_buf))
+            .flatten();
+        let dropped = |key: &PathBuf| key.starts_with(&scope) || holder.as_ref() == Some(key);
+        self.dirs.forget_where(dropped);
+        self.nodes.forget_where(dropped);
+        let mut handles = self.handles.lock();
+        let kept: Vec<PathBuf> = handles
+            .iter()
+            .filter(|(key, _)| dropped(key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in kept {
+            handles.pop(&key);
+        }
+    }
+
     /// What `rel` (relative to the root) is.
     pub fn kind_of(&self, rel: &Path) -> Result<NodeKind> {
         self.node(rel).map(|node| node.kind)

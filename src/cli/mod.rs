@@ -68,6 +68,14 @@ SIGINT, SIGTERM and SIGHUP unmount cleanly. After a daemon was killed, \
     Mount(mount::MountArgs),
     /// Unmount a pchronicle mount, also one whose daemon died.
     Umount(mount::UmountArgs),
+    /// Make a running mount show what changed underneath now, instead of
+    /// within its TTLs: the daemon and the kernel forget what they cached
+    /// of PATH and everything below it (and the rollups above it). Root
+    /// or the user the daemon runs as.
+    #[command(after_help = "Examples:\n  \
+pchronicle refresh /tmp/wh team/runs\n  \
+pchronicle refresh /tmp/wh            # the whole mount")]
+    Refresh(mount::RefreshArgs),
     /// List one level of PATH, like `ls`: directories, datasets (with a count
     /// preview) and files. A dataset leaf lists as itself alone.
     Ls(browse::LsArgs),
@@ -182,6 +190,7 @@ fn execute(command: Command) -> Result<ExitCode> {
     match command {
         Command::Mount(args) => args.run(),
         Command::Umount(args) => args.run(),
+        Command::Refresh(args) => args.run(),
         Command::Ls(args) => args.run(),
         Command::Stats(args) => args.run(),
         Command::Cat(args) => args.run(),

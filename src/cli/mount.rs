@@ -18,7 +18,9 @@ use crate::fs::{FsOptions, MountConfig, Mounted};
 pub(super) struct MountArgs {
     /// The warehouse directory to show.
     warehouse: PathBuf,
-    /// An empty directory outside the warehouse.
+    /// An empty directory outside the warehouse, or `/dev/fd/N`: an open
+    /// `/dev/fuse` descriptor already mounted by the caller (a container
+    /// runtime), served in this process.
     mountpoint: PathBuf,
     /// Serve in this process until unmounted or interrupted (for
     /// tests and service managers).
@@ -43,6 +45,11 @@ pub(super) struct MountArgs {
     /// changes underneath: nothing is asked again until unmounted.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_ms, help_heading = "Serving")]
     attr_ttl: Duration,
+    /// How long the kernel remembers that a name does not exist: `0`
+    /// (every lookup of a missing name asks, so a new file shows at
+    /// once), `1s`, `indefinite`. `pchronicle refresh` forgets at once.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = duration_ms, help_heading = "Serving")]
+    negative_ttl: Duration,
     /// Mount options, comma-separated, fuse style: ro, allow_other,
     /// allow_root, default_permissions, nodev, nosuid, noexec, exec,
     /// noatime, atime. The mount is always read-only.
@@ -92,6 +99,7 @@ impl MountArgs {
             debug: _,
             allow_other,
             attr_ttl,
+            negative_ttl,
             options,
             threads,
             render_timeout,
@@ -110,6 +118,7 @@ impl MountArgs {
             mount_point: mountpoint,
             fs: FsOptions {
                 attr_ttl,
+                negative_ttl,
                 render_cache_entries: cache.render_cache_entries,
                 render_cache_bytes: cache.render_cache_mib.saturating_mul(1 << 20),
                 // Set by the mount from who may read it.
@@ -126,16 +135,26 @@ impl MountArgs {
             if quiet {
                 return;
             }
+            let stop = if m.mount_point.starts_with("/dev/fd") {
+                "Ctrl-C, or unmounting it where it was mounted, stops it".to_string()
+            } else {
+                format!(
+                    "Ctrl-C or `pchronicle umount {}` to stop",
+                    m.mount_point.display()
+                )
+            };
             eprintln!(
-                "serving {} at {} (pid {}); Ctrl-C or `pchronicle umount {}` to stop",
+                "serving {} at {} (pid {}); {stop}",
                 m.warehouse.display(),
                 m.mount_point.display(),
                 m.pid,
-                m.mount_point.display()
             );
         };
         let mounted = crate::fs::mount(&config, &announce)?;
-        if !foreground && !quiet {
+        // A daemon of its own serves the mount (not this process, which
+        // served it until now in the foreground or for a /dev/fd/N).
+        let daemon_elsewhere = mounted.pid != std::process::id();
+        if daemon_elsewhere && !foreground && !quiet {
             println!(
                 "mounted {} at {} (daemon pid {})",
                 mounted.warehouse.display(),
@@ -165,6 +184,24 @@ pub(super) struct UmountArgs {
 impl UmountArgs {
     pub(super) fn run(self) -> Result<ExitCode> {
         crate::fs::unmount(&self.mountpoint, self.lazy)?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+// The flags of `refresh`.
+#[derive(Args, Debug)]
+pub(super) struct RefreshArgs {
+    /// The directory given to `pchronicle mount`.
+    mountpoint: PathBuf,
+    /// A path inside the mount, relative to its root [default: the whole
+    /// mount].
+    path: Option<PathBuf>,
+}
+
+impl RefreshArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        let path = self.path.unwrap_or_default();
+        crate::fs::control::refresh(&self.mountpoint, &path)?;
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -75,6 +75,28 @@ pub fn synthetic_attr(ino: u64, len: u64, owner: &Stat, now: SystemTime) -> File
     }
 }
 
+/// The attributes of a negative entry (a name that does not exist): only
+/// its number, 0, is read by the kernel.
+pub fn absent_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 /// The file underneath a regular-file node, as (device, inode).
 pub fn shown_file(node: &Node) -> Option<(u64, u64)> {
     (node.kind == NodeKind::File).then_some((node.meta.dev, node.meta.ino))

@@ -6,6 +6,7 @@
 //! program run again with the command's own arguments, so a mount flag
 //! reaches it without being listed twice.
 
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -66,6 +67,28 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
     let (options, acl) = fuse_options(config)?;
     let catalog = Catalog::new(&config.warehouse, config.catalog.clone())?;
     std::fs::read_dir(catalog.root()).map_err(|e| Error::io(catalog.root(), &e))?;
+    if let Some(device) = fuse_descriptor(&config.mount_point)? {
+        // Mounted already by whoever opened the descriptor, who also
+        // supervises it: served here, never in the background.
+        let mounted = Mounted {
+            warehouse: catalog.root().to_path_buf(),
+            mount_point: config.mount_point.clone(),
+            pid: std::process::id(),
+        };
+        let announce = match daemon_of {
+            None => Announce::Call(ready),
+            Some(pipe) => Announce::Pipe(pipe),
+        };
+        serve(
+            config,
+            catalog,
+            &mounted,
+            Kernel::Descriptor(device),
+            acl,
+            announce,
+        )?;
+        return Ok(mounted);
+    }
     let mount_point = check_mount_point(&config.mount_point, catalog.root())?;
     let mounted = Mounted {
         warehouse: catalog.root().to_path_buf(),
@@ -92,9 +115,73 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
         }
         Some(pipe) => Announce::Pipe(pipe),
     };
-    serve(config, catalog, &mounted, options, acl, announce)?;
+    serve(
+        config,
+        catalog,
+        &mounted,
+        Kernel::Mount(options),
+        acl,
+        announce,
+    )?;
     Ok(mounted)
 }
+
+/// How the kernel reaches the filesystem served.
+enum Kernel {
+    /// Mounted here, at the mount point, with these options.
+    Mount(Vec<MountOption>),
+    /// An open `/dev/fuse` someone else already mounted (a mount point
+    /// given as `/dev/fd/N`, as container runtimes pass it).
+    Descriptor(OwnedFd),
+}
+
+/// The `/dev/fuse` descriptor a mount point of the form `/dev/fd/N`
+/// names, taken over by this process; `None` for any other mount point.
+/// Refused unless `N` is open on the FUSE device.
+fn fuse_descriptor(mount_point: &Path) -> Result<Option<OwnedFd>> {
+    let Some(number) = mount_point
+        .to_str()
+        .and_then(|p| p.strip_prefix("/dev/fd/"))
+    else {
+        return Ok(None);
+    };
+    let refused = |why: String| {
+        Error::at(
+            ErrorCode::MountFailed,
+            mount_point,
+            format!(
+                "{why}; a /dev/fd/N mount point names an open /dev/fuse descriptor that is already mounted"
+            ),
+        )
+    };
+    let fd: RawFd = number
+        .parse()
+        .ok()
+        .filter(|fd| *fd >= 0)
+        .ok_or_else(|| refused(format!("`{number}` is not a descriptor number")))?;
+    // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(refused(format!("descriptor {fd} is not open")));
+    }
+    // SAFETY: `fd` was just found open, and nothing closes it while it is
+    // borrowed for the `fstat`.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let stat = nix::sys::stat::fstat(borrowed).map_err(|e| refused(format!("fstat: {e}")))?;
+    let is_char = stat.st_mode & libc::S_IFMT == libc::S_IFCHR;
+    let rdev = stat.st_rdev;
+    if !is_char || (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev)) != FUSE_DEVICE {
+        return Err(refused(format!("descriptor {fd} is not /dev/fuse")));
+    }
+    // SAFETY: the descriptor is open and this process owns it from here:
+    // nothing else in it refers to the number given on the command line.
+    let device = unsafe { OwnedFd::from_raw_fd(fd) };
+    rustix::io::fcntl_setfd(&device, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| refused(format!("descriptor {}: {e}", device.as_raw_fd())))?;
+    Ok(Some(device))
+}
+
+/// The FUSE device's (major, minor) numbers (see devices.txt).
+const FUSE_DEVICE: (u64, u64) = (10, 229);
 
 /// The fuser mount options for a configuration: always read-only, with
 /// the kernel checking permissions, and with no devices or set-id bits.
@@ -274,7 +361,7 @@ fn serve(
     config: &MountConfig,
     catalog: Catalog,
     mounted: &Mounted,
-    options: Vec<MountOption>,
+    kernel: Kernel,
     acl: SessionACL,
     announce: Announce<'_>,
 ) -> Result<()> {
@@ -288,7 +375,6 @@ fn serve(
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
 
     let mut fuse_config = Config::default();
-    fuse_config.mount_options = options;
     fuse_config.acl = acl;
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
@@ -309,19 +395,32 @@ fn serve(
         ..config.fs.clone()
     };
     let filesystem = FuseAdapter::new(WarehouseFs::new(catalog, fs_options), config.passthrough);
-    let mut session = Session::new(filesystem, mount_point, &fuse_config).map_err(|e| {
+    let invalidations = filesystem.kernel();
+    let descriptor = matches!(kernel, Kernel::Descriptor(_));
+    let session = match kernel {
+        Kernel::Mount(options) => {
+            fuse_config.mount_options = options;
+            Session::new(filesystem, mount_point, &fuse_config)
+        }
+        Kernel::Descriptor(device) => Session::from_fd(filesystem, device, acl, fuse_config),
+    };
+    let mut session = session.map_err(|e| {
         Error::at(
             ErrorCode::MountFailed,
             mount_point,
             format!("the kernel refused the mount: {e}"),
         )
     })?;
+    let _ = invalidations.set(session.notifier());
     log::info!("mounted at {}", mount_point.display());
     let notifier = Notifier::from_env().map(Arc::new);
     match announce {
         Announce::Call(ready) => {
-            if let Some(notifier) = &notifier {
-                notify_when_answering(Arc::clone(notifier), mounted);
+            match &notifier {
+                // The handshake with the kernel is done: it answers.
+                Some(notifier) if descriptor => notifier.ready(None, &serving(mounted)),
+                Some(notifier) => notify_when_answering(Arc::clone(notifier), mounted),
+                None => {}
             }
             ready(mounted)
         }
@@ -335,11 +434,15 @@ fn serve(
         serving(mounted)
     );
 
-    spawn_exit_watchdog(
-        mount_point.to_path_buf(),
-        Weak::clone(&catalog_at_exit),
-        notifier.clone(),
-    );
+    // A descriptor's mount point is unknown here: the session ends when
+    // whoever mounted it unmounts it.
+    if !descriptor {
+        spawn_exit_watchdog(
+            mount_point.to_path_buf(),
+            Weak::clone(&catalog_at_exit),
+            notifier.clone(),
+        );
+    }
     let mut unmounter = session.unmount_callable();
     let target = mount_point.to_path_buf();
     let stopping = notifier.clone();
@@ -353,19 +456,18 @@ fn serve(
             if let Some(notifier) = &stopping {
                 notifier.stopping();
             }
+            if descriptor {
+                // Not ours to unmount: leaving closes the device, and the
+                // kernel answers ENOTCONN there until its owner unmounts.
+                leave(&catalog_at_exit);
+            }
             if let Err(e) = unmounter.unmount() {
                 // Busy (a shell sits in it): detach it from the namespace
                 // now. A detached mount lives on while used, so the daemon
                 // leaves instead of waiting; users still inside get ENOTCONN.
                 log::warn!("unmount failed ({e}); detaching lazily");
                 match mountpoint::detach(&target, true) {
-                    Ok(()) => {
-                        // Leaving without unwinding: keep the counts first.
-                        if let Some(catalog) = catalog_at_exit.upgrade() {
-                            let _ = catalog.save_counts();
-                        }
-                        std::process::exit(0)
-                    }
+                    Ok(()) => leave(&catalog_at_exit),
                     Err(e) => log::error!("could not detach {}: {e}", target.display()),
                 }
             }
@@ -390,6 +492,14 @@ fn serve(
     })?;
     log::info!("unmounted {}; exiting", mount_point.display());
     Ok(())
+}
+
+/// Leaves at once, without unwinding, keeping the counts first.
+fn leave(catalog: &Weak<Catalog>) -> ! {
+    if let Some(catalog) = catalog.upgrade() {
+        let _ = catalog.save_counts();
+    }
+    std::process::exit(0)
 }
 
 /// Keeps the daemon's resident memory near what it holds: all threads
@@ -448,10 +558,7 @@ fn spawn_exit_watchdog(
             if let Some(notifier) = &notifier {
                 notifier.stopping();
             }
-            if let Some(catalog) = catalog.upgrade() {
-                let _ = catalog.save_counts();
-            }
-            std::process::exit(0)
+            leave(&catalog)
         });
     if let Err(e) = spawned {
         log::warn!("no exit watchdog: {e}");

@@ -13,6 +13,7 @@
 //! test proves it).
 
 use std::ffi::OsStr;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use fuser::{
@@ -23,7 +24,8 @@ use fuser::{
 };
 
 use super::FsError;
-use super::filesystem::{DirEntry, DirectoryReplier, Opened, WarehouseFs, XattrData};
+use super::control;
+use super::filesystem::{DirEntry, DirectoryReplier, Forget, Opened, WarehouseFs, XattrData};
 use super::passthrough::{Passthrough, Route};
 use super::views::Caller;
 use crate::error::ErrorCode;
@@ -53,6 +55,9 @@ pub struct FuseAdapter {
     wants_passthrough: bool,
     passthrough: Passthrough,
     failures_logged: LogBudget,
+    /// The session's way to tell the kernel what to forget, once the
+    /// session exists (see [`FuseAdapter::kernel`]).
+    kernel: Arc<OnceLock<fuser::Notifier>>,
 }
 
 impl FuseAdapter {
@@ -62,7 +67,42 @@ impl FuseAdapter {
             wants_passthrough,
             passthrough: Passthrough::default(),
             failures_logged: LogBudget::new(),
+            kernel: Arc::default(),
         }
+    }
+
+    /// Where the session's notifier is put once the session is made:
+    /// `refresh` sends its invalidations through it.
+    pub fn kernel(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        Arc::clone(&self.kernel)
+    }
+
+    /// Tells the kernel what a refresh made the daemon forget, from a
+    /// thread of its own: an invalidation waits for the kernel's lock on
+    /// a directory, which a request waiting for a serving thread may hold.
+    /// True once done within [`REFRESH_WAIT`].
+    fn invalidate(&self, forget: Forget) -> bool {
+        let Some(kernel) = self.kernel.get().cloned() else {
+            return true;
+        };
+        let (done, finished) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("refresh".into())
+            .spawn(move || {
+                // An ENOENT (the kernel does not hold it) is no failure.
+                for (parent, name) in &forget.entries {
+                    if let Err(e) = kernel.inval_entry(INodeNo(*parent), OsStr::new(name)) {
+                        log::debug!("invalidating {name:?} in inode {parent}: {e}");
+                    }
+                }
+                for ino in &forget.inodes {
+                    if let Err(e) = kernel.inval_inode(INodeNo(*ino), 0, 0) {
+                        log::debug!("invalidating inode {ino}: {e}");
+                    }
+                }
+                let _ = done.send(());
+            });
+        spawned.is_ok() && finished.recv_timeout(REFRESH_WAIT).is_ok()
     }
 
     /// Replies to a successful open: a warehouse file through kernel
@@ -129,6 +169,10 @@ impl FuseAdapter {
         }
     }
 }
+
+/// How long a refresh waits for the kernel to take its invalidations
+/// before answering `ETIMEDOUT` (they still go on).
+const REFRESH_WAIT: Duration = Duration::from_secs(10);
 
 /// Failed requests logged a minute at most: a hostile tree can make every
 /// request fail, and must not fill the disk the log is on. The rest are
@@ -468,17 +512,36 @@ impl Filesystem for FuseAdapter {
 
     fn ioctl(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
+        cmd: u32,
+        in_data: &[u8],
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        // No device controls here; `isatty` and friends ask, and are told so.
-        reply.error(Errno::ENOTTY);
+        if u64::from(cmd) != control::REFRESH as u64 {
+            // No device controls here; `isatty` and friends ask, and are
+            // told so.
+            return reply.error(Errno::ENOTTY);
+        }
+        answer!(
+            self,
+            "refresh",
+            ino.0,
+            reply,
+            control::decode(in_data)
+                .map_err(FsError::from)
+                .and_then(|name| self.fs.refresh(&caller(req), ino.0, name)),
+            |forget| {
+                if self.invalidate(forget) {
+                    reply.ioctl(0, &[])
+                } else {
+                    reply.error(Errno::ETIMEDOUT)
+                }
+            }
+        )
     }
 }
 

@@ -112,6 +112,15 @@ struct Inner {
     last_open: HashMap<u64, FileId>,
 }
 
+/// A numbered node as the kernel finds it: by name in its parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub ino: u64,
+    pub parent: u64,
+    /// `None` for the root.
+    pub name: Option<String>,
+}
+
 /// The mount's inode numbers; shared by every request thread.
 #[derive(Debug)]
 pub struct InodeTable {
@@ -296,6 +305,45 @@ impl InodeTable {
         by_number.retain(|ino, _| inner.nodes.contains_key(ino));
     }
 
+    /// Every numbered node at or below the warehouse path `scope` (the
+    /// synthetic files of the directories there included), each with its
+    /// parent's number and its name (none for the root).
+    pub fn within(&self, scope: &Path) -> Vec<Named> {
+        let inner = self.inner.read();
+        inner
+            .nodes
+            .iter()
+            .filter(|(_, node)| match &node.target {
+                Target::Path(rel) | Target::Synthetic { rel, .. } => rel.starts_with(scope),
+            })
+            .map(|(ino, node)| Named {
+                ino: *ino,
+                parent: node.parent,
+                name: (*ino != ROOT)
+                    .then(|| inner.name_of(*ino).map(str::to_string))
+                    .flatten(),
+            })
+            .collect()
+    }
+
+    /// The numbers of `ino`'s directory and every directory above it, up
+    /// to the root, nearest first.
+    pub fn ancestors(&self, ino: u64) -> Vec<u64> {
+        let inner = self.inner.read();
+        let mut out = Vec::new();
+        let mut at = ino;
+        while let Some(node) = inner.nodes.get(&at) {
+            if matches!(node.target, Target::Path(_)) {
+                out.push(at);
+            }
+            if at == ROOT || out.len() > inner.nodes.len() {
+                break;
+            }
+            at = node.parent;
+        }
+        out
+    }
+
     /// How many numbers are held.
     pub fn len(&self) -> usize {
         self.inner.read().nodes.len()
@@ -397,6 +445,44 @@ mod tests {
         assert_eq!(table.child(ROOT, "b"), Some(b));
         assert_eq!(table.child(ROOT, "a"), Some(a));
         assert!(matches!(table.get(b), Some((Target::Path(p), _)) if &*p == Path::new("b")));
+    }
+
+    #[test]
+    fn within_finds_a_subtree_and_ancestors_climb_to_the_root() {
+        let table = InodeTable::new();
+        let a = table.child(ROOT, "a").unwrap();
+        let ab = table.child(a, "b").unwrap();
+        let stats = table.child(ab, ".stats").unwrap();
+        let abc = table.child(ab, "c.jsonl").unwrap();
+        let other = table.child(ROOT, "ab").unwrap();
+        let mut found: Vec<u64> = table
+            .within(Path::new("a/b"))
+            .iter()
+            .map(|n| n.ino)
+            .collect();
+        found.sort_unstable();
+        assert_eq!(found, [ab, stats, abc]);
+        let named = table.within(Path::new("a/b/c.jsonl"));
+        assert_eq!(
+            named,
+            [Named {
+                ino: abc,
+                parent: ab,
+                name: Some("c.jsonl".into())
+            }]
+        );
+        // The empty path is the whole mount, the root unnamed.
+        let all = table.within(Path::new(""));
+        assert_eq!(all.len(), 6);
+        assert!(all.contains(&Named {
+            ino: ROOT,
+            parent: ROOT,
+            name: None
+        }));
+        assert!(all.iter().any(|n| n.ino == other));
+        assert_eq!(table.ancestors(abc), [abc, ab, a, ROOT]);
+        assert_eq!(table.ancestors(stats), [ab, a, ROOT]);
+        assert!(table.ancestors(999).is_empty());
     }
 
     #[test]

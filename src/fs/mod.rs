@@ -13,11 +13,13 @@
 //! like; `passthrough` hands warehouse files to the kernel to read;
 //! [`mountpoint`] reads the mount table and unmounts; [`daemon`]
 //! mounts, serves and stops, `background` starts the daemon, and
-//! [`notify`] tells a service manager when the mount is ready. What each operation returns is
+//! [`notify`] tells a service manager when the mount is ready;
+//! [`control`] carries `pchronicle refresh` to a running mount. What each operation returns is
 //! documented in `docs/filesystem.md`.
 
 pub mod attributes;
 mod background;
+pub mod control;
 pub mod daemon;
 mod error;
 pub mod filesystem;
@@ -34,7 +36,8 @@ pub mod xattrs;
 pub use daemon::{MountConfig, Mounted, mount};
 pub use error::FsError;
 pub use filesystem::{
-    DirEntry, DirectoryReplier, Entry, FsOptions, FsStats, Opened, ReadData, WarehouseFs, XattrData,
+    DirEntry, DirectoryReplier, Entry, Forget, FsOptions, FsStats, Opened, ReadData, WarehouseFs,
+    XattrData,
 };
 pub use inodes::ROOT;
 pub use mountpoint::unmount;

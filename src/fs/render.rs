@@ -125,6 +125,23 @@ impl Renders {
         rendered
     }
 
+    /// Drops the renders of the synthetic files numbered `inos` (sorted),
+    /// for every viewer.
+    pub fn forget(&self, inos: &[u64]) {
+        let mut memo = self.memo.lock();
+        let keys: Vec<RenderKey> = memo
+            .entries
+            .iter()
+            .filter(|(key, _)| inos.binary_search(&key.0).is_ok())
+            .map(|(key, _)| *key)
+            .collect();
+        for key in keys {
+            if let Some((_, bytes)) = memo.entries.pop(&key) {
+                memo.bytes -= bytes.len();
+            }
+        }
+    }
+
     /// Keeps a render for reuse within the TTL (a zero TTL keeps nothing).
     pub fn keep(&self, key: RenderKey, bytes: Arc<[u8]>) {
         if !self.ttl.is_zero() {

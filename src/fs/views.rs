@@ -62,9 +62,24 @@ impl Views {
         &self.own
     }
 
+    /// Whether `caller` is root or the daemon's own user, whose requests
+    /// use the daemon's own view.
+    pub fn is_own(&self, caller: &Caller) -> bool {
+        caller.uid == 0 || caller.uid == self.own_uid
+    }
+
+    /// Makes every view's catalog forget what it cached at or below `rel`
+    /// (see [`Catalog::forget_below`]).
+    pub fn forget_below(&self, rel: &std::path::Path) {
+        self.own.catalog.forget_below(rel);
+        for (_, view) in self.others.lock().iter() {
+            view.catalog.forget_below(rel);
+        }
+    }
+
     /// The view `caller`'s requests are answered with.
     pub fn of(&self, caller: &Caller) -> Result<View, FsError> {
-        if caller.uid == 0 || caller.uid == self.own_uid {
+        if self.is_own(caller) {
             return Ok(self.own.clone());
         }
         let viewer = Viewer {

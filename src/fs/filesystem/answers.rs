@@ -19,6 +19,23 @@ pub struct Entry {
     pub entry_ttl: Duration,
 }
 
+impl Entry {
+    /// A name that does not exist, which the kernel may remember as such
+    /// for `ttl` (inode number 0: a negative entry).
+    pub fn negative(ttl: Duration) -> Entry {
+        Entry {
+            attr: crate::fs::attributes::absent_attr(),
+            attr_ttl: Duration::ZERO,
+            entry_ttl: ttl,
+        }
+    }
+
+    /// Whether this is a negative entry.
+    pub fn is_negative(&self) -> bool {
+        self.attr.ino.0 == 0
+    }
+}
+
 /// An opened file or directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opened {

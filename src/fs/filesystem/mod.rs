@@ -50,6 +50,7 @@ use super::{FsError, xattrs};
 
 mod answers;
 mod directory;
+mod refresh;
 mod versions;
 
 use crate::catalog::cache::FileId;
@@ -65,6 +66,7 @@ const LOOKUP_TRIES: usize = 4;
 /// one pauses (and resumes from a checkpoint when read again).
 const RECORDS_PRODUCERS: usize = 32;
 pub use answers::{DirEntry, DirectoryReplier, Entry, FsStats, Opened, ReadData, XattrData};
+pub use refresh::Forget;
 
 /// How the mount presents the catalog.
 #[derive(Debug, Clone)]
@@ -72,6 +74,9 @@ pub struct FsOptions {
     /// How long the kernel may cache names and attributes of warehouse
     /// paths, and how long a rendered synthetic file is reused.
     pub attr_ttl: Duration,
+    /// How long the kernel may remember that a name does not exist (zero:
+    /// every lookup of a missing name asks the daemon).
+    pub negative_ttl: Duration,
     /// Rendered synthetic files kept for reuse within the TTL: at most this
     /// many, holding at most `render_cache_bytes` together (a larger one is
     /// not kept).
@@ -87,6 +92,7 @@ impl Default for FsOptions {
     fn default() -> Self {
         FsOptions {
             attr_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::ZERO,
             render_cache_entries: 256,
             render_cache_bytes: 4 << 20,
             shared: false,
@@ -167,14 +173,20 @@ impl WarehouseFs {
     }
 
     /// `name` in the directory `parent`, counted as one more reference the
-    /// kernel holds once the entry is returned.
+    /// kernel holds once the entry is returned. A name that does not exist
+    /// is a negative entry when the mount has a negative TTL.
     pub fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<Entry, FsError> {
-        let name = name.to_str().ok_or(Errno::ENOENT)?;
+        let Some(name) = name.to_str() else {
+            return self.absent(Errno::ENOENT.into());
+        };
         // The number claimed is the one the entry describes. It is held
         // from here until it is counted, so no forget or sweep drops it in
         // between; one dropped before the claim is described again.
         for _ in 0..LOOKUP_TRIES {
-            let entry = self.entry_of(caller, parent, name)?;
+            let entry = match self.entry_of(caller, parent, name) {
+                Ok(entry) => entry,
+                Err(error) => return self.absent(error),
+            };
             let ino = entry.attr.ino.0;
             if self.inodes.claim_number(ino) {
                 self.inodes.remember(ino);
@@ -182,6 +194,15 @@ impl WarehouseFs {
             }
         }
         Err(Errno::ENOENT.into())
+    }
+
+    /// A lookup that failed with `error`: a negative entry for a name
+    /// that does not exist, when the mount has a negative TTL.
+    fn absent(&self, error: FsError) -> Result<Entry, FsError> {
+        if error.raw_errno() == libc::ENOENT && !self.options.negative_ttl.is_zero() {
+            return Ok(Entry::negative(self.options.negative_ttl));
+        }
+        Err(error)
     }
 
     fn entry_of(&self, caller: &Caller, parent: u64, name: &str) -> Result<Entry, FsError> {

@@ -1,0 +1,187 @@
+//! The one control request a running mount answers: `refresh`, an
+//! `ioctl` on a directory of the mount that makes the daemon forget what
+//! it and the kernel cached of one name in that directory (or of the
+//! directory itself), and of everything below it.
+//!
+//! An ioctl reaches exactly the daemon serving that directory, carries
+//! the caller's credentials from the kernel, and needs no socket or file
+//! of its own; the mount is read-only, so nothing else could carry it.
+//! [`refresh`] is the client: it walks to the path inside the mount and
+//! asks there.
+
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::ioctl::{Setter, ioctl, opcode};
+
+use super::mountpoint::{self, MountState};
+use crate::error::{Error, ErrorCode, Result};
+
+/// Bytes of a refresh request: a name in the directory the request is
+/// made on, NUL-padded; all zero for the directory itself.
+pub const NAME_BYTES: usize = 256;
+
+/// The request's payload.
+pub type Request = [u8; NAME_BYTES];
+
+/// The ioctl number of a refresh (written to the daemon, nothing read
+/// back).
+pub const REFRESH: rustix::ioctl::Opcode = opcode::write::<Request>(b'p', 1);
+
+/// The name a refresh request carries: `None` for the directory itself;
+/// `EINVAL` for bytes that cannot name an entry.
+pub fn decode(request: &[u8]) -> std::result::Result<Option<&str>, nix::errno::Errno> {
+    if request.len() != NAME_BYTES {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    let len = request.iter().position(|b| *b == 0).unwrap_or(NAME_BYTES);
+    if request[len..].iter().any(|b| *b != 0) {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    match std::str::from_utf8(&request[..len]) {
+        Ok("") => Ok(None),
+        Ok(name) => Ok(Some(name)),
+        Err(_) => Err(nix::errno::Errno::EINVAL),
+    }
+}
+
+/// The request naming `name` (`None`: the directory itself).
+fn encode(name: Option<&OsStr>) -> Option<Request> {
+    let mut request = [0; NAME_BYTES];
+    let bytes = name.map(OsStr::as_bytes).unwrap_or_default();
+    // One byte stays zero: the name ends before it.
+    if bytes.len() >= NAME_BYTES || bytes.contains(&0) {
+        return None;
+    }
+    request[..bytes.len()].copy_from_slice(bytes);
+    Some(request)
+}
+
+/// Makes the live pchronicle mount at `mount_point` forget what it cached
+/// of `rel` (a path inside it; empty for the whole mount) at once.
+///
+/// Walks to `rel`'s directory without following symlinks and asks there
+/// for its last name. A name on the way the kernel remembers wrongly (it
+/// was made or removed underneath since) cannot be walked through: the
+/// refresh is asked for that name instead, which covers everything below
+/// it.
+pub fn refresh(mount_point: &Path, rel: &Path) -> Result<()> {
+    let abs = mountpoint::absolute(mount_point)?;
+    match mountpoint::state(&abs) {
+        MountState::Live => {}
+        MountState::NotMounted => {
+            return Err(Error::at(
+                ErrorCode::NotMounted,
+                mount_point,
+                "no pchronicle mount is at this path",
+            ));
+        }
+        MountState::Dead => {
+            return Err(Error::at(
+                ErrorCode::NotMounted,
+                mount_point,
+                "the mount's daemon is gone; `pchronicle umount` clears it",
+            ));
+        }
+    }
+    let mut names = Vec::new();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            _ => {
+                return Err(Error::at(
+                    ErrorCode::PathInvalid,
+                    rel,
+                    "name a path inside the mount, relative to its root, without `..`",
+                ));
+            }
+        }
+    }
+    let open = |at: &OwnedFd, name: &OsStr| {
+        rustix::fs::openat(
+            at,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    let mut dir = rustix::fs::open(
+        &abs,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(mount_point, &e.into()))?;
+    let Some((last, through)) = names.split_last() else {
+        return ask(&dir, None, rel);
+    };
+    for name in through {
+        match open(&dir, name) {
+            Ok(sub) => dir = sub,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::STALE) => return ask(&dir, Some(name), rel),
+            Err(e) => return Err(Error::io(&abs.join(rel), &e.into())),
+        }
+    }
+    ask(&dir, Some(last), rel)
+}
+
+/// Sends one refresh request on the open directory `dir`.
+fn ask(dir: &OwnedFd, name: Option<&OsStr>, rel: &Path) -> Result<()> {
+    let failed = |why: String| Error::at(ErrorCode::RefreshFailed, rel, why);
+    let request = encode(name).ok_or_else(|| failed("a name is longer than 255 bytes".into()))?;
+    // SAFETY: REFRESH writes exactly a `Request` to the daemon, which is
+    // what the setter hands the kernel; nothing is read back.
+    let sent = unsafe { ioctl(dir, Setter::<REFRESH, Request>::new(request)) };
+    sent.map_err(|e| match e {
+        Errno::PERM | Errno::ACCESS => {
+            failed("only root and the user the daemon runs as may refresh".into())
+        }
+        Errno::NOTTY | Errno::NOSYS | Errno::INVAL => failed(format!(
+            "the mount did not take the request ({e}); a daemon older than this pchronicle?"
+        )),
+        Errno::TIMEDOUT => {
+            failed("the daemon dropped its caches, but the kernel's are still being cleared".into())
+        }
+        e => failed(format!("the mount answered: {e}")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_bad_ones_are_refused() {
+        let request = encode(Some(OsStr::new("runs"))).unwrap();
+        assert_eq!(decode(&request), Ok(Some("runs")));
+        assert_eq!(decode(&encode(None).unwrap()), Ok(None));
+        let longest = "x".repeat(NAME_BYTES - 1);
+        assert_eq!(
+            decode(&encode(Some(OsStr::new(&longest))).unwrap()),
+            Ok(Some(longest.as_str()))
+        );
+        assert!(encode(Some(OsStr::new(&"x".repeat(NAME_BYTES)))).is_none());
+        assert!(encode(Some(OsStr::from_bytes(b"a\0b"))).is_none());
+        // Bytes after the end, short or non-UTF-8 payloads.
+        let mut trailing = [0u8; NAME_BYTES];
+        trailing[0] = b'a';
+        trailing[5] = b'b';
+        assert!(decode(&trailing).is_err());
+        assert!(decode(&[0u8; 10]).is_err());
+        let mut latin = [0u8; NAME_BYTES];
+        latin[0] = 0xff;
+        assert!(decode(&latin).is_err());
+    }
+
+    #[test]
+    fn the_request_number_says_write_and_size() {
+        let number = REFRESH as u64;
+        assert_eq!(number >> 30, 1, "written to the daemon");
+        assert_eq!((number >> 16) & 0x3fff, NAME_BYTES as u64);
+        assert_eq!((number >> 8) & 0xff, u64::from(b'p'));
+    }
+}
