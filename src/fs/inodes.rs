@@ -326,8 +326,8 @@ impl InodeTable {
             .collect()
     }
 
-    /// The numbers of `ino`'s directory and every directory above it, up
-    /// to the root, nearest first.
+    /// `ino` itself when it stands for a warehouse path, then every
+    /// directory above it up to the root, nearest first.
     pub fn ancestors(&self, ino: u64) -> Vec<u64> {
         let inner = self.inner.read();
         let mut out = Vec::new();

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use pchronicle::catalog::Entry as Listed;
-use pchronicle::fs::{FsOptions, ROOT, WarehouseFs, XattrData};
+use pchronicle::fs::{Caller, FsOptions, ROOT, WarehouseFs, XattrData};
 use serde_json::Value;
 
 use super::driver::*;
@@ -395,4 +395,101 @@ fn synthetics_match_the_cli(fs: &WarehouseFs, wh: &Warehouse, rel: &str) -> Vec<
         stats.len() as u64
     );
     sources
+}
+
+#[test]
+fn a_missing_name_is_a_negative_entry_only_with_a_negative_ttl() {
+    let wh = Warehouse::new();
+    wh.file("runs/a.jsonl", jsonl(1, 0));
+    let plain = fs_with_ttl(&wh, std::time::Duration::from_secs(1));
+    assert_eq!(errno(walk(&plain, "runs/missing")), Errno::ENOENT);
+    let ttl = std::time::Duration::from_secs(30);
+    let fs = fs_with_options(
+        &wh,
+        FsOptions {
+            negative_ttl: ttl,
+            ..FsOptions::default()
+        },
+    );
+    for name in ["missing", ".records"] {
+        let entry = fs
+            .lookup(&ROOT_CALLER, ino(&fs, "runs"), OsStr::new(name))
+            .unwrap();
+        assert!(entry.is_negative(), "{name}");
+        assert_eq!(entry.entry_ttl, ttl);
+    }
+    let latin = OsStr::from_bytes(b"caf\xe9");
+    assert!(fs.lookup(&ROOT_CALLER, ROOT, latin).unwrap().is_negative());
+    // A name that exists is an ordinary entry.
+    assert!(!walk(&fs, "runs/a.jsonl").unwrap().is_negative());
+}
+
+/// The record count a `.stats` in the filesystem says.
+fn cat_count(fs: &WarehouseFs, rel: &str) -> u64 {
+    let stats: Value = serde_json::from_slice(&cat(fs, rel)).unwrap();
+    stats["record_count"].as_u64().unwrap()
+}
+
+#[test]
+fn refresh_names_the_subtree_and_the_rollups_above_and_only_for_the_mounts_users() {
+    let wh = Warehouse::new();
+    wh.file("team/runs/a.jsonl", jsonl(2, 0));
+    wh.file("other/b.jsonl", jsonl(1, 0));
+    let fs = fs_with_ttl(&wh, std::time::Duration::from_secs(3600));
+    let (team, runs, a) = (
+        ino(&fs, "team"),
+        ino(&fs, "team/runs"),
+        ino(&fs, "team/runs/a.jsonl"),
+    );
+    let (root_stats, team_stats, runs_stats) = (
+        ino(&fs, ".stats"),
+        ino(&fs, "team/.stats"),
+        ino(&fs, "team/runs/.stats"),
+    );
+    let other = ino(&fs, "other/b.jsonl");
+    assert_eq!(cat_count(&fs, "team/runs/.stats"), 2);
+    assert_eq!(cat_count(&fs, ".stats"), 3);
+
+    let forget = fs.refresh(&ROOT_CALLER, team, Some("runs")).unwrap();
+    for wanted in [ROOT, team, runs, a, root_stats, team_stats, runs_stats] {
+        assert!(forget.inodes.contains(&wanted), "{wanted} in {forget:?}");
+    }
+    assert!(!forget.inodes.contains(&other), "outside the path");
+    for (dir, name) in [
+        (team, "runs"),
+        (runs, "a.jsonl"),
+        (ROOT, ".stats"),
+        (team, ".stats"),
+    ] {
+        assert!(
+            forget.entries.contains(&(dir, name.to_string())),
+            "{name} in {dir}: {forget:?}"
+        );
+    }
+    // A name not yet known is named too (the kernel may remember it as
+    // missing); the daemon's renders are gone, so a new record shows.
+    wh.file("team/runs/new.jsonl", jsonl(5, 0));
+    let forget = fs.refresh(&ROOT_CALLER, runs, Some("new.jsonl")).unwrap();
+    assert!(forget.entries.contains(&(runs, "new.jsonl".to_string())));
+    assert_eq!(cat_count(&fs, "team/runs/.stats"), 7);
+    assert_eq!(cat_count(&fs, ".stats"), 8);
+
+    // Only root and the daemon's own user; names, never paths.
+    let stranger = Caller {
+        uid: 4242,
+        gid: 4242,
+        pid: 1,
+    };
+    assert_eq!(errno(fs.refresh(&stranger, ROOT, None)), Errno::EPERM);
+    for bad in ["", ".", "..", "a/b"] {
+        assert_eq!(
+            errno(fs.refresh(&ROOT_CALLER, ROOT, Some(bad))),
+            Errno::EINVAL,
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        errno(fs.refresh(&ROOT_CALLER, root_stats, None)),
+        Errno::ENOTDIR
+    );
 }
