@@ -1,5 +1,6 @@
-//! `errors` and `demo`: the error-code reference, and a sample warehouse
-//! to try every other command on.
+//! `errors`, `demo`, `completions` and `man`: the error-code reference, a
+//! sample warehouse to try every other command on, and the shell
+//! completions and manual pages made from the command definition itself.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::table;
-use crate::error::{ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result};
 
 // The flags of `errors`.
 #[derive(Args, Debug)]
@@ -57,5 +58,90 @@ impl DemoArgs {
             dir.display()
         );
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+// The flags of `completions`.
+#[derive(Args, Debug)]
+pub(super) struct CompletionsArgs {
+    /// The shell to complete for.
+    shell: clap_complete::Shell,
+}
+
+impl CompletionsArgs {
+    pub(super) fn run(self, mut command: clap::Command) -> Result<ExitCode> {
+        let mut out = Vec::new();
+        clap_complete::generate(self.shell, &mut command, "pchronicle", &mut out);
+        write_stdout(&out)?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+// The flags of `man`.
+#[derive(Args, Debug)]
+pub(super) struct ManArgs {
+    /// The command whose page to print (`mount` prints pchronicle-mount(1));
+    /// pchronicle(1) when left out.
+    command: Option<String>,
+    /// Write every page (pchronicle.1, pchronicle-mount.1, ...) into DIR
+    /// instead, e.g. /usr/local/share/man/man1.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    dir: Option<PathBuf>,
+}
+
+impl ManArgs {
+    pub(super) fn run(self, command: clap::Command) -> Result<ExitCode> {
+        let mut command = command.disable_help_subcommand(true);
+        command.build();
+        if let Some(dir) = self.dir {
+            write_pages(&command, &dir).map_err(|e| Error::io(&dir, &e))?;
+            println!("wrote the manual pages into {}", dir.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        let page = match &self.command {
+            None => command,
+            Some(name) => match command.find_subcommand(name) {
+                Some(sub) => sub.clone(),
+                None => {
+                    // Bad usage, as clap reports it: exit 2.
+                    eprintln!("error: no command {name:?}; `pchronicle --help` lists them");
+                    return Ok(ExitCode::from(2));
+                }
+            },
+        };
+        let mut out = Vec::new();
+        page_of(page)
+            .render(&mut out)
+            .map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
+        write_stdout(&out)?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The manual page of `command`, which names the release it documents.
+fn page_of(command: clap::Command) -> clap_mangen::Man {
+    clap_mangen::Man::new(command)
+        .source(format!("pchronicle {}", super::VERSION))
+        .manual("pchronicle manual")
+}
+
+/// Writes the page of `command` and of each of its commands, all the way
+/// down, into `dir` (`pchronicle-index-build.1` and so on).
+fn write_pages(command: &clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
+    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        write_pages(sub, dir)?;
+    }
+    page_of(command.clone()).generate_to(dir)?;
+    Ok(())
+}
+
+/// Writes `bytes` to standard output; a closed pipe (`| head`) is no error.
+fn write_stdout(bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::new(ErrorCode::Io, format!("standard output: {e}")))
+        }
+        _ => Ok(()),
     }
 }

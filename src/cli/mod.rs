@@ -8,8 +8,8 @@
 //! [`Command`] is the whole grammar. Each command's flags and its `run`
 //! live together, by area: `browse.rs` (ls, stats), `records.rs` (cat,
 //! query and the filters they share), `mount.rs` (mount,
-//! umount), `ingest.rs` (import, append), `index.rs` (index, lookup) and
-//! `guide.rs` (errors, demo); `table.rs` renders answers for people. The
+//! umount, refresh), `ingest.rs` (import, append), `index.rs` (index,
+//! lookup) and `guide.rs` (errors, demo, completions, man); `table.rs` renders answers for people. The
 //! flag structs carry no doc comment of their own: clap would read it as
 //! the command's description, which the [`Command`] variant gives.
 
@@ -24,7 +24,7 @@ mod table;
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::catalog::CatalogOptions;
 use crate::error::Result;
@@ -121,6 +121,20 @@ pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM
     Errors(guide::ErrorsArgs),
     /// Build the sample warehouse in DIR (new or empty).
     Demo(guide::DemoArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or
+    /// PowerShell.
+    #[command(after_help = "Install, for example:\n  \
+pchronicle completions bash > /usr/share/bash-completion/completions/pchronicle\n  \
+pchronicle completions zsh > /usr/local/share/zsh/site-functions/_pchronicle\n  \
+pchronicle completions fish > ~/.config/fish/completions/pchronicle.fish")]
+    Completions(guide::CompletionsArgs),
+    /// Print the manual page of pchronicle or of one of its commands
+    /// (roff, for `man -l -`), or write them all into a directory.
+    #[command(after_help = "Examples:\n  \
+pchronicle man | man -l -\n  \
+pchronicle man mount | man -l -\n  \
+pchronicle man --dir /usr/local/share/man/man1")]
+    Man(guide::ManArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -201,5 +215,7 @@ fn execute(command: Command) -> Result<ExitCode> {
         Command::Lookup(args) => args.run(),
         Command::Errors(args) => args.run(),
         Command::Demo(args) => args.run(),
+        Command::Completions(args) => args.run(Cli::command()),
+        Command::Man(args) => args.run(Cli::command()),
     }
 }

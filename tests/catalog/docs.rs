@@ -68,3 +68,56 @@ fn cli_doc_names_every_json_field() {
         );
     }
 }
+
+#[test]
+fn completions_and_manual_pages_come_from_the_command_definition() {
+    use crate::support::{pchronicle, stdout};
+    let bash = stdout(&pchronicle(&["completions", "bash"]));
+    assert!(bash.contains("complete -F _pchronicle"), "{bash}");
+    for flag in ["refresh", "--attr-ttl", "--negative-ttl", "completions"] {
+        assert!(bash.contains(flag), "bash completes {flag}");
+    }
+    // The script is valid bash and registers the completion.
+    let registered = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("source /dev/stdin && complete -p pchronicle")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(bash.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("bash runs");
+    assert!(
+        String::from_utf8_lossy(&registered.stdout).contains("_pchronicle"),
+        "{registered:?}"
+    );
+    assert!(stdout(&pchronicle(&["completions", "zsh"])).starts_with("#compdef pchronicle"));
+    assert!(stdout(&pchronicle(&["completions", "fish"])).contains("complete -c pchronicle"));
+    assert_eq!(pchronicle(&["completions", "tcsh"]).status.code(), Some(2));
+
+    let page = stdout(&pchronicle(&["man"]));
+    assert!(page.contains(".TH pchronicle 1"), "{page}");
+    assert!(page.contains("refresh"));
+    let mount = stdout(&pchronicle(&["man", "mount"]));
+    assert!(
+        mount.contains(".TH pchronicle\\-mount 1") || mount.contains(".TH pchronicle-mount 1"),
+        "{mount}"
+    );
+    assert!(
+        mount.contains("negative\\-ttl") && mount.contains("pchronicle 0."),
+        "{mount}"
+    );
+    assert_eq!(pchronicle(&["man", "nope"]).status.code(), Some(2));
+    let dir = tempfile::tempdir().unwrap();
+    stdout(&pchronicle(&["man", "--dir", dir.path().to_str().unwrap()]));
+    for page in [
+        "pchronicle.1",
+        "pchronicle-mount.1",
+        "pchronicle-index-build.1",
+    ] {
+        assert!(dir.path().join(page).is_file(), "{page}");
+    }
+}
