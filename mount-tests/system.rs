@@ -496,3 +496,64 @@ fn command_with(args: &[&dyn AsRef<OsStr>], stdin: Stdio) -> Output {
         .output()
         .expect("the binary runs")
 }
+
+/// The metrics lines in a daemon's log, parsed.
+fn metrics_lines(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|line| line.split_once(" metrics ").map(|(_, json)| json))
+        .map(|json| serde_json::from_str(json).expect("a metrics line is JSON"))
+        .collect()
+}
+
+#[test]
+fn log_metrics_writes_counts_latencies_renders_cache_hits_and_memory() {
+    let wh = broken_warehouse();
+    let Some(m) = crate::harness::Mounted::start_logging(
+        wh.path(),
+        &["--log-metrics", "300ms"],
+        "warn,pchronicle=info",
+    ) else {
+        return;
+    };
+    for _ in 0..3 {
+        let _ = fs::read_dir(m.at("runs")).unwrap().count();
+        let _ = fs::read_to_string(m.at(".stats")).unwrap();
+        let _ = fs::metadata(m.at("runs/a.jsonl")).unwrap();
+    }
+    let _ = fs::read(m.at("team/broken/.records")).expect_err("a failing read");
+    let seen = within(Duration::from_secs(5), || {
+        metrics_lines(&m.log())
+            .iter()
+            .any(|l| l["ops"]["lookup"]["count"].as_u64() > Some(0))
+    });
+    assert!(seen.is_some(), "{}", m.log());
+    let lines = metrics_lines(&m.log());
+    let busy = lines
+        .iter()
+        .find(|l| l["ops"]["lookup"]["count"].as_u64() > Some(0))
+        .unwrap();
+    let lookup = &busy["ops"]["lookup"];
+    for field in ["count", "errors", "mean_us", "p50_us", "p99_us", "max_us"] {
+        assert!(lookup[field].is_u64(), "{field}: {busy}");
+    }
+    assert!(lookup["p99_us"].as_u64() >= lookup["p50_us"].as_u64());
+    let all: u64 = lines
+        .iter()
+        .filter_map(|l| l["ops"]["read"]["errors"].as_u64())
+        .sum();
+    assert!(all >= 1, "the failed .records read is counted: {lines:?}");
+    let renders: u64 = lines
+        .iter()
+        .filter_map(|l| l["renders"]["count"].as_u64())
+        .sum();
+    assert!(renders >= 1, "{lines:?}");
+    assert!(busy["rss_kib"].as_u64() > Some(1024), "{busy}");
+    assert!(busy["inodes"].as_u64() > Some(1), "{busy}");
+    for cache in ["dirs", "nodes", "files", "renders"] {
+        assert!(busy["cache"][cache]["hits"].is_u64(), "{cache}: {busy}");
+    }
+    // Intervals go on being reported while nothing happens.
+    std::thread::sleep(Duration::from_millis(700));
+    let last = metrics_lines(&m.log()).pop().unwrap();
+    assert!(last["interval_s"].as_f64().unwrap() >= 0.25, "{last}");
+}

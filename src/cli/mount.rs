@@ -64,6 +64,11 @@ pub(super) struct MountArgs {
     /// logged) instead of holding a serving thread.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration_s, help_heading = "Serving")]
     render_timeout: Duration,
+    /// Log a line of metrics this often (`10s`, `1m`; a bare number is
+    /// seconds): request counts and latencies per operation, renders,
+    /// cache hit rates, resident memory (see docs/operations.md).
+    #[arg(long, value_name = "DURATION", value_parser = metrics_interval, help_heading = "Running")]
+    log_metrics: Option<Duration>,
     /// Append the background daemon's log (RUST_LOG levels) to FILE.
     #[arg(long, value_name = "FILE", help_heading = "Running")]
     log: Option<PathBuf>,
@@ -104,6 +109,7 @@ impl MountArgs {
             threads,
             render_timeout,
             log,
+            log_metrics,
             no_passthrough,
             walk,
             cache,
@@ -130,6 +136,7 @@ impl MountArgs {
             threads,
             log,
             passthrough: !no_passthrough,
+            log_metrics,
         };
         let announce = |m: &Mounted| {
             if quiet {
@@ -270,6 +277,16 @@ fn duration_ms(text: &str) -> std::result::Result<Duration, String> {
 /// A duration of `--render-timeout`: a number with a unit, or bare seconds.
 fn duration_s(text: &str) -> std::result::Result<Duration, String> {
     parse_duration(text, Duration::from_secs)
+}
+
+/// The interval of `--log-metrics`: a duration of at least 100 ms (bare
+/// numbers are seconds).
+fn metrics_interval(text: &str) -> std::result::Result<Duration, String> {
+    let every = duration_s(text)?;
+    if every < Duration::from_millis(100) {
+        return Err(format!("`{text}`: at least 100ms"));
+    }
+    Ok(every)
 }
 
 /// What `indefinite` stands for: a hundred years, as good as forever for

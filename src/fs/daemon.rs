@@ -42,6 +42,9 @@ pub struct MountConfig {
     /// Let the kernel read warehouse files itself where it offers
     /// passthrough.
     pub passthrough: bool,
+    /// Log request counts, latencies, renders, cache hits and memory
+    /// this often.
+    pub log_metrics: Option<Duration>,
 }
 
 /// What a successful background mount reports.
@@ -394,8 +397,12 @@ fn serve(
         shared: acl == SessionACL::All,
         ..config.fs.clone()
     };
-    let filesystem = FuseAdapter::new(WarehouseFs::new(catalog, fs_options), config.passthrough);
+    let mut filesystem =
+        FuseAdapter::new(WarehouseFs::new(catalog, fs_options), config.passthrough);
     let invalidations = filesystem.kernel();
+    let observed = config
+        .log_metrics
+        .map(|every| (every, filesystem.observe()));
     let descriptor = matches!(kernel, Kernel::Descriptor(_));
     let session = match kernel {
         Kernel::Mount(options) => {
@@ -413,6 +420,9 @@ fn serve(
     })?;
     let _ = invalidations.set(session.notifier());
     log::info!("mounted at {}", mount_point.display());
+    if let Some((every, (metrics, fs))) = observed {
+        super::metrics::spawn_reporter(every, metrics, fs);
+    }
     let notifier = Notifier::from_env().map(Arc::new);
     match announce {
         Announce::Call(ready) => {

@@ -26,6 +26,7 @@ use fuser::{
 use super::FsError;
 use super::control;
 use super::filesystem::{DirEntry, DirectoryReplier, Forget, Opened, WarehouseFs, XattrData};
+use super::metrics::{Metrics, Op};
 use super::passthrough::{Passthrough, Route};
 use super::views::Caller;
 use crate::error::ErrorCode;
@@ -33,24 +34,35 @@ use crate::error::ErrorCode;
 /// Runs one request's handler: `$call` is the one call into the
 /// filesystem; its success is replied with `$ok`, its failure with its
 /// errno, logged with the operation, the inode and the error's code.
+/// Counted with its latency when the mount logs metrics.
 macro_rules! answer {
-    ($adapter:expr, $op:literal, $ino:expr, $reply:ident, $call:expr, |$value:pat_param| $ok:expr) => {
-        guarded($op, || {
+    ($adapter:expr, $op:expr, $ino:expr, $reply:ident, $call:expr, |$value:pat_param| $ok:expr) => {{
+        let op: Op = $op;
+        let started = $adapter.metrics.as_ref().map(|_| Instant::now());
+        // A panic counts as a failure.
+        let mut failed = true;
+        guarded(op.name(), || {
             let result = $call;
             match result {
-                Ok($value) => $ok,
+                Ok($value) => {
+                    failed = false;
+                    $ok
+                }
                 Err(error) => {
-                    $adapter.failed($op, $ino, &error);
+                    $adapter.failed(op.name(), $ino, &error);
                     $reply.error(Errno::from_i32(error.raw_errno()))
                 }
             }
-        })
-    };
+        });
+        if let (Some(metrics), Some(started)) = (&$adapter.metrics, started) {
+            metrics.record(op, started.elapsed(), failed);
+        }
+    }};
 }
 
 /// The protocol adapter the FUSE session serves.
 pub struct FuseAdapter {
-    fs: WarehouseFs,
+    fs: Arc<WarehouseFs>,
     /// Ask the kernel to read warehouse files itself where it can.
     wants_passthrough: bool,
     passthrough: Passthrough,
@@ -58,17 +70,28 @@ pub struct FuseAdapter {
     /// The session's way to tell the kernel what to forget, once the
     /// session exists (see [`FuseAdapter::kernel`]).
     kernel: Arc<OnceLock<fuser::Notifier>>,
+    /// Request counts and latencies, when the mount logs metrics.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl FuseAdapter {
     pub fn new(fs: WarehouseFs, wants_passthrough: bool) -> FuseAdapter {
         FuseAdapter {
-            fs,
+            fs: Arc::new(fs),
             wants_passthrough,
             passthrough: Passthrough::default(),
             failures_logged: LogBudget::new(),
             kernel: Arc::default(),
+            metrics: None,
         }
+    }
+
+    /// Counts every request from now on; returns the counts and the
+    /// filesystem for a reporter (which must not keep the filesystem
+    /// alive past the session: its catalog writes the counts when dropped).
+    pub fn observe(&mut self) -> (Arc<Metrics>, std::sync::Weak<WarehouseFs>) {
+        let metrics = Arc::clone(self.metrics.get_or_insert_with(Arc::default));
+        (metrics, Arc::downgrade(&self.fs))
     }
 
     /// Where the session's notifier is put once the session is made:
@@ -314,11 +337,11 @@ impl Filesystem for FuseAdapter {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         answer!(
             self,
-            "lookup",
+            Op::Lookup,
             parent.0,
             reply,
             self.fs.lookup(&caller(req), parent.0, name),
-            |e| { reply.entry_with_ttls(&e.attr_ttl, &e.entry_ttl, &e.attr, Generation(0)) }
+            |e| reply.entry_with_ttls(&e.attr_ttl, &e.entry_ttl, &e.attr, Generation(0))
         )
     }
 
@@ -326,11 +349,11 @@ impl Filesystem for FuseAdapter {
         let fh = fh.map(|fh| fh.0);
         answer!(
             self,
-            "getattr",
+            Op::Getattr,
             ino.0,
             reply,
             self.fs.getattr(&caller(req), ino.0, fh),
-            |(attr, ttl)| { reply.attr(&ttl, &attr) }
+            |(attr, ttl)| reply.attr(&ttl, &attr)
         )
     }
 
@@ -338,7 +361,7 @@ impl Filesystem for FuseAdapter {
         let writes = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         answer!(
             self,
-            "open",
+            Op::Open,
             ino.0,
             reply,
             self.fs.open(&caller(req), ino.0, writes),
@@ -359,11 +382,11 @@ impl Filesystem for FuseAdapter {
     ) {
         answer!(
             self,
-            "read",
+            Op::Read,
             ino.0,
             reply,
             self.fs.read(fh.0, offset, size),
-            |data| { reply.data(data.as_slice()) }
+            |data| reply.data(data.as_slice())
         )
     }
 
@@ -398,7 +421,7 @@ impl Filesystem for FuseAdapter {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         answer!(
             self,
-            "opendir",
+            Op::Opendir,
             ino.0,
             reply,
             self.fs.opendir(ino.0),
@@ -419,7 +442,7 @@ impl Filesystem for FuseAdapter {
     ) {
         answer!(
             self,
-            "readdir",
+            Op::Readdir,
             ino.0,
             reply,
             self.fs.readdir(ino.0, fh.0, offset, &mut Plain(&mut reply)),
@@ -437,7 +460,7 @@ impl Filesystem for FuseAdapter {
     ) {
         answer!(
             self,
-            "readdirplus",
+            Op::Readdirplus,
             ino.0,
             reply,
             self.fs
@@ -463,7 +486,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        answer!(self, "statfs", ino.0, reply, self.fs.statfs(), |s| reply
+        answer!(self, Op::Statfs, ino.0, reply, self.fs.statfs(), |s| reply
             .statfs(
                 s.blocks,
                 s.blocks_free,
@@ -479,7 +502,7 @@ impl Filesystem for FuseAdapter {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         answer!(
             self,
-            "getxattr",
+            Op::Getxattr,
             ino.0,
             reply,
             self.fs.getxattr(&caller(req), ino.0, name, size),
@@ -490,7 +513,7 @@ impl Filesystem for FuseAdapter {
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         answer!(
             self,
-            "listxattr",
+            Op::Listxattr,
             ino.0,
             reply,
             self.fs.listxattr(&caller(req), ino.0, size),
@@ -502,7 +525,7 @@ impl Filesystem for FuseAdapter {
         let writes = mask.contains(AccessFlags::W_OK);
         answer!(
             self,
-            "access",
+            Op::Access,
             ino.0,
             reply,
             self.fs.access(ino.0, writes),
@@ -528,7 +551,7 @@ impl Filesystem for FuseAdapter {
         }
         answer!(
             self,
-            "refresh",
+            Op::Refresh,
             ino.0,
             reply,
             control::decode(in_data)

@@ -14,7 +14,8 @@
 //! [`mountpoint`] reads the mount table and unmounts; [`daemon`]
 //! mounts, serves and stops, `background` starts the daemon, and
 //! [`notify`] tells a service manager when the mount is ready;
-//! [`control`] carries `pchronicle refresh` to a running mount. What each operation returns is
+//! [`control`] carries `pchronicle refresh` to a running mount;
+//! [`metrics`] counts requests for `--log-metrics`. What each operation returns is
 //! documented in `docs/filesystem.md`.
 
 pub mod attributes;
@@ -26,6 +27,7 @@ pub mod filesystem;
 pub mod fuse;
 pub mod handles;
 pub mod inodes;
+pub mod metrics;
 pub mod mountpoint;
 pub mod notify;
 mod passthrough;

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -75,6 +76,29 @@ pub struct Renders {
     ttl: Duration,
     memo: Mutex<RenderMemo>,
     gates: Mutex<HashMap<RenderKey, Arc<RenderGate>>>,
+    rendered: AtomicU64,
+    render_us: AtomicU64,
+    reused: AtomicU64,
+}
+
+/// How many synthetic files were rendered (and in how long) and how many
+/// were answered with a render made before, since the mount started.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RenderCounts {
+    pub rendered: u64,
+    pub render_us: u64,
+    pub reused: u64,
+}
+
+impl RenderCounts {
+    /// The counts since `earlier`.
+    pub fn since(&self, earlier: &RenderCounts) -> RenderCounts {
+        RenderCounts {
+            rendered: self.rendered.saturating_sub(earlier.rendered),
+            render_us: self.render_us.saturating_sub(earlier.render_us),
+            reused: self.reused.saturating_sub(earlier.reused),
+        }
+    }
 }
 
 impl Renders {
@@ -90,6 +114,18 @@ impl Renders {
                 max_bytes,
             }),
             gates: Mutex::new(HashMap::new()),
+            rendered: AtomicU64::new(0),
+            render_us: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> RenderCounts {
+        RenderCounts {
+            rendered: self.rendered.load(Ordering::Relaxed),
+            render_us: self.render_us.load(Ordering::Relaxed),
+            reused: self.reused.load(Ordering::Relaxed),
         }
     }
 
@@ -101,6 +137,7 @@ impl Renders {
         render: impl FnOnce() -> Result<Arc<[u8]>, FsError>,
     ) -> Result<Arc<[u8]>, FsError> {
         if let Some(bytes) = self.memo.lock().get(key, self.ttl) {
+            self.reused.fetch_add(1, Ordering::Relaxed);
             return Ok(bytes);
         }
         let asked = Instant::now();
@@ -109,9 +146,16 @@ impl Renders {
             let mut last = gate.last.lock();
             match &*last {
                 // Rendered by the reader this one waited for: share it.
-                Some((at, result)) if *at >= asked => result.clone(),
+                Some((at, result)) if *at >= asked => {
+                    self.reused.fetch_add(1, Ordering::Relaxed);
+                    result.clone()
+                }
                 _ => {
+                    let started = Instant::now();
                     let result = render();
+                    let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    self.rendered.fetch_add(1, Ordering::Relaxed);
+                    self.render_us.fetch_add(took, Ordering::Relaxed);
                     *last = Some((Instant::now(), result.clone()));
                     result
                 }

@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 use super::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
 use super::handles::{Handle, Handles, pread};
 use super::inodes::{InodeTable, Synthetic, Target};
-use super::render::{BIG_RENDER, Renders, give_back_freed_memory};
+use super::render::{BIG_RENDER, RenderCounts, Renders, give_back_freed_memory};
 use super::views::{Caller, View, Views};
 use super::{FsError, xattrs};
 
@@ -165,6 +165,11 @@ impl WarehouseFs {
     /// How many handles are open (released ones are gone).
     pub fn open_handles(&self) -> usize {
         self.handles.len()
+    }
+
+    /// Renders of synthetic files so far (see [`RenderCounts`]).
+    pub fn render_counts(&self) -> RenderCounts {
+        self.renders.counts()
     }
 
     /// How many inode numbers the kernel may hold.
