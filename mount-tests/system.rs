@@ -255,6 +255,7 @@ fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end(
         .arg(wh.path())
         .arg(&mnt)
         .env("NOTIFY_SOCKET", &socket_path)
+        .env_remove("SYSTEMD_EXEC_PID")
         .env("RUST_LOG", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -274,10 +275,13 @@ fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end(
     let status = wait_with_timeout(&mut child, Duration::from_secs(10)).expect("it leaves");
     assert!(status.success());
 
-    // In the background: the starting command names the daemon as the
-    // main process, and the daemon says it is stopping.
-    let out = Command::new(bin())
-        .arg("mount")
+    // In the background, started the way systemd 248+ starts a unit's
+    // process (naming it in SYSTEMD_EXEC_PID): the starting command names
+    // the daemon as the main process, and the daemon says it is stopping.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("SYSTEMD_EXEC_PID=$$ exec \"$0\" mount \"$1\" \"$2\"")
+        .arg(bin())
         .arg(wh.path())
         .arg(&mnt)
         .env("NOTIFY_SOCKET", &socket_path)
@@ -297,6 +301,36 @@ fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end(
         "umount",
     );
     assert_eq!(notification(&socket), "STOPPING=1");
+
+    // A socket inherited from another unit's process is left alone.
+    let mut child = Command::new(bin())
+        .args([OsStr::new("mount"), OsStr::new("--foreground")])
+        .arg(wh.path())
+        .arg(&mnt)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("SYSTEMD_EXEC_PID", "1")
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        within(Duration::from_secs(20), || mountpoint::answers(&mnt)).is_some(),
+        "the mount comes up"
+    );
+    // SAFETY: kill(2) on the child's pid has no memory-safety concerns.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10)).expect("it leaves");
+    assert!(status.success());
+    socket
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        socket.recv(&mut buf).is_err(),
+        "nothing was sent: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
 }
 
 #[test]

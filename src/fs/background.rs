@@ -111,8 +111,15 @@ impl ReadyPipe {
             .write(true)
             .open("/dev/null")
             .map_err(|e| Error::io("/dev/null", &e))?;
+        let mut rotated_in = None;
         let (log, syslog): (OwnedFd, bool) = match log {
-            DaemonLog::File(file) => (file.into(), false),
+            DaemonLog::File {
+                file,
+                rotated_in: dir,
+            } => {
+                rotated_in = dir;
+                (file.into(), false)
+            }
             DaemonLog::Syslog(socket) => (socket.into(), true),
             DaemonLog::Discard => (
                 null.try_clone()
@@ -132,6 +139,9 @@ impl ReadyPipe {
         if syslog && redirected.is_ok() {
             crate::logging::use_syslog_format();
         }
+        if let (Some(dir), Ok(())) = (rotated_in, &redirected) {
+            spawn_log_rotation(dir);
+        }
         redirected.map_err(|e| {
             Error::new(
                 ErrorCode::MountFailed,
@@ -144,8 +154,12 @@ impl ReadyPipe {
 /// Where a background daemon's log goes.
 #[derive(Debug)]
 pub(super) enum DaemonLog {
-    /// Appended to a file.
-    File(std::fs::File),
+    /// Appended to a file; rotated while the daemon runs when it is the
+    /// state directory's `daemon.log` (the directory is kept open).
+    File {
+        file: std::fs::File,
+        rotated_in: Option<Dir>,
+    },
     /// The system log (journald or a syslog daemon), a datagram a line.
     Syslog(std::os::unix::net::UnixDatagram),
     /// Nowhere.
@@ -163,9 +177,60 @@ const SYSLOG_SOCKET: &str = "/dev/log";
 const LOG_DIR: &str = "log";
 const LOG_NAME: &str = "daemon.log";
 
-/// A log file past this size is renamed `daemon.log.1` when a daemon
-/// starts, so two generations are kept at most.
+/// A log file past this size is renamed `daemon.log.1` (when a daemon
+/// starts, and checked every [`LOG_ROTATE_CHECK`] while it runs), so two
+/// generations are kept at most.
 const LOG_ROTATE_BYTES: u64 = 8 << 20;
+
+/// How often a running daemon checks the size of its `daemon.log`.
+const LOG_ROTATE_CHECK: Duration = Duration::from_secs(10);
+
+/// Starts a new `daemon.log` in `dir` whenever standard error (the log)
+/// grew past [`LOG_ROTATE_BYTES`]: the old one becomes `daemon.log.1`.
+fn spawn_log_rotation(dir: Dir) {
+    let spawned = std::thread::Builder::new()
+        .name("log-rotation".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(LOG_ROTATE_CHECK);
+                let stderr = std::io::stderr();
+                match rotate_if_grown(&dir, stderr.as_fd(), LOG_ROTATE_BYTES, |new| {
+                    nix::unistd::dup2_stderr(new)
+                }) {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        log::info!("started a new {LOG_NAME}; the last one is {LOG_NAME}.1")
+                    }
+                    Err(e) => {
+                        log::warn!(
+                            "could not start a new {LOG_NAME}: {e}; it is no longer rotated"
+                        );
+                        return;
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("{LOG_NAME} is not rotated while the daemon runs: {e}");
+    }
+}
+
+/// When the log open as `log` has grown past `limit` bytes: renames
+/// `daemon.log` in `dir` to `daemon.log.1`, opens a new one and hands it
+/// to `point` (which makes `log` write there); true when it did.
+fn rotate_if_grown(
+    dir: &Dir,
+    log: BorrowedFd<'_>,
+    limit: u64,
+    point: impl FnOnce(BorrowedFd<'_>) -> nix::Result<()>,
+) -> std::io::Result<bool> {
+    if nix::sys::stat::fstat(log)?.st_size as u64 <= limit {
+        return Ok(false);
+    }
+    let file = dir.open_append(LOG_NAME, 0o600, limit)?;
+    point(file.as_fd())?;
+    Ok(true)
+}
 
 /// The background daemon's log: the file `--log` names (one that cannot be
 /// opened fails the mount); else the system log when one listens; else
@@ -177,7 +242,10 @@ pub(super) fn daemon_log(log_file: Option<&Path>, root: &Dir) -> Result<DaemonLo
         // created, only a regular file; never rotated (the operator's).
         return Dir::open_parent_of(path)
             .and_then(|(dir, name)| dir.open_append(name, 0o600, u64::MAX))
-            .map(DaemonLog::File)
+            .map(|file| DaemonLog::File {
+                file,
+                rotated_in: None,
+            })
             .map_err(|e| Error::io(path, &e));
     }
     let socket = std::env::var_os(SYSLOG_SOCKET_VAR).unwrap_or_else(|| SYSLOG_SOCKET.into());
@@ -195,10 +263,13 @@ pub(super) fn daemon_log(log_file: Option<&Path>, root: &Dir) -> Result<DaemonLo
     let file = warehouse::state_dir(root, warehouse::STATE_DIR, LOG_DIR).and_then(|state| {
         let file = state.dir.open_append(LOG_NAME, 0o600, LOG_ROTATE_BYTES)?;
         log::info!("logging to {}", state.dir.path().join(LOG_NAME).display());
-        Ok(file)
+        Ok((file, state.dir))
     });
     Ok(match file {
-        Ok(file) => DaemonLog::File(file),
+        Ok((file, dir)) => DaemonLog::File {
+            file,
+            rotated_in: Some(dir),
+        },
         Err(e) => {
             log::warn!("the daemon's log is discarded: no system log, and no log file ({e})");
             DaemonLog::Discard
@@ -396,5 +467,42 @@ fn clear_dead_mount(mount_point: &Path) {
                 mount_point.display()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grown_log_is_renamed_and_a_new_one_taken_in_its_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open_root(tmp.path()).unwrap();
+        let mut log: OwnedFd = dir.open_append(LOG_NAME, 0o600, u64::MAX).unwrap().into();
+        let write = |fd: &OwnedFd, text: &str| {
+            std::fs::File::from(fd.try_clone().unwrap())
+                .write_all(text.as_bytes())
+                .unwrap()
+        };
+        write(&log, "0123456789");
+        let rotate = |log: &mut OwnedFd, limit: u64| {
+            let taken = std::cell::Cell::new(None);
+            let rotated = rotate_if_grown(&dir, log.as_fd(), limit, |new| {
+                taken.set(Some(new.try_clone_to_owned().unwrap()));
+                Ok(())
+            })
+            .unwrap();
+            if let Some(new) = taken.take() {
+                *log = new;
+            }
+            rotated
+        };
+        assert!(!rotate(&mut log, 10), "not past the limit");
+        write(&log, "x");
+        assert!(rotate(&mut log, 10));
+        write(&log, "new");
+        let read = |name: &str| std::fs::read_to_string(tmp.path().join(name)).unwrap();
+        assert_eq!(read("daemon.log.1"), "0123456789x");
+        assert_eq!(read("daemon.log"), "new");
     }
 }

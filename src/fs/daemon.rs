@@ -102,7 +102,7 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
         None if !config.foreground => {
             let mounted = spawn_daemon(config, mounted)?;
             // The daemon becomes the service's main process.
-            if let Some(notifier) = Notifier::from_env() {
+            if let Some(notifier) = Notifier::from_env(false) {
                 notifier.ready(Some(mounted.pid), &serving(&mounted));
             }
             return Ok(mounted);
@@ -423,7 +423,8 @@ fn serve(
     if let Some((every, (metrics, fs))) = observed {
         super::metrics::spawn_reporter(every, metrics, fs);
     }
-    let notifier = Notifier::from_env().map(Arc::new);
+    let started_by_parent = matches!(announce, Announce::Pipe(_));
+    let notifier = Notifier::from_env(started_by_parent).map(Arc::new);
     match announce {
         Announce::Call(ready) => {
             match &notifier {

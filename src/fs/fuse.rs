@@ -180,17 +180,45 @@ impl FuseAdapter {
             if log::log_enabled!(log::Level::Debug) {
                 log::debug!("{op} of {}: {error}", about());
             }
-        } else if self.failures_logged.admit() {
-            let about = about();
-            match error.code() {
-                Some(_) => log::warn!("{op} of {about}: {error}"),
-                None => log::warn!(
-                    "error[{}]: {op} of {about}: {error}",
-                    ErrorCode::RequestFailed
-                ),
-            }
+            return;
         }
+        let (admitted, unlogged) = self.failures_logged.admit();
+        if unlogged > 0 {
+            log::warn!(
+                "error[{}]: {unlogged} more failed requests were not logged in the last minute",
+                ErrorCode::RequestFailed
+            );
+        }
+        if !admitted {
+            return;
+        }
+        let line = match error.code() {
+            Some(_) => format!("{op} of {}: {error}", about()),
+            None => format!(
+                "error[{}]: {op} of {}: {error}",
+                ErrorCode::RequestFailed,
+                about()
+            ),
+        };
+        log::warn!("{}", capped(line, FAILURE_LINE_BYTES));
     }
+}
+
+/// The longest failure line logged: a path and a message may each be
+/// 4 KiB and more, escaped, and 60 of them a minute must stay small.
+const FAILURE_LINE_BYTES: usize = 1024;
+
+/// `line` cut to at most `max` bytes (at a character boundary), saying how
+/// much was left out.
+fn capped(line: String, max: usize) -> String {
+    if line.len() <= max {
+        return line;
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes)", &line[..end], line.len() - end)
 }
 
 /// How long a refresh waits for the kernel to take its invalidations
@@ -225,17 +253,14 @@ impl LogBudget {
         }
     }
 
-    /// Whether one more failure may be logged now.
-    fn admit(&self) -> bool {
+    /// Whether one more failure may be logged now, and how many were not
+    /// logged in the minute that just ended (to be said once, outside the
+    /// lock).
+    fn admit(&self) -> (bool, u64) {
         let mut budget = self.state.lock();
+        let mut unlogged = 0;
         if budget.started.elapsed() >= Duration::from_secs(60) {
-            if budget.dropped > 0 {
-                log::warn!(
-                    "error[{}]: {} more failed requests were not logged in the last minute",
-                    ErrorCode::RequestFailed,
-                    budget.dropped
-                );
-            }
+            unlogged = budget.dropped;
             *budget = Budget {
                 started: Instant::now(),
                 logged: 0,
@@ -244,10 +269,10 @@ impl LogBudget {
         }
         if budget.logged < FAILURES_LOGGED_PER_MINUTE {
             budget.logged += 1;
-            true
+            (true, unlogged)
         } else {
             budget.dropped += 1;
-            false
+            (false, unlogged)
         }
     }
 }
@@ -572,5 +597,17 @@ fn reply_xattr(reply: ReplyXattr, data: XattrData) {
     match data {
         XattrData::Size(size) => reply.size(size),
         XattrData::Data(bytes) => reply.data(&bytes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_failure_lines_are_cut_at_a_character_boundary() {
+        assert_eq!(super::capped("short".into(), 10), "short");
+        let line = "é".repeat(600);
+        let cut = super::capped(line.clone(), 1023);
+        assert!(cut.starts_with(&"é".repeat(511)), "{cut}");
+        assert!(cut.ends_with("… (178 more bytes)"), "{cut}");
     }
 }

@@ -18,6 +18,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The variable that names the manager's socket.
 pub const NOTIFY_SOCKET_VAR: &str = "NOTIFY_SOCKET";
 
+/// The variable in which systemd (248 and later) names the process it
+/// started for the unit. A `NOTIFY_SOCKET` seen in any other process was
+/// inherited by accident (a mount started from a shell inside some
+/// service) and is not this process's to use.
+pub const EXEC_PID_VAR: &str = "SYSTEMD_EXEC_PID";
+
 /// Where notifications go, if a manager asked for them.
 #[derive(Debug)]
 pub struct Notifier {
@@ -28,9 +34,24 @@ pub struct Notifier {
 
 impl Notifier {
     /// The notifier `NOTIFY_SOCKET` asks for; `None` when it is unset,
-    /// empty or unusable (logged).
-    pub fn from_env() -> Option<Notifier> {
+    /// empty or unusable (logged), or meant for another process: when
+    /// `SYSTEMD_EXEC_PID` is set, it must name this process, or, for a
+    /// daemon its starting command started (`started_by_parent`), that
+    /// command.
+    pub fn from_env(started_by_parent: bool) -> Option<Notifier> {
         let name = std::env::var_os(NOTIFY_SOCKET_VAR)?;
+        if let Some(exec_pid) = std::env::var_os(EXEC_PID_VAR) {
+            let exec_pid = exec_pid.to_str().and_then(|p| p.parse::<u32>().ok());
+            let ours = std::process::id();
+            let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
+            let meant = exec_pid == Some(ours) || (started_by_parent && exec_pid == parent);
+            if !meant {
+                log::debug!(
+                    "{NOTIFY_SOCKET_VAR} is for process {exec_pid:?}, not this one; not notifying"
+                );
+                return None;
+            }
+        }
         match Notifier::to(&name) {
             Ok(notifier) => Some(notifier),
             Err(e) => {
