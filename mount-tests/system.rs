@@ -113,6 +113,9 @@ fn serves_then_umounts(mnt: &PathBuf) {
     for wanted in ["ro", "nosuid", "nodev"] {
         assert!(options.split(',').any(|o| o == wanted), "{wanted}: {line}");
     }
+    // The type fstab names, so `umount -t fuse.pchronicle` finds it too.
+    let (_, fs_type) = line.split_once(" - ").expect("a mountinfo line");
+    assert!(fs_type.starts_with("fuse.pchronicle pchronicle "), "{line}");
     let stats = fs::read_to_string(mnt.join(".stats")).unwrap();
     assert!(stats.contains("\"record_count\": 8"), "{stats}");
     let daemon = daemon_of(mnt).expect("a daemon serves the mount");

@@ -138,6 +138,89 @@ enum Kernel {
     Descriptor(OwnedFd),
 }
 
+/// How the signal thread takes the mount down.
+enum Unmount {
+    /// fuser mounted it (through fusermount3, not being root).
+    Fuser(fuser::SessionUnmounter),
+    /// This process mounted it.
+    Detach,
+    /// A `/dev/fd/N` mount: its owner's.
+    LeftToOwner,
+}
+
+/// A mount this process made itself, detached (lazily) when serving it
+/// fails before it ended with an unmount.
+struct OwnMount {
+    at: PathBuf,
+    armed: bool,
+}
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = mountpoint::detach(&self.at, true) {
+                log::warn!("could not detach {}: {e}", self.at.display());
+            }
+        }
+    }
+}
+
+/// Mounts a new `/dev/fuse` descriptor at `mount_point` itself, typed
+/// `fuse.pchronicle` (what `/etc/fstab`, `findmnt -t` and `umount -t` name;
+/// fuser mounts plain `fuse`), read-only with `options`; `None` when this
+/// process may not mount (not root), for fuser to mount through
+/// fusermount3 instead.
+fn mount_device(
+    mount_point: &Path,
+    options: &[MountOption],
+    acl: SessionACL,
+) -> std::io::Result<Option<OwnedFd>> {
+    use nix::mount::MsFlags;
+    use std::os::unix::fs::PermissionsExt;
+    // Opened close-on-exec.
+    let device: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")?
+        .into();
+    let root_mode = std::fs::metadata(mount_point)?.permissions().mode() & libc::S_IFMT;
+    let mut data = format!(
+        "fd={},rootmode={root_mode:o},user_id={},group_id={}",
+        device.as_raw_fd(),
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw()
+    );
+    if options.contains(&MountOption::DefaultPermissions) {
+        data.push_str(",default_permissions");
+    }
+    if acl != SessionACL::Owner {
+        data.push_str(",allow_other");
+    }
+    let mut flags = MsFlags::empty();
+    for option in options {
+        flags |= match option {
+            MountOption::RO => MsFlags::MS_RDONLY,
+            MountOption::NoDev => MsFlags::MS_NODEV,
+            MountOption::NoSuid => MsFlags::MS_NOSUID,
+            MountOption::NoExec => MsFlags::MS_NOEXEC,
+            MountOption::NoAtime => MsFlags::MS_NOATIME,
+            _ => MsFlags::empty(),
+        };
+    }
+    let fs_type = format!("fuse.{FS_NAME}");
+    match nix::mount::mount(
+        Some(FS_NAME),
+        mount_point,
+        Some(fs_type.as_str()),
+        flags,
+        Some(data.as_str()),
+    ) {
+        Ok(()) => Ok(Some(device)),
+        Err(nix::errno::Errno::EPERM) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The `/dev/fuse` descriptor a mount point of the form `/dev/fd/N`
 /// names, taken over by this process; `None` for any other mount point.
 /// Refused unless `N` is open on the FUSE device.
@@ -404,20 +487,37 @@ fn serve(
         .log_metrics
         .map(|every| (every, filesystem.observe()));
     let descriptor = matches!(kernel, Kernel::Descriptor(_));
-    let session = match kernel {
-        Kernel::Mount(options) => {
-            fuse_config.mount_options = options;
-            Session::new(filesystem, mount_point, &fuse_config)
-        }
-        Kernel::Descriptor(device) => Session::from_fd(filesystem, device, acl, fuse_config),
-    };
-    let mut session = session.map_err(|e| {
+    let refused = |e: std::io::Error| {
         Error::at(
             ErrorCode::MountFailed,
             mount_point,
             format!("the kernel refused the mount: {e}"),
         )
-    })?;
+    };
+    let (session, mut own_mount) = match kernel {
+        Kernel::Mount(options) => {
+            match mount_device(mount_point, &options, acl).map_err(refused)? {
+                Some(device) => {
+                    let own = OwnMount {
+                        at: mount_point.to_path_buf(),
+                        armed: true,
+                    };
+                    (
+                        Session::from_fd(filesystem, device, acl, fuse_config),
+                        Some(own),
+                    )
+                }
+                None => {
+                    fuse_config.mount_options = options;
+                    (Session::new(filesystem, mount_point, &fuse_config), None)
+                }
+            }
+        }
+        Kernel::Descriptor(device) => {
+            (Session::from_fd(filesystem, device, acl, fuse_config), None)
+        }
+    };
+    let mut session = session.map_err(refused)?;
     let _ = invalidations.set(session.notifier());
     log::info!("mounted at {}", mount_point.display());
     if let Some((every, (metrics, fs))) = observed {
@@ -435,7 +535,8 @@ fn serve(
             }
             ready(mounted)
         }
-        // A failure here drops the session, which unmounts.
+        // A failure here drops the session (or the own mount), which
+        // unmounts.
         Announce::Pipe(pipe) => pipe.report(mounted, log)?,
     }
     log::info!(
@@ -454,7 +555,11 @@ fn serve(
             notifier.clone(),
         );
     }
-    let mut unmounter = session.unmount_callable();
+    let mut unmount = match (descriptor, own_mount.is_some()) {
+        (true, _) => Unmount::LeftToOwner,
+        (false, true) => Unmount::Detach,
+        (false, false) => Unmount::Fuser(session.unmount_callable()),
+    };
     let target = mount_point.to_path_buf();
     let stopping = notifier.clone();
     std::thread::Builder::new()
@@ -467,12 +572,14 @@ fn serve(
             if let Some(notifier) = &stopping {
                 notifier.stopping();
             }
-            if descriptor {
+            let unmounted = match &mut unmount {
                 // Not ours to unmount: leaving closes the device, and the
                 // kernel answers ENOTCONN there until its owner unmounts.
-                leave(&catalog_at_exit);
-            }
-            if let Err(e) = unmounter.unmount() {
+                Unmount::LeftToOwner => leave(&catalog_at_exit),
+                Unmount::Detach => mountpoint::detach(&target, false),
+                Unmount::Fuser(unmounter) => unmounter.unmount(),
+            };
+            if let Err(e) = unmounted {
                 // Busy (a shell sits in it): detach it from the namespace
                 // now. A detached mount lives on while used, so the daemon
                 // leaves instead of waiting; users still inside get ENOTCONN.
@@ -493,6 +600,11 @@ fn serve(
     let served = session.run();
     if let Some(notifier) = &notifier {
         notifier.stopping();
+    }
+    if let (Some(own), Ok(())) = (&mut own_mount, &served) {
+        // Served until unmounted: the mount point may hold another mount
+        // by now, which is not ours to take down.
+        own.armed = false;
     }
     served.map_err(|e| {
         Error::at(
