@@ -4,24 +4,37 @@
 //! watching the work tree would rerun this script, and rebuild the crate,
 //! on every command.
 
+use std::path::PathBuf;
 use std::process::Command;
 
-fn main() {
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
+/// What `git ARGS` prints, trimmed; `None` when git fails or is missing.
+fn git(args: &[&str]) -> Option<String> {
+    Command::new("git")
+        .args(args)
         // Reading only: never refresh (write) the index.
         .env("GIT_OPTIONAL_LOCKS", "0")
         .output()
         .ok()
         .filter(|out| out.status.success())
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".to_string());
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=PCHRONICLE_COMMIT={commit}");
-    // A new commit or a checkout changes one of these (a path that does
-    // not exist would rerun this script every time).
-    for path in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
-        if std::path::Path::new(path).exists() {
-            println!("cargo:rerun-if-changed={path}");
+    // A new commit or a checkout changes one of these. Asked of git, so a
+    // linked worktree (whose `.git` is a file) watches its own HEAD and
+    // the shared branches. A path that does not exist would rerun this
+    // script every time, so only existing ones are named.
+    let common = git(&["rev-parse", "--git-common-dir"]).map(PathBuf::from);
+    let watched = [
+        git(&["rev-parse", "--git-path", "HEAD"]).map(PathBuf::from),
+        common.as_ref().map(|dir| dir.join("refs/heads")),
+        common.as_ref().map(|dir| dir.join("packed-refs")),
+    ];
+    for path in watched.into_iter().flatten() {
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
     }
 }
