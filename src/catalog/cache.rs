@@ -213,15 +213,22 @@ impl<K: Hash + Eq + Clone, S: Clone, V: Clone> StampedLru<K, S, V> {
 
     /// Drops every entry whose key `dropped` accepts.
     pub fn forget_where(&self, dropped: impl Fn(&K) -> bool) {
-        let mut inner = self.inner.lock();
-        let keys: Vec<K> = inner
-            .iter()
-            .filter(|(key, _)| dropped(key))
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in keys {
-            inner.pop(&key);
-        }
+        pop_where(&mut self.inner.lock(), dropped);
+    }
+}
+
+/// Drops every entry of `cache` whose key `dropped` accepts.
+pub fn pop_where<K: Hash + Eq + Clone, V>(
+    cache: &mut LruCache<K, V>,
+    dropped: impl Fn(&K) -> bool,
+) {
+    let keys: Vec<K> = cache
+        .iter()
+        .filter(|(key, _)| dropped(key))
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in keys {
+        cache.pop(&key);
     }
 }
 

@@ -338,15 +338,7 @@ impl Catalog {
         let dropped = |key: &PathBuf| key.starts_with(&scope) || holder.as_ref() == Some(key);
         self.dirs.forget_where(dropped);
         self.nodes.forget_where(dropped);
-        let mut handles = self.handles.lock();
-        let kept: Vec<PathBuf> = handles
-            .iter()
-            .filter(|(key, _)| dropped(key))
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in kept {
-            handles.pop(&key);
-        }
+        cache::pop_where(&mut self.handles.lock(), dropped);
     }
 
     /// What `rel` (relative to the root) is.
