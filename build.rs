@@ -20,7 +20,15 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    // Only this crate's own checkout names the commit: sources unpacked
+    // inside some other repository (a home directory kept in git) do not.
+    let top = git(&["rev-parse", "--show-toplevel"]).and_then(|t| std::fs::canonicalize(t).ok());
+    let here = std::env::var_os("CARGO_MANIFEST_DIR").and_then(|d| std::fs::canonicalize(d).ok());
+    let ours = top.is_some() && top == here;
+    let commit = ours
+        .then(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .flatten()
+        .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=PCHRONICLE_COMMIT={commit}");
     // A new commit or a checkout changes one of these. Asked of git, so a
     // linked worktree (whose `.git` is a file) watches its own HEAD and
@@ -32,7 +40,7 @@ fn main() {
         common.as_ref().map(|dir| dir.join("refs/heads")),
         common.as_ref().map(|dir| dir.join("packed-refs")),
     ];
-    for path in watched.into_iter().flatten() {
+    for path in watched.into_iter().flatten().filter(|_| ours) {
         if path.exists() {
             println!("cargo:rerun-if-changed={}", path.display());
         }

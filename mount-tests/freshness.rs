@@ -308,7 +308,15 @@ fn refresh_shows_changes_underneath_at_once_under_long_ttls() {
     refresh(None);
     assert!(!names(&m.at("runs")).contains(&"b.jsonl".to_string()));
     assert_eq!(count(".stats"), 3 + 4);
-    refresh(Some("nowhere/at/all"));
+    let out = crate::harness::run(&[
+        std::ffi::OsStr::new("refresh"),
+        m.mnt.as_os_str(),
+        std::ffi::OsStr::new("nowhere/at/all"),
+    ]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("note: nowhere/at/all is not in the mount")
+    );
 
     // Paths out of the mount are refused before anything is asked.
     let out = crate::harness::run(&[

@@ -126,13 +126,25 @@ fn page_of(command: clap::Command) -> clap_mangen::Man {
 }
 
 /// Writes the page of `command` and of each of its commands, all the way
-/// down, into `dir` (`pchronicle-index-build.1` and so on).
+/// down, into `dir` (`pchronicle-index-build.1` and so on). A page is
+/// never written through a symlink (`man --dir` is often run as root).
 fn write_pages(command: &clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
         write_pages(sub, dir)?;
     }
-    page_of(command.clone()).generate_to(dir)?;
-    Ok(())
+    let page = page_of(command.clone());
+    let mut text = Vec::new();
+    page.render(&mut text)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(page.get_filename()))?
+        .write_all(&text)
 }
 
 /// Writes `bytes` to standard output; a closed pipe (`| head`) is no error.

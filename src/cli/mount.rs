@@ -208,7 +208,13 @@ pub(super) struct RefreshArgs {
 impl RefreshArgs {
     pub(super) fn run(self) -> Result<ExitCode> {
         let path = self.path.unwrap_or_default();
-        crate::fs::control::refresh(&self.mountpoint, &path)?;
+        let refreshed = crate::fs::control::refresh(&self.mountpoint, &path)?;
+        if refreshed == crate::fs::control::Refreshed::Absent {
+            eprintln!(
+                "note: {} is not in the mount (now); what it showed there is forgotten",
+                path.display()
+            );
+        }
         Ok(ExitCode::SUCCESS)
     }
 }

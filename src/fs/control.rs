@@ -61,6 +61,16 @@ fn encode(name: Option<&OsStr>) -> Option<Request> {
     Some(request)
 }
 
+/// What a refresh did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refreshed {
+    /// The path is in the mount (now).
+    Shown,
+    /// The path is not in the mount: whatever the mount showed of it is
+    /// forgotten (a mistyped path lands here too).
+    Absent,
+}
+
 /// Makes the live pchronicle mount at `mount_point` forget what it cached
 /// of `rel` (a path inside it; empty for the whole mount) at once.
 ///
@@ -69,7 +79,7 @@ fn encode(name: Option<&OsStr>) -> Option<Request> {
 /// was made or removed underneath since) cannot be walked through: the
 /// refresh is asked for that name instead, which covers everything below
 /// it.
-pub fn refresh(mount_point: &Path, rel: &Path) -> Result<()> {
+pub fn refresh(mount_point: &Path, rel: &Path) -> Result<Refreshed> {
     let abs = mountpoint::absolute(mount_point)?;
     match mountpoint::state(&abs) {
         MountState::Live => {}
@@ -102,6 +112,7 @@ pub fn refresh(mount_point: &Path, rel: &Path) -> Result<()> {
             }
         }
     }
+    let root = open_mount_root(&abs, mount_point)?;
     let open = |at: &OwnedFd, name: &OsStr| {
         rustix::fs::openat(
             at,
@@ -110,24 +121,64 @@ pub fn refresh(mount_point: &Path, rel: &Path) -> Result<()> {
             Mode::empty(),
         )
     };
-    let mut dir = rustix::fs::open(
-        &abs,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(mount_point, &e.into()))?;
-    let Some((last, through)) = names.split_last() else {
-        return ask(&dir, None, rel);
-    };
-    for name in through {
-        match open(&dir, name) {
-            Ok(sub) => dir = sub,
-            Err(Errno::NOENT | Errno::NOTDIR | Errno::STALE) => return ask(&dir, Some(name), rel),
-            Err(e) => return Err(Error::io(&abs.join(rel), &e.into())),
+    let asked = match names.split_last() {
+        None => ask(&root, None, rel),
+        Some((last, through)) => {
+            let mut dir = None;
+            let mut stopped = None;
+            for name in through {
+                match open(dir.as_ref().unwrap_or(&root), name) {
+                    Ok(sub) => dir = Some(sub),
+                    Err(Errno::NOENT | Errno::NOTDIR | Errno::STALE) => {
+                        stopped = Some(*name);
+                        break;
+                    }
+                    Err(e) => return Err(Error::io(&abs.join(rel), &e.into())),
+                }
+            }
+            ask(
+                dir.as_ref().unwrap_or(&root),
+                Some(stopped.unwrap_or(last)),
+                rel,
+            )
         }
+    };
+    asked?;
+    if names.is_empty() {
+        return Ok(Refreshed::Shown);
     }
-    ask(&dir, Some(last), rel)
+    // Whether the path is there now, as the mount shows it after the
+    // refresh (it never shows symlinks).
+    match rustix::fs::statat(&root, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(_) => Ok(Refreshed::Shown),
+        Err(Errno::NOENT | Errno::NOTDIR) => Ok(Refreshed::Absent),
+        Err(e) => Err(Error::io(&abs.join(rel), &e.into())),
+    }
 }
+
+/// The root of the mount at `abs`, opened without following a symlink,
+/// and checked to be a FUSE filesystem.
+fn open_mount_root(abs: &Path, mount_point: &Path) -> Result<OwnedFd> {
+    let failed = |why: String| Error::at(ErrorCode::RefreshFailed, mount_point, why);
+    let root = mountpoint::Pinned::of(abs)
+        .and_then(|pinned| pinned.open(OFlags::RDONLY))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM) => failed(format!(
+                "the mount refused this user ({e}); only root and the user the daemon runs as may refresh"
+            )),
+            _ => Error::io(mount_point, &e),
+        })?;
+    let magic = rustix::fs::fstatfs(&root)
+        .map_err(|e| Error::io(mount_point, &e.into()))?
+        .f_type;
+    if magic as i64 != FUSE_SUPER_MAGIC {
+        return Err(failed("not a FUSE filesystem any more".into()));
+    }
+    Ok(root)
+}
+
+/// `statfs(2)`'s type of a FUSE filesystem.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 /// Sends one refresh request on the open directory `dir`.
 fn ask(dir: &OwnedFd, name: Option<&OsStr>, rel: &Path) -> Result<()> {
@@ -140,13 +191,13 @@ fn ask(dir: &OwnedFd, name: Option<&OsStr>, rel: &Path) -> Result<()> {
         Errno::PERM | Errno::ACCESS => {
             failed("only root and the user the daemon runs as may refresh".into())
         }
-        Errno::NOTTY | Errno::NOSYS | Errno::INVAL => failed(format!(
+        Errno::NOTTY | Errno::NOSYS => failed(format!(
             "the mount did not take the request ({e}); a daemon older than this pchronicle?"
         )),
         Errno::TIMEDOUT => {
             failed("the daemon dropped its caches, but the kernel's are still being cleared".into())
         }
-        e => failed(format!("the mount answered: {e}")),
+        e => failed(format!("the mount refused the request: {e}")),
     })
 }
 

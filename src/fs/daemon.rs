@@ -73,6 +73,17 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
     if let Some(device) = fuse_descriptor(&config.mount_point)? {
         // Mounted already by whoever opened the descriptor, who also
         // supervises it: served here, never in the background.
+        if acl != SessionACL::Owner {
+            // Listings and attributes rely on the kernel checking
+            // permissions (default_permissions), which only the mounter
+            // chose and this process cannot see.
+            return Err(Error::new(
+                ErrorCode::MountOptionInvalid,
+                "--allow-other and -o allow_other/allow_root cannot be honoured for a /dev/fd/N \
+                 mount: whether its mount checks permissions is not known here; it serves \
+                 its owner only",
+            ));
+        }
         let mounted = Mounted {
             warehouse: catalog.root().to_path_buf(),
             mount_point: config.mount_point.clone(),
@@ -167,50 +178,50 @@ impl Drop for OwnMount {
 
 /// Mounts a new `/dev/fuse` descriptor at `mount_point` itself, typed
 /// `fuse.pchronicle` (what `/etc/fstab`, `findmnt -t` and `umount -t` name;
-/// fuser mounts plain `fuse`), read-only with `options`; `None` when this
-/// process may not mount (not root), for fuser to mount through
-/// fusermount3 instead.
+/// fuser mounts plain `fuse`), always read-only, without devices or set-id
+/// bits, with the kernel checking permissions; `None` when this process
+/// may not mount (not root), for fuser to mount through fusermount3.
+///
+/// The mount point is opened first without following any symlink, and the
+/// mount made onto that open directory: a user who can rename a directory
+/// on the way cannot swap in another place between the checks and the
+/// mount.
 fn mount_device(
     mount_point: &Path,
     options: &[MountOption],
     acl: SessionACL,
 ) -> std::io::Result<Option<OwnedFd>> {
     use nix::mount::MsFlags;
-    use std::os::unix::fs::PermissionsExt;
+    let target = mountpoint::Pinned::of(mount_point)?.open(rustix::fs::OFlags::PATH)?;
+    let root_mode = rustix::fs::fstat(&target)?.st_mode & libc::S_IFMT;
     // Opened close-on-exec.
     let device: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/fuse")?
         .into();
-    let root_mode = std::fs::metadata(mount_point)?.permissions().mode() & libc::S_IFMT;
     let mut data = format!(
-        "fd={},rootmode={root_mode:o},user_id={},group_id={}",
+        "fd={},rootmode={root_mode:o},user_id={},group_id={},default_permissions",
         device.as_raw_fd(),
         rustix::process::getuid().as_raw(),
         rustix::process::getgid().as_raw()
     );
-    if options.contains(&MountOption::DefaultPermissions) {
-        data.push_str(",default_permissions");
-    }
     if acl != SessionACL::Owner {
         data.push_str(",allow_other");
     }
-    let mut flags = MsFlags::empty();
+    let mut flags = MsFlags::MS_RDONLY | MsFlags::MS_NODEV | MsFlags::MS_NOSUID;
     for option in options {
         flags |= match option {
-            MountOption::RO => MsFlags::MS_RDONLY,
-            MountOption::NoDev => MsFlags::MS_NODEV,
-            MountOption::NoSuid => MsFlags::MS_NOSUID,
             MountOption::NoExec => MsFlags::MS_NOEXEC,
             MountOption::NoAtime => MsFlags::MS_NOATIME,
             _ => MsFlags::empty(),
         };
     }
     let fs_type = format!("fuse.{FS_NAME}");
+    let onto = Path::new("/proc/self/fd").join(target.as_raw_fd().to_string());
     match nix::mount::mount(
         Some(FS_NAME),
-        mount_point,
+        &onto,
         Some(fs_type.as_str()),
         flags,
         Some(data.as_str()),

@@ -8,10 +8,14 @@
 //! `ENOTCONN`; it is *dead*, and is detached lazily, which the kernel
 //! allows even while shells still sit in it.
 
+use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
 use std::process::Command;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use nix::errno::Errno;
 use nix::mount::MntFlags;
@@ -181,13 +185,17 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<()> {
 
 /// `umount2(2)` on `abs`, falling back to the setuid `fusermount3 -u`
 /// helper when this user may not unmount directly.
+///
+/// Root unmounts through the mount point's directory opened without
+/// following any symlink, and never follows its last name: a user who can
+/// rename a directory on the way cannot make it unmount something else.
 pub fn detach(abs: &Path, lazy: bool) -> io::Result<()> {
-    let flags = if lazy {
-        MntFlags::MNT_DETACH
-    } else {
-        MntFlags::empty()
-    };
-    let err = match nix::mount::umount2(abs, flags) {
+    let mut flags = MntFlags::UMOUNT_NOFOLLOW;
+    if lazy {
+        flags |= MntFlags::MNT_DETACH;
+    }
+    let pinned = Pinned::of(abs)?;
+    let err = match nix::mount::umount2(&pinned.path(), flags) {
         Ok(()) => return Ok(()),
         Err(Errno::EPERM) => io::Error::from(Errno::EPERM),
         Err(other) => return Err(other.into()),
@@ -207,6 +215,74 @@ pub fn detach(abs: &Path, lazy: bool) -> io::Result<()> {
         }
     }
     Err(last)
+}
+
+/// An absolute path pinned against renames: the directory holding it,
+/// opened without following any symlink on the way, and its last name.
+/// [`Pinned::path`] names it through that open directory.
+pub struct Pinned {
+    parent: OwnedFd,
+    name: OsString,
+}
+
+impl Pinned {
+    /// Pins `abs`, an absolute path whose directory has no symlinks (as
+    /// [`absolute`] makes it); `ELOOP` when one appeared since.
+    pub fn of(abs: &Path) -> io::Result<Pinned> {
+        let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+            return Err(io::Error::from(Errno::EINVAL));
+        };
+        Ok(Pinned {
+            parent: open_dir_no_symlinks(parent)?,
+            name: name.to_os_string(),
+        })
+    }
+
+    /// The path through the open directory (`/proc/self/fd/N/NAME`): the
+    /// kernel goes straight to that directory, whatever its path is now.
+    pub fn path(&self) -> PathBuf {
+        Path::new("/proc/self/fd")
+            .join(self.parent.as_raw_fd().to_string())
+            .join(&self.name)
+    }
+
+    /// The pinned name itself, opened as a directory with `flags` (say
+    /// `O_PATH` or `O_RDONLY`), never through a symlink.
+    pub fn open(&self, flags: OFlags) -> io::Result<OwnedFd> {
+        Ok(rustix::fs::openat(
+            &self.parent,
+            &self.name,
+            flags | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+}
+
+/// The absolute directory `path` opened `O_PATH`, refusing any symlink on
+/// the way (`openat2`, or one `openat` per component where it is missing).
+fn open_dir_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    ) {
+        Err(rustix::io::Errno::NOSYS) => {}
+        opened => return Ok(opened?),
+    }
+    let mut dir = rustix::fs::open("/", flags, Mode::empty())?;
+    for component in path.components() {
+        match component {
+            Component::RootDir => {}
+            Component::Normal(name) => {
+                dir = rustix::fs::openat(&dir, name, flags | OFlags::NOFOLLOW, Mode::empty())?;
+            }
+            _ => return Err(io::Error::from(Errno::EINVAL)),
+        }
+    }
+    Ok(dir)
 }
 
 #[cfg(test)]
@@ -233,6 +309,29 @@ mod tests {
         assert_eq!(unescape("a\\b"), "a\\b");
         assert_eq!(unescape("a\\134b"), "a\\b");
         assert_eq!(unescape("x\\011"), "x\t");
+    }
+
+    #[test]
+    fn a_pinned_path_goes_through_the_open_directory_and_refuses_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = fs::canonicalize(tmp.path()).unwrap();
+        fs::create_dir(real.join("a")).unwrap();
+        fs::create_dir(real.join("a/mnt")).unwrap();
+        let pinned = Pinned::of(&real.join("a/mnt")).unwrap();
+        // Renamed away and replaced by a symlink: the pin still leads to
+        // the directory it opened, and its last name is never followed.
+        fs::rename(real.join("a"), real.join("b")).unwrap();
+        std::os::unix::fs::symlink("/etc", real.join("a")).unwrap();
+        assert!(pinned.open(OFlags::PATH).is_ok());
+        assert_eq!(fs::canonicalize(pinned.path()).unwrap(), real.join("b/mnt"));
+        // A symlink on the way is refused when pinning.
+        assert!(Pinned::of(&real.join("a/passwd")).is_err());
+        fs::remove_dir(real.join("b/mnt")).unwrap();
+        std::os::unix::fs::symlink("/etc", real.join("b/mnt")).unwrap();
+        assert!(
+            pinned.open(OFlags::PATH).is_err(),
+            "the last name is not followed"
+        );
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub struct Renders {
     rendered: AtomicU64,
     render_us: AtomicU64,
     reused: AtomicU64,
+    /// Counts [`Renders::forget`] calls: a render begun before one is not
+    /// kept.
+    generation: AtomicU64,
 }
 
 /// How many synthetic files were rendered (and in how long) and how many
@@ -117,7 +120,13 @@ impl Renders {
             rendered: AtomicU64::new(0),
             render_us: AtomicU64::new(0),
             reused: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// The current generation, to hand back to [`Renders::keep`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// The counts so far.
@@ -173,6 +182,7 @@ impl Renders {
     /// for every viewer.
     pub fn forget(&self, inos: &[u64]) {
         let mut memo = self.memo.lock();
+        self.generation.fetch_add(1, Ordering::SeqCst);
         let keys: Vec<RenderKey> = memo
             .entries
             .iter()
@@ -186,10 +196,16 @@ impl Renders {
         }
     }
 
-    /// Keeps a render for reuse within the TTL (a zero TTL keeps nothing).
-    pub fn keep(&self, key: RenderKey, bytes: Arc<[u8]>) {
-        if !self.ttl.is_zero() {
-            self.memo.lock().put(key, bytes, self.ttl);
+    /// Keeps a render begun in `generation` for reuse within the TTL (a
+    /// zero TTL keeps nothing, nor does a render older than a forget).
+    pub fn keep(&self, key: RenderKey, bytes: Arc<[u8]>, generation: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut memo = self.memo.lock();
+        // Checked under the lock `forget` bumps it under.
+        if self.generation.load(Ordering::SeqCst) == generation {
+            memo.put(key, bytes, self.ttl);
         }
     }
 }

@@ -122,7 +122,13 @@ pub struct WarehouseFs {
     listed: Mutex<HashMap<u64, Listed>>,
     /// Per synthetic file inode: the one content it holds (see `versions`).
     versions: versions::Versions,
+    /// The names the kernel was told do not exist, most recent ones (see
+    /// `refresh`).
+    negatives: Mutex<lru::LruCache<(u64, Box<str>), ()>>,
 }
+
+/// Negative answers remembered for `refresh`.
+const NEGATIVES_KEPT: usize = 4096;
 
 /// What a directory's listing was last built from, and when.
 #[derive(Clone, Copy)]
@@ -154,6 +160,9 @@ impl WarehouseFs {
             shown: Mutex::new(HashMap::new()),
             pruned_at: AtomicU64::new(0),
             listed: Mutex::new(HashMap::new()),
+            negatives: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(NEGATIVES_KEPT).expect("not zero"),
+            )),
         }
     }
 
@@ -181,8 +190,9 @@ impl WarehouseFs {
     /// kernel holds once the entry is returned. A name that does not exist
     /// is a negative entry when the mount has a negative TTL.
     pub fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> Result<Entry, FsError> {
+        // A name that is not UTF-8 never exists in the mount.
         let Some(name) = name.to_str() else {
-            return self.absent(Errno::ENOENT.into());
+            return self.absent(caller, parent, None, Errno::ENOENT.into());
         };
         // The number claimed is the one the entry describes. It is held
         // from here until it is counted, so no forget or sweep drops it in
@@ -190,7 +200,7 @@ impl WarehouseFs {
         for _ in 0..LOOKUP_TRIES {
             let entry = match self.entry_of(caller, parent, name) {
                 Ok(entry) => entry,
-                Err(error) => return self.absent(error),
+                Err(error) => return self.absent(caller, parent, Some(name), error),
             };
             let ino = entry.attr.ino.0;
             if self.inodes.claim_number(ino) {
@@ -201,13 +211,27 @@ impl WarehouseFs {
         Err(Errno::ENOENT.into())
     }
 
-    /// A lookup that failed with `error`: a negative entry for a name
-    /// that does not exist, when the mount has a negative TTL.
-    fn absent(&self, error: FsError) -> Result<Entry, FsError> {
-        if error.raw_errno() == libc::ENOENT && !self.options.negative_ttl.is_zero() {
-            return Ok(Entry::negative(self.options.negative_ttl));
+    /// A lookup of `name` in `parent` that failed with `error`: a
+    /// negative entry for a name that does not exist, when the mount has a
+    /// negative TTL and the caller sees the warehouse as the daemon does
+    /// (the kernel shares a negative entry among all users: one user's
+    /// answer must not hide a name from the others). The names answered
+    /// so are noted, so a refresh can make the kernel forget them.
+    fn absent(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: Option<&str>,
+        error: FsError,
+    ) -> Result<Entry, FsError> {
+        let ttl = self.options.negative_ttl;
+        if error.raw_errno() != libc::ENOENT || ttl.is_zero() || !self.views.is_own(caller) {
+            return Err(error);
         }
-        Err(error)
+        if let Some(name) = name {
+            self.negatives.lock().put((parent, Box::from(name)), ());
+        }
+        Ok(Entry::negative(ttl))
     }
 
     fn entry_of(&self, caller: &Caller, parent: u64, name: &str) -> Result<Entry, FsError> {
@@ -652,6 +676,8 @@ impl WarehouseFs {
     ) -> Result<Arc<[u8]>, FsError> {
         let catalog = &view.catalog;
         let started = Instant::now();
+        // A refresh during this render makes what it found too old to keep.
+        let generation = self.renders.generation();
         let bytes: Arc<[u8]> = if self.options.attr_ttl.is_zero() {
             let text = match which {
                 Synthetic::Stats => catalog.stats(rel).map(|s| s.to_json()),
@@ -669,10 +695,11 @@ impl WarehouseFs {
                 Synthetic::Records => return Err(Errno::EINVAL.into()),
             };
             let bytes: Arc<[u8]> = Arc::from(mine.into_bytes());
-            self.renders.keep((ino, view.id), Arc::clone(&bytes));
+            self.renders
+                .keep((ino, view.id), Arc::clone(&bytes), generation);
             if let Some(sibling) = self.sibling(ino, other) {
                 self.renders
-                    .keep((sibling, view.id), Arc::from(text.into_bytes()));
+                    .keep((sibling, view.id), Arc::from(text.into_bytes()), generation);
             }
             bytes
         };

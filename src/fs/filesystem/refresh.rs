@@ -28,10 +28,11 @@ pub struct Forget {
 impl WarehouseFs {
     /// Forgets what the mount holds of `name` in the directory `dir` (of
     /// `dir` itself when `name` is `None`) and of everything below it:
-    /// the renders of the synthetic files there and in every directory
-    /// above (their rollups include it), the listings kept for the kernel,
-    /// and the catalogs' cached listings and classifications. Returns what
-    /// the kernel must forget. Only root and the daemon's own user may ask
+    /// the renders and versions of the synthetic files there and in every
+    /// directory above (their rollups include it), the listings kept for
+    /// the kernel, and the catalogs' cached listings and classifications.
+    /// Returns what the kernel must forget: every name there (also those
+    /// it was told are missing) and every inode there and above. Only root and the daemon's own user may ask
     /// (`EPERM`): a refresh costs the daemon a walk.
     pub fn refresh(
         &self,
@@ -57,22 +58,36 @@ impl WarehouseFs {
             None => dir_rel.to_path_buf(),
         };
         let mut forget = Forget::default();
-        for node in self.inodes.within(&scope) {
+        let within = self.inodes.within(&scope);
+        for node in &within {
             forget.inodes.push(node.ino);
-            if let Some(name) = node.name {
-                forget.entries.push((node.parent, name));
+            if let Some(name) = &node.name {
+                forget.entries.push((node.parent, name.clone()));
             }
         }
         if let Some(name) = name {
             // Also when the kernel knows the name only as missing.
             forget.entries.push((dir, name.to_string()));
         }
+        // Names the kernel was told are missing in a directory there.
+        {
+            let dirs: std::collections::HashSet<u64> = within.iter().map(|n| n.ino).collect();
+            let negatives = self.negatives.lock();
+            for ((parent, missing), ()) in negatives.iter() {
+                if dirs.contains(parent) {
+                    forget.entries.push((*parent, missing.to_string()));
+                }
+            }
+        }
+        // Above: each directory's listing and attributes and its rollups,
+        // whose versions are retired (a name's entry is not invalidated
+        // there: that waits for the directory's lock, which a slow lookup
+        // in it, a render, may hold for long).
         for above in self.inodes.ancestors(dir) {
             forget.inodes.push(above);
             for which in [Synthetic::Stats, Synthetic::Sources] {
                 if let Some(ino) = self.inodes.existing_child(above, which.name()) {
                     forget.inodes.push(ino);
-                    forget.entries.push((above, which.name().to_string()));
                 }
             }
         }
@@ -81,6 +96,7 @@ impl WarehouseFs {
         forget.entries.sort_unstable();
         forget.entries.dedup();
         self.renders.forget(&forget.inodes);
+        self.retire_versions(&forget.inodes);
         {
             let mut listed = self.listed.lock();
             for ino in &forget.inodes {

@@ -246,6 +246,20 @@ impl WarehouseFs {
         Ok(Some((ino, version)))
     }
 
+    /// Retires the versions the numbers `inos` hold: each answers `ESTALE`
+    /// from now on (a handle open on it keeps its bytes), so the kernel
+    /// looks its name up again and is shown the content as it is now.
+    pub(super) fn retire_versions(&self, inos: &[u64]) {
+        let mut held = self.versions.inner.lock();
+        for &ino in inos {
+            if let Some(old) = held.versions.pop(&ino) {
+                held.bytes -= old.bytes.len();
+                held.retired.insert(ino, old.made);
+                self.inodes.detach(ino);
+            }
+        }
+    }
+
     /// Holds `version` as `ino`'s, retiring what is pushed out: a number
     /// the kernel still holds answers `ESTALE` from now on and its name
     /// gets a new one.
