@@ -117,52 +117,55 @@ fn parse(args: &[OsString]) -> Result<HelperCall> {
     let mut options = Vec::new();
     let (mut sloppy, mut fake, mut verbose) = (false, false, false);
     let mut rest = args.iter();
+    let mut flags_end = false;
     while let Some(arg) = rest.next() {
         let bytes = arg.as_encoded_bytes();
-        if !bytes.starts_with(b"-") || bytes == b"-" {
+        if flags_end || !bytes.starts_with(b"-") || bytes == b"-" {
             places.push(arg.clone());
             continue;
         }
         let text = arg
             .to_str()
             .ok_or_else(|| usage(format!("{arg:?}: not UTF-8")))?;
-        let (flags, attached) = match text.strip_prefix("-o").or(text.strip_prefix("-t")) {
-            Some(value) => (&text[..2], (!value.is_empty()).then_some(value)),
-            None => (text, None),
-        };
-        match flags {
-            "-o" | "-t" => {
-                let value = match attached {
-                    Some(value) => value.to_string(),
-                    None => rest
-                        .next()
-                        .and_then(|v| v.to_str())
-                        .ok_or_else(|| usage(format!("{flags} needs a UTF-8 value")))?
-                        .to_string(),
-                };
-                if flags == "-o" {
-                    options.extend(value.split(',').map(str::to_string));
-                } else if !matches!(value.as_str(), "fuse.pchronicle" | "pchronicle") {
-                    return Err(usage(format!(
-                        "-t {value}: this helper mounts fuse.pchronicle"
-                    )));
-                }
-            }
+        match text {
+            "--" => flags_end = true,
             "-N" | "--namespace" => {
                 return Err(usage("-N: mounting in another namespace is not supported"));
             }
-            short if !short.starts_with("--") => {
-                for flag in short[1..].chars() {
+            long if long.starts_with("--") => {
+                return Err(usage(format!("{long}: unknown flag")));
+            }
+            short => {
+                // Grouped like `-svo OPTIONS` or `-ofoo`: `o` and `t` take
+                // the rest of the group, else the next argument.
+                for (at, flag) in short.char_indices().skip(1) {
                     match flag {
                         's' => sloppy = true,
                         'f' => fake = true,
                         'v' => verbose = true,
                         'n' => {}
+                        'o' | 't' => {
+                            let attached = &short[at + 1..];
+                            let value = if attached.is_empty() {
+                                rest.next()
+                                    .and_then(|v| v.to_str())
+                                    .ok_or_else(|| usage(format!("-{flag} needs a UTF-8 value")))?
+                            } else {
+                                attached
+                            };
+                            if flag == 'o' {
+                                options.extend(split_options(value));
+                            } else if !matches!(value, "fuse.pchronicle" | "pchronicle") {
+                                return Err(usage(format!(
+                                    "-t {value}: this helper mounts fuse.pchronicle"
+                                )));
+                            }
+                            break;
+                        }
                         other => return Err(usage(format!("-{other}: unknown flag"))),
                     }
                 }
             }
-            other => return Err(usage(format!("{other}: unknown flag"))),
         }
     }
     let [source, mountpoint] = <[OsString; 2]>::try_from(places).map_err(|places| {
@@ -208,6 +211,25 @@ fn parse(args: &[OsString]) -> Result<HelperCall> {
     } else {
         HelperCall::Mount(mount)
     })
+}
+
+/// The options of one `-o` value: split at commas, where `\,` is a comma
+/// inside an option (a path holding one) and `\\` a backslash.
+fn split_options(value: &str) -> Vec<String> {
+    let mut options = vec![String::new()];
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(escaped @ (',' | '\\')) => options.last_mut().unwrap().push(escaped),
+                Some(other) => options.last_mut().unwrap().extend(['\\', other]),
+                None => options.last_mut().unwrap().push('\\'),
+            },
+            ',' => options.push(String::new()),
+            c => options.last_mut().unwrap().push(c),
+        }
+    }
+    options
 }
 
 enum Translated {
@@ -287,6 +309,49 @@ mod tests {
             Some(Err(e)) => e,
             other => panic!("{args:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn grouped_flags_a_double_dash_and_escaped_commas_are_read() {
+        assert_eq!(
+            mount(&[
+                "mount.pchronicle",
+                "-svoallow_other,log=/var/log/a\\,b.log",
+                "--",
+                "/wh",
+                "-mnt"
+            ]),
+            [
+                "pchronicle",
+                "mount",
+                "--log=/var/log/a,b.log",
+                "-oallow_other",
+                "--",
+                "/wh",
+                "-mnt"
+            ]
+        );
+        assert_eq!(
+            mount(&["mount.pchronicle", "/wh", "/mnt", "-so", "noatime"]),
+            [
+                "pchronicle",
+                "mount",
+                "--quiet",
+                "-onoatime",
+                "--",
+                "/wh",
+                "/mnt"
+            ]
+        );
+        assert_eq!(split_options("a\\\\,b\\x"), ["a\\", "b\\x"]);
+        assert_eq!(
+            refused(&["mount.pchronicle", "/wh", "/mnt", "-vq"]).code,
+            ErrorCode::MountHelperUsage
+        );
+        assert_eq!(
+            refused(&["mount.pchronicle", "/wh", "/mnt", "-o"]).code,
+            ErrorCode::MountHelperUsage
+        );
     }
 
     #[test]
