@@ -269,3 +269,63 @@ fn a_file_replaced_after_the_kernel_saw_it_is_served_whole_and_new() {
     assert_eq!(fs::read_to_string(m.at("r.jsonl")).unwrap(), longer);
     assert_eq!(fs::metadata(m.at("r.jsonl")).unwrap().len(), 500);
 }
+
+#[test]
+fn a_user_mounts_through_fusermount3_and_unmounts_again() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: needs root to act as a second user");
+        return;
+    }
+    if !crate::harness::fuse_usable() {
+        return;
+    }
+    // Users reach FUSE only where /dev/fuse is open to them (0666 on most
+    // distributions); some machines keep it to root.
+    let device = fs::metadata("/dev/fuse").unwrap();
+    if device.mode() & 0o006 != 0o006 {
+        eprintln!(
+            "skipping: /dev/fuse is mode {:o}, so no user can mount here",
+            device.mode() & 0o777
+        );
+        return;
+    }
+    let (uid, gid) = test_user();
+    let wh = Warehouse::new();
+    wh.file("runs/a.jsonl", jsonl(2, 1_700_000_000));
+    fs::set_permissions(wh.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, mnt) = empty_mount_point();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&mnt, Some(uid), Some(gid)).unwrap();
+    let run = |args: &[&std::ffi::OsStr]| as_user(uid, gid, bin(), args);
+    let out = run(&[
+        "mount".as_ref(),
+        wh.path().as_os_str(),
+        mnt.as_os_str(),
+        "--no-cache".as_ref(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Not root: mounted by fusermount3, as the user's.
+    let entry = pchronicle::fs::mountpoint::pchronicle_mount_at(&mnt).expect("mounted");
+    assert!(entry.fs_type.starts_with("fuse"), "{entry:?}");
+    let stats = as_user(
+        uid,
+        gid,
+        Path::new("/bin/cat"),
+        &[mnt.join(".stats").as_os_str()],
+    );
+    assert!(
+        String::from_utf8_lossy(&stats.stdout).contains("\"record_count\": 2"),
+        "{stats:?}"
+    );
+    let out = run(&["umount".as_ref(), mnt.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(pchronicle::fs::mountpoint::pchronicle_mount_at(&mnt).is_none());
+}

@@ -192,6 +192,11 @@ fn mount_device(
     acl: SessionACL,
 ) -> std::io::Result<Option<OwnedFd>> {
     use nix::mount::MsFlags;
+    // Only root may mount(2); a user mounts through the setuid
+    // fusermount3, which opens /dev/fuse itself.
+    if !rustix::process::geteuid().is_root() {
+        return Ok(None);
+    }
     let target = mountpoint::Pinned::of(mount_point)?.open(rustix::fs::OFlags::PATH)?;
     let root_mode = rustix::fs::fstat(&target)?.st_mode & libc::S_IFMT;
     // Opened close-on-exec.
