@@ -431,6 +431,9 @@ fn children_peak_rss_mib() -> u64 {
     usage.ru_maxrss as u64 / 1024
 }
 
+/// A benchmark: its name and what runs it over the fixture directory.
+type Bench = (&'static str, fn(&Path));
+
 fn main() {
     // `cargo bench` passes `--bench`; other arguments name the benchmarks
     // to run (a part of their name: `cargo bench --bench catalog -- git`).
@@ -445,7 +448,7 @@ fn main() {
         .prefix("pchronicle-bench")
         .tempdir_in(base)
         .unwrap();
-    let benches: [(&str, fn(&Path)); 9] = [
+    let benches: [Bench; 9] = [
         ("count", bench_count),
         ("list", bench_list),
         ("stats", bench_stats),

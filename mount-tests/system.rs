@@ -7,7 +7,7 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ fn daemon_of(mnt: &Path) -> Option<u32> {
 
 /// Checks the mount at `mnt` is ours, read-only, answers, and reads the
 /// warehouse; then `umount` takes it down and its daemon leaves.
-fn serves_then_umounts(mnt: &PathBuf) {
+fn serves_then_umounts(mnt: &Path) {
     assert_eq!(mountpoint::state(mnt), MountState::Live);
     let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let line = table
@@ -119,7 +119,7 @@ fn serves_then_umounts(mnt: &PathBuf) {
     let stats = fs::read_to_string(mnt.join(".stats")).unwrap();
     assert!(stats.contains("\"record_count\": 8"), "{stats}");
     let daemon = daemon_of(mnt).expect("a daemon serves the mount");
-    ok(&command("umount", &[mnt]), "umount");
+    ok(&command("umount", &[&mnt]), "umount");
     assert_eq!(mountpoint::state(mnt), MountState::NotMounted);
     leaves(daemon);
 }

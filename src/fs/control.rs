@@ -133,7 +133,7 @@ pub fn refresh(mount_point: &Path, rel: &Path) -> Result<Refreshed> {
                         stopped = Some(*name);
                         break;
                     }
-                    Err(e) => return Err(Error::io(&abs.join(rel), &e.into())),
+                    Err(e) => return Err(Error::io(abs.join(rel), &e.into())),
                 }
             }
             ask(
@@ -152,7 +152,7 @@ pub fn refresh(mount_point: &Path, rel: &Path) -> Result<Refreshed> {
     match rustix::fs::statat(&root, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
         Ok(_) => Ok(Refreshed::Shown),
         Err(Errno::NOENT | Errno::NOTDIR) => Ok(Refreshed::Absent),
-        Err(e) => Err(Error::io(&abs.join(rel), &e.into())),
+        Err(e) => Err(Error::io(abs.join(rel), &e.into())),
     }
 }
 

@@ -66,10 +66,9 @@ fn record(i: usize) -> String {
 
 fn append(store: &Path, i: usize) -> pchronicle::shards::Appended {
     let mut writer = Writer::open(store, "s1", ShardFormat::Line).unwrap();
-    let appended = writer
+    writer
         .append(validate_record(record(i).as_bytes()).unwrap())
-        .unwrap();
-    appended
+        .unwrap()
 }
 
 /// What the rule says now about the shard the state hint names.

@@ -316,7 +316,7 @@ fn a_directory_swapped_for_a_symlink_never_leads_outside() {
         // 0, 3 or (when the swap moves the directory under the walk's
         // feet) 6 of its own records; never one of the 7 outside.
         assert!(
-            stats.record_count % 3 == 0 && stats.record_count <= 6,
+            stats.record_count.is_multiple_of(3) && stats.record_count <= 6,
             "{stats:?}"
         );
         counted += u64::from(stats.record_count == 3);

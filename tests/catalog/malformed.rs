@@ -281,7 +281,7 @@ fn counting_matches_a_naive_reference() {
                 1 => input.extend_from_slice(&seed.to_le_bytes()),
                 _ => input.extend_from_slice(record.as_bytes()),
             }
-            input.push(if seed % 3 == 0 { 0x1e } else { b'\n' });
+            input.push(if seed.is_multiple_of(3) { 0x1e } else { b'\n' });
         }
         inputs.push(input);
     }

@@ -36,7 +36,7 @@ fn cohort(n: usize, packed: bool, seed: u64) -> String {
     for i in 0..n {
         let session = format!("s-{}", rng.next() % 7);
         let turn = (rng.next() % 5) as i64 - 1;
-        let flag = rng.next() % 2 == 0;
+        let flag = rng.next().is_multiple_of(2);
         let record = match rng.next() % 20 {
             0 => format!(r#"{{"id":{i},"turn":{turn}}}"#),
             1 => format!(r#"{{"id":{i},"session":null,"turn":{turn}}}"#),

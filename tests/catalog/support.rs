@@ -72,7 +72,7 @@ impl Warehouse {
     pub fn fifo(&self, rel: &str) -> &Self {
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &self.abs(rel),
+            self.abs(rel),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o666),
             0,

@@ -395,7 +395,7 @@ mod tests {
         for _ in 0..2_000 {
             let len = (rng.next() % 512) as usize;
             let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            if len > 9 && rng.next() % 2 == 0 {
+            if len > 9 && rng.next().is_multiple_of(2) {
                 bytes[..8].copy_from_slice(MAGIC);
                 bytes[8] = VERSION;
             }
