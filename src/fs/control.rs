@@ -16,7 +16,7 @@ use std::path::{Component, Path};
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use rustix::ioctl::{Setter, ioctl, opcode};
+use rustix::ioctl::{Updater, ioctl, opcode};
 
 use super::mountpoint::{self, MountState};
 use crate::error::{Error, ErrorCode, Result};
@@ -28,9 +28,17 @@ pub const NAME_BYTES: usize = 256;
 /// The request's payload.
 pub type Request = [u8; NAME_BYTES];
 
-/// The ioctl number of a refresh (written to the daemon, nothing read
-/// back).
-pub const REFRESH: rustix::ioctl::Opcode = opcode::write::<Request>(b'p', 1);
+/// The ioctl number of a refresh: the request goes to the daemon, which
+/// answers at once (the daemon's caches dropped) with a ticket, a `u64`
+/// in the first bytes, for the kernel's side that follows.
+pub const REFRESH: rustix::ioctl::Opcode = opcode::read_write::<Request>(b'p', 1);
+
+/// The ioctl number asking whether a refresh's ticket is done (the kernel
+/// told to forget): a `u64` ticket in, a `u64` 1 or 0 back.
+pub const REFRESH_DONE: rustix::ioctl::Opcode = opcode::read_write::<u64>(b'p', 2);
+
+/// How long the client waits for the kernel's side of a refresh.
+const KERNEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The name a refresh request carries: `None` for the directory itself;
 /// `EINVAL` for bytes that cannot name an entry.
@@ -180,25 +188,42 @@ fn open_mount_root(abs: &Path, mount_point: &Path) -> Result<OwnedFd> {
 /// `statfs(2)`'s type of a FUSE filesystem.
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
-/// Sends one refresh request on the open directory `dir`.
+/// Sends one refresh request on the open directory `dir`, then waits
+/// until the kernel was told to forget (asking every 2 ms, at most
+/// [`KERNEL_WAIT`]).
 fn ask(dir: &OwnedFd, name: Option<&OsStr>, rel: &Path) -> Result<()> {
     let failed = |why: String| Error::at(ErrorCode::RefreshFailed, rel, why);
-    let request = encode(name).ok_or_else(|| failed("a name is longer than 255 bytes".into()))?;
-    // SAFETY: REFRESH writes exactly a `Request` to the daemon, which is
-    // what the setter hands the kernel; nothing is read back.
-    let sent = unsafe { ioctl(dir, Setter::<REFRESH, Request>::new(request)) };
-    sent.map_err(|e| match e {
+    let refused = |e: Errno| match e {
         Errno::PERM | Errno::ACCESS => {
             failed("only root and the user the daemon runs as may refresh".into())
         }
         Errno::NOTTY | Errno::NOSYS => failed(format!(
             "the mount did not take the request ({e}); a daemon older than this pchronicle?"
         )),
-        Errno::TIMEDOUT => {
-            failed("the daemon dropped its caches, but the kernel's are still being cleared".into())
-        }
         e => failed(format!("the mount refused the request: {e}")),
-    })
+    };
+    let mut request =
+        encode(name).ok_or_else(|| failed("a name is longer than 255 bytes".into()))?;
+    // SAFETY: REFRESH is read-write over exactly a `Request`, the buffer
+    // handed over; the daemon writes back at most that many bytes.
+    unsafe { ioctl(dir, Updater::<REFRESH, Request>::new(&mut request)) }.map_err(refused)?;
+    let ticket = u64::from_ne_bytes(request[..8].try_into().expect("8 bytes"));
+    let deadline = std::time::Instant::now() + KERNEL_WAIT;
+    loop {
+        let mut answer = ticket;
+        // SAFETY: REFRESH_DONE is read-write over exactly a `u64`.
+        unsafe { ioctl(dir, Updater::<REFRESH_DONE, u64>::new(&mut answer)) }.map_err(refused)?;
+        if answer == 1 {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(failed(
+                "the daemon dropped its caches, but the kernel's are still being cleared (a busy directory holds them up); they follow shortly"
+                    .into(),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 #[cfg(test)]
@@ -231,7 +256,7 @@ mod tests {
     #[test]
     fn the_request_number_says_write_and_size() {
         let number = REFRESH as u64;
-        assert_eq!(number >> 30, 1, "written to the daemon");
+        assert_eq!(number >> 30, 3, "written to the daemon and read back");
         assert_eq!((number >> 16) & 0x3fff, NAME_BYTES as u64);
         assert_eq!((number >> 8) & 0xff, u64::from(b'p'));
     }

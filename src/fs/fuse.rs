@@ -70,6 +70,7 @@ pub struct FuseAdapter {
     /// The session's way to tell the kernel what to forget, once the
     /// session exists (see [`FuseAdapter::kernel`]).
     kernel: Arc<OnceLock<fuser::Notifier>>,
+    invalidations: Invalidations,
     /// Request counts and latencies, when the mount logs metrics.
     metrics: Option<Arc<Metrics>>,
 }
@@ -82,6 +83,7 @@ impl FuseAdapter {
             passthrough: Passthrough::default(),
             failures_logged: LogBudget::new(),
             kernel: Arc::default(),
+            invalidations: Invalidations::default(),
             metrics: None,
         }
     }
@@ -100,32 +102,11 @@ impl FuseAdapter {
         Arc::clone(&self.kernel)
     }
 
-    /// Tells the kernel what a refresh made the daemon forget, from a
-    /// thread of its own: an invalidation waits for the kernel's lock on
-    /// a directory, which a request waiting for a serving thread may hold.
-    /// True once done within [`REFRESH_WAIT`].
-    fn invalidate(&self, forget: Forget) -> bool {
-        let Some(kernel) = self.kernel.get().cloned() else {
-            return true;
-        };
-        let (done, finished) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("refresh".into())
-            .spawn(move || {
-                // An ENOENT (the kernel does not hold it) is no failure.
-                for (parent, name) in &forget.entries {
-                    if let Err(e) = kernel.inval_entry(INodeNo(*parent), OsStr::new(name)) {
-                        log::debug!("invalidating {name:?} in inode {parent}: {e}");
-                    }
-                }
-                for ino in &forget.inodes {
-                    if let Err(e) = kernel.inval_inode(INodeNo(*ino), 0, 0) {
-                        log::debug!("invalidating inode {ino}: {e}");
-                    }
-                }
-                let _ = done.send(());
-            });
-        spawned.is_ok() && finished.recv_timeout(REFRESH_WAIT).is_ok()
+    /// Hands the kernel's side of a refresh to the invalidation thread;
+    /// the ticket [`control::REFRESH_DONE`] asks about.
+    fn invalidate(&self, forget: Forget) -> u64 {
+        self.invalidations
+            .submit(forget, || self.kernel.get().cloned())
     }
 
     /// Replies to a successful open: a warehouse file through kernel
@@ -221,9 +202,82 @@ fn capped(line: String, max: usize) -> String {
     format!("{}… ({} more bytes)", &line[..end], line.len() - end)
 }
 
-/// How long a refresh waits for the kernel to take its invalidations
-/// before answering `ETIMEDOUT` (they still go on).
-const REFRESH_WAIT: Duration = Duration::from_secs(10);
+/// The kernel's side of refreshes, sent from one thread of its own, in
+/// the order asked: no serving thread ever waits for it. (Invalidating a
+/// name waits for its directory's lock, which a lookup there holds while
+/// it waits for a serving thread: a serving thread that waited too could
+/// stall the mount.) Each refresh gets a ticket; the client asks whether
+/// its ticket is done.
+#[derive(Default)]
+struct Invalidations {
+    queue: parking_lot::Mutex<Option<std::sync::mpsc::Sender<(u64, Forget)>>>,
+    issued: std::sync::atomic::AtomicU64,
+    done: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Invalidations {
+    /// Queues `forget` for the kernel (reached through `kernel`, once the
+    /// session exists; before, there is nothing to invalidate); its ticket.
+    fn submit(&self, forget: Forget, kernel: impl FnOnce() -> Option<fuser::Notifier>) -> u64 {
+        use std::sync::atomic::Ordering;
+        let mut queue = self.queue.lock();
+        // Numbered under the lock, so tickets reach the thread in order.
+        let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+        if queue.is_none() {
+            match kernel() {
+                Some(kernel) => *queue = self.start(kernel),
+                None => {
+                    self.done.fetch_max(ticket, Ordering::SeqCst);
+                    return ticket;
+                }
+            }
+        }
+        let sent = queue
+            .as_ref()
+            .is_some_and(|q| q.send((ticket, forget)).is_ok());
+        if !sent {
+            // No thread to send to: said done, the daemon's caches are.
+            log::warn!("the kernel's caches were not invalidated: no invalidation thread");
+            self.done.fetch_max(ticket, Ordering::SeqCst);
+        }
+        ticket
+    }
+
+    /// Whether every refresh up to `ticket` reached the kernel.
+    fn is_done(&self, ticket: u64) -> bool {
+        self.done.load(std::sync::atomic::Ordering::SeqCst) >= ticket
+    }
+
+    fn start(&self, kernel: fuser::Notifier) -> Option<std::sync::mpsc::Sender<(u64, Forget)>> {
+        let (queue, jobs) = std::sync::mpsc::channel::<(u64, Forget)>();
+        let done = Arc::clone(&self.done);
+        let spawned = std::thread::Builder::new()
+            .name("invalidations".into())
+            .spawn(move || {
+                for (ticket, forget) in jobs {
+                    // An ENOENT (the kernel does not hold it) is no failure.
+                    for (parent, name) in &forget.entries {
+                        if let Err(e) = kernel.inval_entry(INodeNo(*parent), OsStr::new(name)) {
+                            log::debug!("invalidating {name:?} in inode {parent}: {e}");
+                        }
+                    }
+                    for ino in &forget.inodes {
+                        if let Err(e) = kernel.inval_inode(INodeNo(*ino), 0, 0) {
+                            log::debug!("invalidating inode {ino}: {e}");
+                        }
+                    }
+                    done.fetch_max(ticket, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        match spawned {
+            Ok(_) => Some(queue),
+            Err(e) => {
+                log::warn!("no invalidation thread: {e}");
+                None
+            }
+        }
+    }
+}
 
 /// Failed requests logged a minute at most: a hostile tree can make every
 /// request fail, and must not fill the disk the log is on. The rest are
@@ -569,7 +623,23 @@ impl Filesystem for FuseAdapter {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        if u64::from(cmd) != control::REFRESH as u64 {
+        let cmd = u64::from(cmd);
+        if cmd == control::REFRESH_DONE as u64 {
+            let asked = <[u8; 8]>::try_from(in_data).map(u64::from_ne_bytes);
+            answer!(
+                self,
+                Op::Refresh,
+                ino.0,
+                reply,
+                asked.map_err(|_| FsError::from(nix::errno::Errno::EINVAL)),
+                |ticket| {
+                    let done = u64::from(self.invalidations.is_done(ticket));
+                    reply.ioctl(0, &done.to_ne_bytes())
+                }
+            );
+            return;
+        }
+        if cmd != control::REFRESH as u64 {
             // No device controls here; `isatty` and friends ask, and are
             // told so.
             return reply.error(Errno::ENOTTY);
@@ -583,11 +653,8 @@ impl Filesystem for FuseAdapter {
                 .map_err(FsError::from)
                 .and_then(|name| self.fs.refresh(&caller(req), ino.0, name)),
             |forget| {
-                if self.invalidate(forget) {
-                    reply.ioctl(0, &[])
-                } else {
-                    reply.error(Errno::ETIMEDOUT)
-                }
+                let ticket = self.invalidate(forget);
+                reply.ioctl(0, &ticket.to_ne_bytes())
             }
         )
     }

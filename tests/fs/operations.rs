@@ -487,21 +487,25 @@ fn refresh_names_the_subtree_and_the_rollups_above_and_only_for_the_mounts_users
         );
     }
     // Above the path only inodes: a name's entry there would wait for a
-    // lock a slow lookup in that directory may hold. Their numbers are
-    // retired instead, so the kernel looks them up again.
+    // lock a slow lookup in that directory may hold. Their contents are
+    // checked again at next use: unchanged, a number keeps serving.
     assert!(
         forget.entries.iter().all(|(dir, _)| *dir != ROOT),
         "{forget:?}"
     );
-    assert_eq!(
-        errno(fs.getattr(&ROOT_CALLER, root_stats, None)),
-        Errno::ESTALE
-    );
+    assert!(fs.getattr(&ROOT_CALLER, root_stats, None).is_ok());
     // A name not yet known is named too (the kernel may remember it as
     // missing); the daemon's renders are gone, so a new record shows.
     wh.file("team/runs/new.jsonl", jsonl(5, 0));
     let forget = fs.refresh(&ROOT_CALLER, runs, Some("new.jsonl")).unwrap();
     assert!(forget.entries.contains(&(runs, "new.jsonl".to_string())));
+    // Changed: the old number is stale, so the kernel looks the name up
+    // again and is given a number for the new content.
+    assert_eq!(
+        errno(fs.getattr(&ROOT_CALLER, root_stats, None)),
+        Errno::ESTALE
+    );
+    assert_ne!(ino(&fs, ".stats"), root_stats);
     assert_eq!(cat_count(&fs, "team/runs/.stats"), 7);
     assert_eq!(cat_count(&fs, ".stats"), 8);
 

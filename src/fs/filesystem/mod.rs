@@ -394,7 +394,9 @@ impl WarehouseFs {
                 let held = self.version(ino).filter(|_| self.keeps_synthetics(&view));
                 if let Some(version) = held {
                     // A number holding a content serves it as it is, with
-                    // no walk (its name is looked up again each TTL).
+                    // no walk (its name is looked up again each TTL), once
+                    // checked again after a refresh.
+                    let version = self.checked(&view, ino, which, &rel, version)?;
                     return Ok(Opened {
                         fh: self.handles.add(ino, Handle::Bytes(version.bytes)),
                         keep_cache: true,

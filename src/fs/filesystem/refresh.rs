@@ -28,8 +28,9 @@ pub struct Forget {
 impl WarehouseFs {
     /// Forgets what the mount holds of `name` in the directory `dir` (of
     /// `dir` itself when `name` is `None`) and of everything below it:
-    /// the renders and versions of the synthetic files there and in every
-    /// directory above (their rollups include it), the listings kept for
+    /// the renders of the synthetic files there and in every
+    /// directory above (their rollups include it; the contents their
+    /// numbers hold are checked again at next use), the listings kept for
     /// the kernel, and the catalogs' cached listings and classifications.
     /// Returns what the kernel must forget: every name there (also those
     /// it was told are missing) and every inode there and above. Only root and the daemon's own user may ask
@@ -80,9 +81,9 @@ impl WarehouseFs {
             }
         }
         // Above: each directory's listing and attributes and its rollups,
-        // whose versions are retired (a name's entry is not invalidated
-        // there: that waits for the directory's lock, which a slow lookup
-        // in it, a render, may hold for long).
+        // whose versions are checked again at their next use (a name's
+        // entry is not invalidated there: that waits for the directory's
+        // lock, which a slow lookup in it, a render, may hold for long).
         for above in self.inodes.ancestors(dir) {
             forget.inodes.push(above);
             for which in [Synthetic::Stats, Synthetic::Sources] {
@@ -96,7 +97,7 @@ impl WarehouseFs {
         forget.entries.sort_unstable();
         forget.entries.dedup();
         self.renders.forget(&forget.inodes);
-        self.retire_versions(&forget.inodes);
+        self.mark_stale(&forget.inodes);
         {
             let mut listed = self.listed.lock();
             for ino in &forget.inodes {

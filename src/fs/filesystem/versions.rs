@@ -44,6 +44,8 @@ pub(super) struct Version {
     made: SystemTime,
     /// When a render last found the content unchanged.
     checked: Instant,
+    /// A refresh came since: the next use renders again before serving it.
+    stale: bool,
 }
 
 impl Version {
@@ -52,6 +54,7 @@ impl Version {
             bytes,
             made: SystemTime::now(),
             checked: Instant::now(),
+            stale: false,
         }
     }
 
@@ -191,7 +194,9 @@ impl WarehouseFs {
             return Ok(None);
         }
         match self.versions.find(ino) {
-            Found::Version(version) => return Ok(Some(version)),
+            Found::Version(version) => {
+                return self.checked(view, ino, which, rel, version).map(Some);
+            }
             Found::Retired(_) => return Err(Errno::ESTALE.into()),
             Found::None => {}
         }
@@ -232,6 +237,7 @@ impl WarehouseFs {
             match held.versions.get_mut(&ino) {
                 Some(version) if *version.bytes == *bytes => {
                     version.checked = Instant::now();
+                    version.stale = false;
                     return Ok(Some((ino, version.clone())));
                 }
                 None if !retired => break,
@@ -246,17 +252,51 @@ impl WarehouseFs {
         Ok(Some((ino, version)))
     }
 
-    /// Retires the versions the numbers `inos` hold: each answers `ESTALE`
-    /// from now on (a handle open on it keeps its bytes), so the kernel
-    /// looks its name up again and is shown the content as it is now.
-    pub(super) fn retire_versions(&self, inos: &[u64]) {
+    /// Marks the versions the numbers `inos` hold as possibly out of date
+    /// (a refresh): the next use of each renders again, keeping the number
+    /// while the bytes are the same (see [`WarehouseFs::checked`]).
+    pub(super) fn mark_stale(&self, inos: &[u64]) {
         let mut held = self.versions.inner.lock();
-        for &ino in inos {
-            if let Some(old) = held.versions.pop(&ino) {
-                held.bytes -= old.bytes.len();
-                held.retired.insert(ino, old.made);
-                self.inodes.detach(ino);
+        for ino in inos {
+            if let Some(version) = held.versions.peek_mut(ino) {
+                version.stale = true;
             }
+        }
+    }
+
+    /// `version`, held by `ino` (`which` of `rel`), checked again if a
+    /// refresh marked it: itself when a render now gives the same bytes;
+    /// when not, the number is retired and answers `ESTALE`, so the
+    /// kernel looks the name up again and gets a number for the new
+    /// content (a handle open on the old one keeps its bytes).
+    pub(super) fn checked(
+        &self,
+        view: &View,
+        ino: u64,
+        which: Synthetic,
+        rel: &std::path::Path,
+        version: Version,
+    ) -> Result<Version, FsError> {
+        if !version.stale {
+            return Ok(version);
+        }
+        let bytes = self.synthetic_bytes(view, ino, which, rel)?;
+        let mut held = self.versions.inner.lock();
+        match held.versions.get_mut(&ino) {
+            Some(version) if *version.bytes == *bytes => {
+                version.stale = false;
+                version.checked = Instant::now();
+                Ok(version.clone())
+            }
+            Some(_) => {
+                if let Some(old) = held.versions.pop(&ino) {
+                    held.bytes -= old.bytes.len();
+                    held.retired.insert(ino, old.made);
+                }
+                self.inodes.detach(ino);
+                Err(Errno::ESTALE.into())
+            }
+            None => Err(Errno::ESTALE.into()),
         }
     }
 
