@@ -238,6 +238,38 @@ fn notification(socket: &UnixDatagram) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// `pchronicle mount --foreground` of `wh` at `mnt` under a service
+/// manager's `NOTIFY_SOCKET`, with `SYSTEMD_EXEC_PID` as given (unset for
+/// `None`).
+fn foreground_mount(
+    wh: &Warehouse,
+    mnt: &Path,
+    socket: &Path,
+    exec_pid: Option<&str>,
+) -> std::process::Child {
+    let mut command = Command::new(bin());
+    command
+        .args([OsStr::new("mount"), OsStr::new("--foreground")])
+        .arg(wh.path())
+        .arg(mnt)
+        .env("NOTIFY_SOCKET", socket)
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    match exec_pid {
+        Some(pid) => command.env("SYSTEMD_EXEC_PID", pid),
+        None => command.env_remove("SYSTEMD_EXEC_PID"),
+    };
+    command.spawn().expect("the daemon starts")
+}
+
+/// Waits (at most 10 s) for a signalled foreground daemon to exit, and
+/// checks it exited cleanly.
+fn leaves_cleanly(child: &mut std::process::Child) {
+    let status = wait_with_timeout(child, Duration::from_secs(10)).expect("it leaves");
+    assert!(status.success(), "{status}");
+}
+
 #[test]
 fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end() {
     if !fuse_usable() {
@@ -253,17 +285,7 @@ fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end(
 
     // In the foreground (Type=notify with --foreground): this process is
     // the service's main process.
-    let mut child = Command::new(bin())
-        .args([OsStr::new("mount"), OsStr::new("--foreground")])
-        .arg(wh.path())
-        .arg(&mnt)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env_remove("SYSTEMD_EXEC_PID")
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = foreground_mount(&wh, &mnt, &socket_path, None);
     let said = notification(&socket);
     // Read from the mount table, which no request to the daemon can
     // delay: a READY=1 sent before the mount was there fails here.
@@ -275,8 +297,7 @@ fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end(
     // SAFETY: kill(2) on the child's pid has no memory-safety concerns.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     assert_eq!(notification(&socket), "STOPPING=1");
-    let status = wait_with_timeout(&mut child, Duration::from_secs(10)).expect("it leaves");
-    assert!(status.success());
+    leaves_cleanly(&mut child);
 
     // In the background, started the way systemd 248+ starts a unit's
     // process (naming it in SYSTEMD_EXEC_PID): the starting command names
@@ -306,25 +327,14 @@ fn a_service_manager_hears_ready_once_the_mount_answers_and_stopping_at_the_end(
     assert_eq!(notification(&socket), "STOPPING=1");
 
     // A socket inherited from another unit's process is left alone.
-    let mut child = Command::new(bin())
-        .args([OsStr::new("mount"), OsStr::new("--foreground")])
-        .arg(wh.path())
-        .arg(&mnt)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("SYSTEMD_EXEC_PID", "1")
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = foreground_mount(&wh, &mnt, &socket_path, Some("1"));
     assert!(
         within(Duration::from_secs(20), || mountpoint::answers(&mnt)).is_some(),
         "the mount comes up"
     );
     // SAFETY: kill(2) on the child's pid has no memory-safety concerns.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = wait_with_timeout(&mut child, Duration::from_secs(10)).expect("it leaves");
-    assert!(status.success());
+    leaves_cleanly(&mut child);
     socket
         .set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();

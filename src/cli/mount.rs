@@ -142,7 +142,7 @@ impl MountArgs {
             if quiet {
                 return;
             }
-            let stop = if m.mount_point.starts_with("/dev/fd") {
+            let stop = if m.owner_unmounts {
                 "Ctrl-C, or unmounting it where it was mounted, stops it".to_string()
             } else {
                 format!(

@@ -379,17 +379,13 @@ pub(super) fn spawn_daemon(config: &MountConfig, mut mounted: Mounted) -> Result
         ));
     }
     // The child serves from now on; check from outside that it answers.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !mountpoint::answers(&mounted.mount_point) {
-        if std::time::Instant::now() > deadline {
-            stop(&mut child, &mounted.mount_point);
-            return Err(Error::at(
-                ErrorCode::MountFailed,
-                &config.mount_point,
-                "the mount did not answer within 10 s; it was removed",
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if !mountpoint::wait_answering(&mounted.mount_point, Duration::from_secs(10)) {
+        stop(&mut child, &mounted.mount_point);
+        return Err(Error::at(
+            ErrorCode::MountFailed,
+            &config.mount_point,
+            "the mount did not answer within 10 s; it was removed",
+        ));
     }
     mounted.pid = child.id();
     Ok(mounted)

@@ -176,17 +176,12 @@ fn open_mount_root(abs: &Path, mount_point: &Path) -> Result<OwnedFd> {
             )),
             _ => Error::io(mount_point, &e),
         })?;
-    let magic = rustix::fs::fstatfs(&root)
-        .map_err(|e| Error::io(mount_point, &e.into()))?
-        .f_type;
-    if magic as i64 != FUSE_SUPER_MAGIC {
+    let fuse = mountpoint::is_fuse(&root).map_err(|e| Error::io(mount_point, &e))?;
+    if !fuse {
         return Err(failed("not a FUSE filesystem any more".into()));
     }
     Ok(root)
 }
-
-/// `statfs(2)`'s type of a FUSE filesystem.
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 /// Sends one refresh request on the open directory `dir`, then waits
 /// until the kernel was told to forget (asking every 2 ms, at most

@@ -54,6 +54,9 @@ pub struct Mounted {
     pub mount_point: PathBuf,
     /// The daemon's process id (this process in the foreground).
     pub pid: u32,
+    /// Mounted by someone else (a `/dev/fd/N` mount point), who also
+    /// unmounts it.
+    pub owner_unmounts: bool,
 }
 
 /// Mounts the warehouse. In the foreground this calls `ready` once the
@@ -88,6 +91,7 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
             warehouse: catalog.root().to_path_buf(),
             mount_point: config.mount_point.clone(),
             pid: std::process::id(),
+            owner_unmounts: true,
         };
         let announce = match daemon_of {
             None => Announce::Call(ready),
@@ -108,6 +112,7 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
         warehouse: catalog.root().to_path_buf(),
         mount_point: mount_point.clone(),
         pid: std::process::id(),
+        owner_unmounts: false,
     };
     let announce = match daemon_of {
         None if !config.foreground => {
@@ -431,13 +436,9 @@ fn notify_when_answering(notifier: Arc<Notifier>, mounted: &Mounted) {
     let spawned = std::thread::Builder::new()
         .name("notify-ready".into())
         .spawn(move || {
-            let deadline = std::time::Instant::now() + READY_LIMIT;
-            while !mountpoint::answers(&mounted.mount_point) {
-                if std::time::Instant::now() > deadline {
-                    log::warn!("the mount never answered; READY=1 not sent");
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            if !mountpoint::wait_answering(&mounted.mount_point, READY_LIMIT) {
+                log::warn!("the mount never answered; READY=1 not sent");
+                return;
             }
             notifier.ready(None, &serving(&mounted));
         });

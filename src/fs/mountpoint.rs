@@ -150,6 +150,24 @@ pub fn answers(abs: &Path) -> bool {
     statfs_magic(abs).is_ok_and(|magic| magic == FUSE_SUPER_MAGIC)
 }
 
+/// Waits (checking every 20 ms) until `abs` [`answers`]; false when it
+/// did not within `limit`.
+pub fn wait_answering(abs: &Path, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while !answers(abs) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}
+
+/// Whether the open `fd` is on a FUSE filesystem.
+pub fn is_fuse(fd: impl std::os::fd::AsFd) -> io::Result<bool> {
+    Ok(nix::sys::statfs::fstatfs(fd)?.filesystem_type() == FUSE_SUPER_MAGIC)
+}
+
 /// The filesystem type of `abs`, by `statfs(2)`. Unlike `stat`, which the
 /// kernel may answer from cached attributes, `statfs` on a FUSE mount is
 /// always a round trip to the daemon, so it fails (`ENOTCONN`) on a dead

@@ -48,7 +48,7 @@ impl WarehouseFs {
             return Err(Errno::ENOTDIR.into());
         };
         if let Some(name) = name {
-            if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            if !crate::warehouse::is_plain_name(name.as_bytes()) {
                 return Err(Errno::EINVAL.into());
             }
         }

@@ -64,6 +64,14 @@ impl Version {
         synthetic_attr(ino, self.bytes.len() as u64, owner, self.made)
     }
 
+    /// A render just found this content unchanged: checked now, and no
+    /// longer in doubt after a refresh.
+    fn confirm(&mut self) -> Version {
+        self.checked = Instant::now();
+        self.stale = false;
+        self.clone()
+    }
+
     /// How much longer the kernel may trust this version without asking:
     /// the TTL from its last check.
     pub fn fresh_for(&self, ttl: Duration) -> Duration {
@@ -236,9 +244,7 @@ impl WarehouseFs {
             let retired = held.retired.contains_key(&ino);
             match held.versions.get_mut(&ino) {
                 Some(version) if *version.bytes == *bytes => {
-                    version.checked = Instant::now();
-                    version.stale = false;
-                    return Ok(Some((ino, version.clone())));
+                    return Ok(Some((ino, version.confirm())));
                 }
                 None if !retired => break,
                 _ => {
@@ -283,17 +289,12 @@ impl WarehouseFs {
         let bytes = self.synthetic_bytes(view, ino, which, rel)?;
         let mut held = self.versions.inner.lock();
         match held.versions.get_mut(&ino) {
-            Some(version) if *version.bytes == *bytes => {
-                version.stale = false;
-                version.checked = Instant::now();
-                Ok(version.clone())
-            }
+            Some(version) if *version.bytes == *bytes => Ok(version.confirm()),
             Some(_) => {
                 if let Some(old) = held.versions.pop(&ino) {
                     held.bytes -= old.bytes.len();
-                    held.retired.insert(ino, old.made);
+                    self.retire(&mut held, ino, old);
                 }
-                self.inodes.detach(ino);
                 Err(Errno::ESTALE.into())
             }
             None => Err(Errno::ESTALE.into()),
@@ -306,9 +307,15 @@ impl WarehouseFs {
     fn hold(&self, held: &mut Held, ino: u64, version: Version) {
         for (out, old) in self.versions.hold(held, ino, version) {
             if self.inodes.get(out).is_some() {
-                held.retired.insert(out, old.made);
-                self.inodes.detach(out);
+                self.retire(held, out, old);
             }
         }
+    }
+
+    /// Retires `ino`, whose version `old` is no longer held: it answers
+    /// `ESTALE` from now on, and its name gets a new number.
+    fn retire(&self, held: &mut Held, ino: u64, old: Version) {
+        held.retired.insert(ino, old.made);
+        self.inodes.detach(ino);
     }
 }
