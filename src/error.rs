@@ -209,6 +209,15 @@ error_codes! {
     RefreshFailed => "PCHRONICLE_REFRESH_FAILED",
         "a running mount refused `pchronicle refresh` or could not finish it: the caller is neither root nor the user the daemon runs as, the path cannot be named in the mount, or the daemon is older than the refresh request",
         "Run it as root or as the user that mounted, name a path relative to the mount point (`pchronicle refresh MNT team/runs`), and remount with this pchronicle if the daemon predates it; the TTLs still bring every change within their time.";
+    RemoteUnavailable => "PCHRONICLE_REMOTE_UNAVAILABLE",
+        "the object store holding an `s3://` warehouse could not be reached or kept failing (connection refused, timeouts, 5xx answers after the retries, credentials refused, a body cut short); a mount answers such reads with EIO and keeps serving",
+        "Check the endpoint and credentials (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_PROFILE` or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`; see docs/remote.md) and that the server answers; a mount recovers by itself once the store does.";
+    RemoteReadOnly => "PCHRONICLE_REMOTE_READ_ONLY",
+        "an `s3://` warehouse is read only: `append`, `import`, `index build` and manifest repairs never write to object storage",
+        "Write into a local warehouse and upload it with your object-storage tool (`aws s3 sync`); read commands, `query` and `mount` work on `s3://` as they are.";
+    RemoteLocationInvalid => "PCHRONICLE_REMOTE_LOCATION",
+        "an `s3://` location could not be read: no bucket, an empty or `.`/`..` path component, or a build without the `remote` feature",
+        "Write it as `s3://BUCKET/PREFIX` (PREFIX may be empty or have several components), or use a build with default features.";
 }
 
 impl ErrorCode {
@@ -267,8 +276,13 @@ impl Error {
     /// An I/O failure on `path`, classified: a missing file is
     /// `PathNotFound`, anything else `Io`.
     pub fn io(path: impl AsRef<Path>, err: &std::io::Error) -> Self {
-        let code = match err.kind() {
-            std::io::ErrorKind::NotFound => ErrorCode::PathNotFound,
+        let remote = err
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<RemoteFailure>());
+        let code = match (err.kind(), remote) {
+            (std::io::ErrorKind::NotFound, _) => ErrorCode::PathNotFound,
+            (_, Some(RemoteFailure::ReadOnly)) => ErrorCode::RemoteReadOnly,
+            (_, Some(RemoteFailure::Unavailable(_))) => ErrorCode::RemoteUnavailable,
             _ => ErrorCode::Io,
         };
         let mut error = Error::at(code, path, err.to_string());
@@ -294,6 +308,29 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An object store's failure carried through `std::io::Error` (which the
+/// warehouse surface speaks), so that [`Error::io`] can give it its code.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteFailure {
+    /// The store could not be reached or kept failing.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A write was asked of a remote warehouse.
+    #[error("an s3:// warehouse is read only")]
+    ReadOnly,
+}
+
+impl RemoteFailure {
+    /// The failure as the `io::Error` a warehouse operation returns.
+    pub fn into_io(self) -> std::io::Error {
+        let kind = match self {
+            RemoteFailure::Unavailable(_) => std::io::ErrorKind::Other,
+            RemoteFailure::ReadOnly => std::io::ErrorKind::ReadOnlyFilesystem,
+        };
+        std::io::Error::new(kind, self)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,8 @@
 //! 0. [`error`] (the stable error codes), [`warehouse`] (every access below
 //!    the root, through open directories, never following a symlink),
 //!    [`atomic`] (replace-by-rename), [`records`] (record file formats and
-//!    counting);
+//!    counting), `remote` (warehouses on S3-compatible object storage,
+//!    behind the same directory surface);
 //! 1. [`sidecar`]: the point-lookup index of one record file;
 //! 2. [`store`]: the physical leaf layouts (compact-jsonl on Lance,
 //!    storyline) and the leaf manifest `chronicle.manifest`; [`shards`]:
@@ -33,6 +34,8 @@ pub mod fs;
 pub mod logging;
 pub mod query;
 pub mod records;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod shards;
 pub mod sidecar;
 pub mod store;
@@ -55,6 +58,7 @@ mod layering {
         ("atomic", 0),
         ("logging", 0),
         ("records", 0),
+        ("remote", 0),
         ("sidecar", 1),
         ("store", 2),
         ("shards", 2),

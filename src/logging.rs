@@ -15,6 +15,9 @@ const FACILITY_DAEMON: u8 = 3 << 3;
 
 /// Starts logging at `RUST_LOG`, or at `default_filter` when unset.
 pub fn init(default_filter: &str) {
+    // Lance warns that it guesses the store prefix of every s3:// dataset
+    // opened on the remote backend's own store; the guess is right.
+    let default_filter = format!("{default_filter},lance_io::object_store=error");
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
         .format(|buf, record| {
             if SYSLOG_FORMAT.load(Ordering::Relaxed) {

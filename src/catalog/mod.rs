@@ -52,7 +52,7 @@ pub use walk::Counting;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
 use crate::store::Stores;
-use crate::warehouse::{Dir, Stat, Viewer};
+use crate::warehouse::{Blob, Dir, Stat, Viewer};
 
 /// Open directory handles a catalog keeps for resolving paths.
 const HANDLES_KEPT: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(64) {
@@ -178,6 +178,9 @@ impl Catalog {
             _ => Error::io(root, &e),
         })?;
         let root = root_dir.path().to_path_buf();
+        // Nothing is ever written to a remote warehouse.
+        let mut options = options;
+        options.repair &= !root_dir.is_remote();
         let cache_file = match &options.count_cache {
             CountCachePlace::Memory => None,
             CountCachePlace::File(path) => Some(CacheFile::at(path)?),
@@ -221,6 +224,10 @@ impl Catalog {
     /// is refused like `resolve` refuses one, even though the leaf lies
     /// above the root.
     pub fn for_path(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(path) {
+            return Catalog::for_remote(path, options);
+        }
         let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
         let stores = Stores::default();
         if let Some(leaf) = classify::enclosing_leaf(&canonical, &stores) {
@@ -249,6 +256,47 @@ impl Catalog {
                 path,
                 "not a file or directory",
             )),
+        }
+    }
+
+    /// [`Catalog::for_path`] of an `s3://` location: rooted at the prefix
+    /// when it holds anything, else at its parent when the parent lists it
+    /// as a file.
+    #[cfg(feature = "remote")]
+    fn for_remote(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
+        let text = path.to_string_lossy();
+        let location = crate::remote::Location::parse(&text)?;
+        let stores = Stores::default();
+        if let Some(leaf) = classify::enclosing_leaf(Path::new(&location.url()), &stores) {
+            return Err(Error::at(
+                ErrorCode::PathNotFound,
+                path,
+                format!(
+                    "the path is inside the dataset leaf {}, whose interior is not listed",
+                    leaf.display()
+                ),
+            ));
+        }
+        let root = PathBuf::from(location.url());
+        match Catalog::with_stores(&root, options.clone(), stores) {
+            Ok(catalog) => Ok((catalog, PathBuf::from("."))),
+            Err(e) if e.code == ErrorCode::PathNotFound && !location.prefix.is_empty() => {
+                let (parent, name) = match location.prefix.rsplit_once('/') {
+                    Some((parent, name)) => (parent.to_string(), name.to_string()),
+                    None => (String::new(), location.prefix.clone()),
+                };
+                let parent = crate::remote::Location {
+                    bucket: location.bucket.clone(),
+                    prefix: parent,
+                };
+                let catalog =
+                    Catalog::with_stores(Path::new(&parent.url()), options, Stores::default())?;
+                match catalog.root_dir().probe(&name) {
+                    Ok(Some(meta)) if meta.is_file() => Ok((catalog, PathBuf::from(name))),
+                    _ => Err(e),
+                }
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -401,6 +449,7 @@ impl Catalog {
         }
         let scan = self.dir_scan(dir)?;
         scan_warnings(&scan, "", self.options.max_entries, &mut warnings);
+        self.prefetch(dir, &scan.children);
         let mut entries = Vec::with_capacity(scan.children.len());
         let mut metas = Vec::with_capacity(scan.children.len());
         for name in &scan.children {
@@ -507,7 +556,7 @@ impl Catalog {
     /// the directory the resolution ended in, and only if it is still the
     /// file that was resolved (else `ESTALE`). What the mount serves when a
     /// reader opens a file.
-    pub fn open_file(&self, rel: &Path) -> Result<(std::fs::File, Stat)> {
+    pub fn open_file(&self, rel: &Path) -> Result<(Blob, Stat)> {
         let target = self.resolve(rel)?;
         let Some(name) = &target.name else {
             return Err(Error::io(rel, &io::Error::from_raw_os_error(libc::EISDIR)));

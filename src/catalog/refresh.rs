@@ -83,6 +83,16 @@ impl Catalog {
         stamps
     }
 
+    /// Asks a remote directory, at once, for what classifying its
+    /// children one by one will ask of each (their listings, manifests
+    /// and markers); a local directory has nothing to ask ahead.
+    pub(super) fn prefetch(&self, dir: &Dir, children: &[String]) {
+        let markers: Vec<&str> = std::iter::once(manifest::MANIFEST_FILE)
+            .chain(self.stores.iter().flat_map(|s| s.markers().iter().copied()))
+            .collect();
+        dir.prefetch_children(children, &markers);
+    }
+
     /// The sorted, bounded names of a directory.
     pub(super) fn dir_scan(&self, dir: &Dir) -> Result<Arc<DirScan>> {
         let key = dir.path().to_path_buf();

@@ -214,6 +214,7 @@ impl Catalog {
         let scan = self.dir_scan(dir)?;
         scan_warnings(&scan, rel, self.options.max_entries, &mut walk.warnings);
         walk.truncated |= scan.truncated;
+        self.prefetch(dir, &scan.children);
         self.walk_indexes(dir, rel, &scan.children, walk);
         let mut keyed = Vec::with_capacity(scan.children.len());
         for name in &scan.children {

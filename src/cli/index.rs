@@ -54,6 +54,7 @@ impl IndexArgs {
         use sidecar::{build, lookup, manifest};
         match self.action {
             IndexAction::Build { file, key, json } => {
+                super::refuse_remote(&file, "index build")?;
                 let report = sidecar::build_index(&file, &build::parse_key_spec(&key)?)?;
                 if json {
                     print!("{}", pretty_json(&report));
@@ -106,6 +107,7 @@ impl IndexArgs {
                 }
             }
             IndexAction::Drop { file, key } => {
+                super::refuse_remote(&file, "index drop")?;
                 let key = build::parse_key_spec(&key)?;
                 sidecar::drop_index(&file, &key)?;
                 println!(

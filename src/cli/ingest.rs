@@ -38,6 +38,8 @@ impl ImportArgs {
             mode,
             json,
         } = self;
+        super::refuse_remote(&source, "import")?;
+        super::refuse_remote(&dest, "import")?;
         let report = CompactJsonlStore::default().import_path(&source, &dest, mode.into())?;
         if json {
             print!("{}", pretty_json(&report));
@@ -79,6 +81,7 @@ impl AppendArgs {
             record,
             json,
         } = self;
+        super::refuse_remote(&store, "append")?;
         let mut input = Vec::new();
         let records: Vec<&[u8]> = if record == "-" {
             std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut input)

@@ -192,6 +192,24 @@ pub fn run() -> ExitCode {
     }
 }
 
+/// Whether a path names a warehouse on object storage (`s3://…`).
+pub(crate) fn is_remote(path: &std::path::Path) -> bool {
+    path.as_os_str().as_encoded_bytes().starts_with(b"s3://")
+}
+
+/// Refuses `command`, which writes, on an `s3://` path: object storage is
+/// only ever read.
+pub(crate) fn refuse_remote(path: &std::path::Path, command: &str) -> Result<()> {
+    if is_remote(path) {
+        return Err(crate::error::Error::at(
+            crate::error::ErrorCode::RemoteReadOnly,
+            path,
+            format!("`{command}` works on local files only; s3:// warehouses are read only"),
+        ));
+    }
+    Ok(())
+}
+
 /// Prints `e` with its fix-up; exit code 1.
 fn failed(e: &crate::error::Error) -> ExitCode {
     eprintln!("{}", e.render());

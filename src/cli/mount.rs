@@ -118,6 +118,13 @@ impl MountArgs {
             walk_budget: Some(render_timeout.max(Duration::from_secs(1))),
             ..cache.apply(walk.options())
         };
+        // A remote warehouse is listed again at most once per attribute
+        // TTL (at least a second), and its files are read by the daemon.
+        let remote = super::is_remote(&warehouse);
+        #[cfg(feature = "remote")]
+        if remote {
+            crate::remote::set_listing_ttl(attr_ttl.max(REMOTE_LISTING_TTL_MIN));
+        }
         let config = MountConfig {
             catalog,
             warehouse,
@@ -135,7 +142,7 @@ impl MountArgs {
             options,
             threads,
             log,
-            passthrough: !no_passthrough,
+            passthrough: !no_passthrough && !remote,
             log_metrics,
         };
         let announce = |m: &Mounted| {
@@ -176,6 +183,11 @@ impl MountArgs {
         Ok(ExitCode::SUCCESS)
     }
 }
+
+/// The shortest time a mount trusts a remote listing, whatever its
+/// attribute TTL: a polling reader lists a prefix at most once per it.
+#[cfg(feature = "remote")]
+const REMOTE_LISTING_TTL_MIN: Duration = Duration::from_secs(1);
 
 // The flags of `umount`.
 #[derive(Args, Debug)]

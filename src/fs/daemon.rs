@@ -72,7 +72,9 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
     bound_heap();
     let (options, acl) = fuse_options(config)?;
     let catalog = Catalog::new(&config.warehouse, config.catalog.clone())?;
-    std::fs::read_dir(catalog.root()).map_err(|e| Error::io(catalog.root(), &e))?;
+    if !catalog.root_dir().is_remote() {
+        std::fs::read_dir(catalog.root()).map_err(|e| Error::io(catalog.root(), &e))?;
+    }
     if let Some(device) = fuse_descriptor(&config.mount_point)? {
         // Mounted already by whoever opened the descriptor, who also
         // supervises it: served here, never in the background.

@@ -9,8 +9,6 @@
 //! directory changes meanwhile). Handles live until `release`.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,6 +16,8 @@ use std::time::Duration;
 use fuser::FileAttr;
 use nix::errno::Errno;
 use parking_lot::Mutex;
+
+use crate::warehouse::Blob;
 
 /// One entry of a directory handle's snapshot.
 pub struct DirItem {
@@ -34,7 +34,7 @@ pub enum Handle {
     /// A synthetic file, rendered at `open`.
     Bytes(Arc<[u8]>),
     /// A warehouse file, read with `pread`.
-    File(File),
+    File(Blob),
     /// A leaf's `.records`, produced as it is read.
     Records(crate::extract::stream::RecordsStream),
     /// A directory: its entries as of the last read from offset 0.
@@ -102,7 +102,7 @@ impl Handles {
 }
 
 /// Reads up to `size` bytes at `offset`, retrying short reads until EOF.
-pub fn pread(file: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
+pub fn pread(file: &Blob, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; size as usize];
     let mut filled = 0;
     while filled < buf.len() {

@@ -23,6 +23,7 @@ use super::segments::{
 };
 use super::structural::{self, Structural};
 use super::timestamp::Micros;
+use crate::warehouse::Blob;
 
 /// What counting a record file found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,21 +70,30 @@ impl RecordStats {
 
 /// Counts the records of the file at `path` (a path named from outside).
 pub fn count_file(path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
-    count_open(File::open(path)?, format)
+    count_open(Blob::Local(File::open(path)?), format)
 }
 
 /// Counts the records of an open file.
-pub fn count_open(file: File, format: RecordFormat) -> io::Result<RecordStats> {
-    advise_sequential(&file);
-    if format == RecordFormat::Json {
-        return count_json_document(file);
+pub fn count_open(file: Blob, format: RecordFormat) -> io::Result<RecordStats> {
+    if let Some(local) = file.local() {
+        advise_sequential(local);
     }
-    let size = file.metadata()?.len();
-    let threads = parallel::threads_for(size);
+    if format == RecordFormat::Json {
+        return count_json_document(file.reader_at(0));
+    }
+    let size = file.len()?;
+    // A remote file streams best read front to back by one reader.
+    let threads = match file.local() {
+        Some(_) => parallel::threads_for(size),
+        None => 1,
+    };
     if threads > 1 {
         count_segments_parallel(&file, size, threads)
     } else {
-        count_segments_sized(file, usize::try_from(size).unwrap_or(usize::MAX))
+        count_segments_sized(
+            file.reader_at(0),
+            usize::try_from(size).unwrap_or(usize::MAX),
+        )
     }
 }
 

@@ -5,12 +5,11 @@
 //! ranges and the ranges' counts add up to the serial count exactly. Each
 //! range is read with `pread`, so the threads share no file cursor.
 
-use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 
 use super::count::{RecordStats, count_segments};
 use super::segments::find_separator;
+use crate::warehouse::Blob;
 
 /// Files at least this large are counted on several threads.
 const PARALLEL_MIN_BYTES: u64 = 32 << 20;
@@ -32,7 +31,7 @@ pub(crate) fn threads_for(size: u64) -> usize {
 /// Splits `file` at separators into about `parts` ranges and counts each
 /// on its own thread.
 pub(super) fn count_segments_parallel(
-    file: &File,
+    file: &Blob,
     size: u64,
     parts: usize,
 ) -> io::Result<RecordStats> {
@@ -63,7 +62,7 @@ pub(super) fn count_segments_parallel(
 /// Where to cut `file` (of `size` bytes) into about `parts` byte ranges,
 /// each cut just past a separator: `0`, the cuts, and `size`, so that
 /// consecutive pairs are the ranges and no segment straddles two.
-pub(crate) fn cut_points(file: &File, size: u64, parts: usize) -> io::Result<Vec<u64>> {
+pub(crate) fn cut_points(file: &Blob, size: u64, parts: usize) -> io::Result<Vec<u64>> {
     let mut cuts = vec![0u64];
     for k in 1..parts as u64 {
         let nominal = size * k / parts as u64;
@@ -81,7 +80,7 @@ pub(crate) fn cut_points(file: &File, size: u64, parts: usize) -> io::Result<Vec
 }
 
 /// The offset just past the first separator at or after `from`, or `size`.
-fn next_cut(file: &File, from: u64, size: u64) -> io::Result<u64> {
+fn next_cut(file: &Blob, from: u64, size: u64) -> io::Result<u64> {
     let mut buf = vec![0u8; 64 << 10];
     let mut pos = from;
     while pos < size {
@@ -101,7 +100,7 @@ fn next_cut(file: &File, from: u64, size: u64) -> io::Result<u64> {
 /// can read one file without sharing a cursor (and the file's own
 /// position, shared with its duplicates, never moves).
 pub(crate) struct RangeReader<'a> {
-    pub(crate) file: &'a File,
+    pub(crate) file: &'a Blob,
     pub(crate) pos: u64,
     pub(crate) end: u64,
 }
@@ -141,7 +140,7 @@ mod tests {
         }
         std::fs::write(&path, &data).unwrap();
         let serial = count_segments(&data[..]).unwrap();
-        let file = File::open(&path).unwrap();
+        let file = Blob::Local(std::fs::File::open(&path).unwrap());
         for parts in [2, 3, 4, 7] {
             let parallel = count_segments_parallel(&file, data.len() as u64, parts).unwrap();
             assert_eq!(parallel, serial, "{parts} parts");

@@ -9,10 +9,8 @@
 //! the records after it, which is what lets a reader of a long stream
 //! (the mount's `.records`) restart near any offset instead of at the top.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::ops::ControlFlow;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::parallel::RangeReader;
@@ -21,6 +19,7 @@ use super::scan::RecordScanner;
 use super::segments::{OversizeSegment, SegmentVisitor, for_each_segment_sized};
 use super::timestamp::Micros;
 use super::{ProbedSegment, RecordFormat};
+use crate::warehouse::Blob;
 
 /// A `.json` document is read whole; larger ones should be JSON Lines.
 pub const MAX_JSON_DOCUMENT: u64 = 256 << 20;
@@ -97,14 +96,14 @@ pub trait RecordSink {
 /// its first `limit` bytes at most (a snapshot reads a growing file as it
 /// was when it was taken). `Break` when the sink stopped the read.
 pub fn read_file(
-    file: &File,
+    file: &Blob,
     format: RecordFormat,
     name: &str,
     from: Resume,
     limit: Option<u64>,
     sink: &mut dyn RecordSink,
 ) -> io::Result<ControlFlow<()>> {
-    let size = file.metadata()?.len().min(limit.unwrap_or(u64::MAX));
+    let size = file.len()?.min(limit.unwrap_or(u64::MAX));
     if format == RecordFormat::Json {
         return read_document(file, size, name, from, sink);
     }
@@ -112,7 +111,11 @@ pub fn read_file(
         return Ok(ControlFlow::Continue(()));
     }
     let mut from = from;
-    let threads = parallel_threads(size - from.offset);
+    // A remote file streams best read front to back by one reader.
+    let threads = match file.local() {
+        Some(_) => parallel_threads(size - from.offset),
+        None => 1,
+    };
     // A file that shrank below the offset reads as ended.
     if threads > 1 {
         match super::read_parallel::read_parallel(file, name, from, size, threads, sink)? {
@@ -127,7 +130,7 @@ pub fn read_file(
 
 /// Reads the records of `[from.offset, size)` on this thread alone.
 pub(super) fn read_serial(
-    file: &File,
+    file: &Blob,
     name: &str,
     from: Resume,
     size: u64,
@@ -184,7 +187,7 @@ fn parallel_threads(left: u64) -> usize {
 
 /// `len` bytes of a file from `pos`.
 struct FileRange<'f> {
-    file: &'f File,
+    file: &'f Blob,
     pos: u64,
     end: u64,
 }
@@ -220,7 +223,7 @@ impl std::fmt::Display for Stopped {
 impl std::error::Error for Stopped {}
 
 struct SegmentReader<'a> {
-    file: &'a File,
+    file: &'a Blob,
     name: &'a str,
     part: u64,
     /// Offset of the segment about to be visited.
@@ -350,7 +353,7 @@ pub fn document_records(text: &[u8]) -> Vec<&[u8]> {
 }
 
 fn read_document(
-    file: &File,
+    file: &Blob,
     size: u64,
     name: &str,
     from: Resume,
@@ -423,13 +426,13 @@ mod tests {
         }
     }
 
-    fn file_with(bytes: &[u8]) -> File {
+    fn file_with(bytes: &[u8]) -> Blob {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(bytes).unwrap();
-        f
+        Blob::Local(f)
     }
 
-    fn read_all(file: &File, format: RecordFormat, from: Resume) -> Collect {
+    fn read_all(file: &Blob, format: RecordFormat, from: Resume) -> Collect {
         let mut sink = Collect::default();
         let _ = read_file(file, format, "", from, None, &mut sink).unwrap();
         sink

@@ -12,9 +12,7 @@
 //! reader, which streams segments of any length, takes over there.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 use std::sync::mpsc;
 
@@ -22,6 +20,7 @@ use super::read::{Body, Record, RecordSink, Resume};
 use super::scan::RecordScanner;
 use super::segments::find_separator;
 use super::timestamp::Micros;
+use crate::warehouse::Blob;
 
 /// Bytes read and scanned as one piece of work.
 pub(super) const CHUNK: usize = 4 << 20;
@@ -61,7 +60,7 @@ pub(super) enum Ended {
 /// Delivers the records of `file` in `[from.offset, end)` with `threads`
 /// scanning threads.
 pub(super) fn read_parallel(
-    file: &File,
+    file: &Blob,
     name: &str,
     from: Resume,
     end: u64,
@@ -189,7 +188,7 @@ fn deliver(
 /// Reads chunks that end just past a separator (the last one may end at
 /// the end of the range without one).
 struct Reading<'f> {
-    file: &'f File,
+    file: &'f Blob,
     offset: u64,
     end: u64,
     /// Where a chunk without any separator started: reading stops there.
@@ -318,13 +317,13 @@ mod tests {
         data
     }
 
-    fn serial(file: &File, from: Resume, size: u64) -> Seen {
+    fn serial(file: &Blob, from: Resume, size: u64) -> Seen {
         let mut sink = Collect::default();
         let _ = read_serial(file, "", from, size, &mut sink).unwrap();
         sink.0
     }
 
-    fn parallel(file: &File, from: Resume, size: u64, threads: usize) -> Seen {
+    fn parallel(file: &Blob, from: Resume, size: u64, threads: usize) -> Seen {
         let mut sink = Collect::default();
         match read_parallel(file, "", from, size, threads, &mut sink).unwrap() {
             Ended::Oversize(resume) => {
@@ -341,6 +340,7 @@ mod tests {
         let bytes = data();
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(&bytes).unwrap();
+        let file = Blob::Local(file);
         let size = bytes.len() as u64;
         let want = serial(&file, Resume::default(), size);
         assert!(want.len() > 150_000);
@@ -360,6 +360,7 @@ mod tests {
         let bytes = data();
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(&bytes).unwrap();
+        let file = Blob::Local(file);
         let mut sink = Collect(Vec::new(), Some(10));
         let ended = read_parallel(
             &file,

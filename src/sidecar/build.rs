@@ -35,6 +35,7 @@ use crate::records::scan::{self, RecordScanner, Token};
 use crate::records::{
     OversizeSegment, RangeReader, RecordFormat, SegmentVisitor, for_each_segment_sized,
 };
+use crate::warehouse::Blob;
 use crate::warehouse::{self, Dir, Replace};
 
 /// What `index build` did.
@@ -437,7 +438,7 @@ impl KeyedRows {
 /// Reads the whole cohort on this thread: its records, its digest and its
 /// length. A record that refuses the build is the error.
 fn collect_serial<'a>(
-    file: &File,
+    file: impl Read,
     size: u64,
     key: &'a [String],
     cohort: &'a Path,
@@ -464,7 +465,7 @@ fn collect_serial<'a>(
 /// build or a key field's type differs between ranges: the serial pass
 /// then finds the first such record and says which.
 fn collect_parallel<'a>(
-    file: &File,
+    file: &Blob,
     size: u64,
     threads: usize,
     key: &'a [String],
@@ -545,7 +546,8 @@ pub fn build(cohort: &Path, key: &[String]) -> Result<BuildReport> {
     let before = file.metadata().map_err(|e| Error::io(cohort, &e))?;
     let threads = crate::records::threads_for(before.len());
     let parallel = if threads > 1 {
-        collect_parallel(&file, before.len(), threads, key, cohort)
+        let blob = Blob::Local(file.try_clone().map_err(|e| Error::io(cohort, &e))?);
+        collect_parallel(&blob, before.len(), threads, key, cohort)
             .map_err(|e| Error::io(cohort, &e))?
     } else {
         None
@@ -683,10 +685,10 @@ mod tests {
             text.push_str(&format!("{{\"k\":\"s-{}\",\"n\":{}}}\n", i % 37, i % 5));
         }
         std::fs::write(&path, &text).unwrap();
-        let file = File::open(&path).unwrap();
+        let file = Blob::Local(File::open(&path).unwrap());
         let size = text.len() as u64;
         let key = vec!["k".to_string(), "n".to_string()];
-        let (serial, digest, len) = collect_serial(&file, size, &key, &path).unwrap();
+        let (serial, digest, len) = collect_serial(file.reader_at(0), size, &key, &path).unwrap();
         for threads in [2, 3, 7] {
             let (parallel, pdigest, plen) = collect_parallel(&file, size, threads, &key, &path)
                 .unwrap()
@@ -711,8 +713,8 @@ mod tests {
         ] {
             let path = dir.path().join("bad.jsonl");
             std::fs::write(&path, format!("{text}{bad}")).unwrap();
-            let file = File::open(&path).unwrap();
-            let size = file.metadata().unwrap().len();
+            let file = Blob::Local(File::open(&path).unwrap());
+            let size = file.len().unwrap();
             assert!(
                 collect_parallel(&file, size, 3, &key, &path)
                     .unwrap()

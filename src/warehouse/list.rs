@@ -10,8 +10,8 @@ use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::FileType;
 
-use super::Dir;
 use super::viewer::Access;
+use super::{Backend, Dir};
 
 /// One entry of a directory listing, typed from `getdents` (no stat):
 /// always a directory or a regular file.
@@ -76,7 +76,21 @@ impl Dir {
         // Listing a directory needs read permission (reaching it needed
         // only search).
         self.check(&self.stat, Access::Read)?;
-        let mut reader = rustix::fs::Dir::read_from(&self.fd)?;
+        #[cfg(feature = "remote")]
+        if let Backend::Remote(remote) = &self.backend {
+            for (name, is_dir) in remote.entries()? {
+                let kind = if is_dir {
+                    FileType::Directory
+                } else {
+                    FileType::RegularFile
+                };
+                if !visit(name.as_bytes(), kind) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let mut reader = rustix::fs::Dir::read_from(self.fd()?)?;
         while let Some(entry) = reader.read() {
             let entry = entry?;
             let name = entry.file_name().to_bytes();

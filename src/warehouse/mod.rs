@@ -37,9 +37,12 @@
 //! Every system call goes through rustix, errors included (as
 //! `rustix::io::Errno`): this module holds no `unsafe` code.
 
+pub mod blob;
 pub mod list;
 pub mod open;
 pub mod read;
+#[cfg(feature = "remote")]
+mod remote_dir;
 pub mod stat;
 pub mod state;
 pub mod viewer;
@@ -47,12 +50,13 @@ pub mod write;
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
+pub use blob::{Blob, BlobReader, OwnedBlobReader};
 pub use list::DirEntry;
 pub use read::{
     COUNT_CACHE_CAP, CappedError, INDEX_MANIFEST_CAP, MANIFEST_CAP, POINTER_CAP, read_all_capped,
@@ -66,14 +70,24 @@ pub(crate) use write::temp_name;
 /// An open directory of a warehouse, with the path it is shown as.
 #[derive(Debug)]
 pub struct Dir {
-    /// Shared by the handles of one open directory: a clone costs no
-    /// system call.
-    fd: std::sync::Arc<OwnedFd>,
+    /// What the directory is read through. Shared by the handles of one
+    /// open directory: a clone costs no system call.
+    backend: Backend,
     path: PathBuf,
     stat: Stat,
     /// When set, everything done through this directory (and the
     /// directories opened from it) is checked as this viewer.
     viewer: Option<std::sync::Arc<Viewer>>,
+}
+
+/// Where a directory's entries are read from.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// A local directory, open.
+    Local(std::sync::Arc<OwnedFd>),
+    /// A prefix of a bucket (see [`crate::remote`]).
+    #[cfg(feature = "remote")]
+    Remote(remote_dir::RemoteDir),
 }
 
 /// Flags of every open of a warehouse entry.
@@ -120,6 +134,10 @@ impl Dir {
     /// table): the root itself may be reached through symlinks, nothing
     /// below it will be.
     pub fn open_root(path: &Path) -> io::Result<Dir> {
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(path) {
+            return remote_dir::RemoteDir::open_root(path);
+        }
         let path = std::fs::canonicalize(path)?;
         let fd = rustix::fs::open(
             &path,
@@ -128,7 +146,7 @@ impl Dir {
         )?;
         let stat = Stat::of(&fd)?;
         Ok(Dir {
-            fd: fd.into(),
+            backend: Backend::Local(fd.into()),
             path,
             stat,
             viewer: None,
@@ -163,15 +181,29 @@ impl Dir {
 
     /// The directory's stat now.
     pub fn restat(&self) -> io::Result<Stat> {
-        Stat::of(&self.fd)
+        match &self.backend {
+            Backend::Local(fd) => Stat::of(fd),
+            #[cfg(feature = "remote")]
+            Backend::Remote(remote) => remote.restat(),
+        }
     }
 
     /// This directory opened again, with its stat as of now.
     pub fn reopen(&self) -> io::Result<Dir> {
-        let fd = rustix::fs::openat(&self.fd, c".", dir_flags(), Mode::empty())?;
-        let stat = Stat::of(&fd)?;
+        let backend = match &self.backend {
+            Backend::Local(fd) => {
+                Backend::Local(rustix::fs::openat(fd, c".", dir_flags(), Mode::empty())?.into())
+            }
+            #[cfg(feature = "remote")]
+            remote => remote.clone(),
+        };
+        let stat = match &backend {
+            Backend::Local(fd) => Stat::of(fd)?,
+            #[cfg(feature = "remote")]
+            Backend::Remote(remote) => remote.restat()?,
+        };
         Ok(Dir {
-            fd: fd.into(),
+            backend,
             path: self.path.clone(),
             stat,
             viewer: self.viewer.clone(),
@@ -181,7 +213,7 @@ impl Dir {
     /// Another handle on the same open directory.
     pub fn try_clone(&self) -> io::Result<Dir> {
         Ok(Dir {
-            fd: std::sync::Arc::clone(&self.fd),
+            backend: self.backend.clone(),
             path: self.path.clone(),
             stat: self.stat,
             viewer: self.viewer.clone(),
@@ -192,18 +224,37 @@ impl Dir {
     /// (one `fstat`).
     pub fn refreshed(&self) -> io::Result<Dir> {
         Ok(Dir {
-            fd: std::sync::Arc::clone(&self.fd),
+            backend: self.backend.clone(),
             path: self.path.clone(),
             stat: self.restat()?,
             viewer: self.viewer.clone(),
         })
     }
+
+    /// Whether the directory is a prefix of a bucket rather than a local
+    /// directory.
+    pub fn is_remote(&self) -> bool {
+        !matches!(self.backend, Backend::Local(_))
+    }
+
+    /// The open local directory, for what only a descriptor can do: a
+    /// remote directory answers that it is read only.
+    fn fd(&self) -> io::Result<&OwnedFd> {
+        match &self.backend {
+            Backend::Local(fd) => Ok(fd),
+            #[cfg(feature = "remote")]
+            Backend::Remote(_) => Err(crate::error::RemoteFailure::ReadOnly.into_io()),
+        }
+    }
 }
 
-impl AsFd for Dir {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
+#[cfg(not(feature = "remote"))]
+impl Dir {
+    /// Nothing to do for a local directory (see the remote one).
+    pub fn prefetch_children(&self, _names: &[String], _markers: &[&str]) {}
+
+    /// Nothing to do for a local directory (see the remote one).
+    pub fn forget_remote(&self) {}
 }
 
 /// The names of a relative path, refusing `..`, a root and prefixes.

@@ -11,7 +11,6 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -19,7 +18,7 @@ use rustix::fs::{AtFlags, Mode, ResolveFlags};
 use rustix::io::Errno;
 
 use super::viewer::Access;
-use super::{Dir, Stat, check_name, components, dir_flags, not_regular, read_flags};
+use super::{Backend, Blob, Dir, Stat, check_name, components, dir_flags, not_regular, read_flags};
 
 /// Whether `openat2` is missing from this kernel (learned once).
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
@@ -30,7 +29,13 @@ impl Dir {
         let name = name.as_ref();
         check_name(name)?;
         self.check_search()?;
-        Ok(rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)?.into())
+        match &self.backend {
+            Backend::Local(fd) => {
+                Ok(rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)?.into())
+            }
+            #[cfg(feature = "remote")]
+            Backend::Remote(remote) => remote.stat_at(name),
+        }
     }
 
     /// The stat of `name`, `None` when there is no such entry.
@@ -48,8 +53,17 @@ impl Dir {
         let name = name.as_ref();
         check_name(name)?;
         self.check_search()?;
-        let fd = rustix::fs::openat(&self.fd, name, dir_flags(), Mode::empty())?;
-        self.adopt_dir(fd, self.path.join(name))
+        match &self.backend {
+            Backend::Local(fd) => {
+                let fd = rustix::fs::openat(fd, name, dir_flags(), Mode::empty())?;
+                self.adopt_dir(Backend::Local(fd.into()), self.path.join(name))
+            }
+            #[cfg(feature = "remote")]
+            Backend::Remote(remote) => {
+                let child = remote.open_dir(name)?;
+                self.adopt_dir(Backend::Remote(child), self.path.join(name))
+            }
+        }
     }
 
     /// The subdirectory `name`, just seen (with `fstatat`) as `seen`:
@@ -70,7 +84,7 @@ impl Dir {
                 self.check_search()?;
                 self.check(seen, Access::Read)?;
                 Ok(Dir {
-                    fd: std::sync::Arc::clone(&known.fd),
+                    backend: known.backend.clone(),
                     path: self.path.join(name),
                     stat: *seen,
                     viewer: self.viewer.clone(),
@@ -89,7 +103,11 @@ impl Dir {
         if self.viewer.is_some() || rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
             return Err(io::Error::from(Errno::INVAL));
         }
-        match rustix::fs::statat(&*self.fd, rel, AtFlags::SYMLINK_NOFOLLOW) {
+        #[cfg(feature = "remote")]
+        if let Backend::Remote(remote) = &self.backend {
+            return remote.probe_below(rel);
+        }
+        match rustix::fs::statat(self.fd()?, rel, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => Ok(Some(stat.into())),
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(e.into()),
@@ -105,13 +123,17 @@ impl Dir {
         }
         // A viewer's search permission is checked on every directory on
         // the way, so only the component walk can serve one.
-        if names.len() > 1 && self.viewer.is_none() && !NO_OPENAT2.load(Ordering::Relaxed) {
+        if names.len() > 1
+            && self.viewer.is_none()
+            && !self.is_remote()
+            && !NO_OPENAT2.load(Ordering::Relaxed)
+        {
             let resolve = ResolveFlags::BENEATH
                 | ResolveFlags::NO_SYMLINKS
                 | ResolveFlags::NO_MAGICLINKS
                 | ResolveFlags::NO_XDEV;
-            match rustix::fs::openat2(&self.fd, rel, dir_flags(), Mode::empty(), resolve) {
-                Ok(fd) => return self.adopt_dir(fd, self.path.join(rel)),
+            match rustix::fs::openat2(self.fd()?, rel, dir_flags(), Mode::empty(), resolve) {
+                Ok(fd) => return self.adopt_dir(Backend::Local(fd.into()), self.path.join(rel)),
                 // Missing, or refused by a seccomp filter: walk instead.
                 Err(Errno::NOSYS | Errno::PERM) => NO_OPENAT2.store(true, Ordering::Relaxed),
                 // ELOOP is what RESOLVE_NO_SYMLINKS answers for a symlink
@@ -127,8 +149,12 @@ impl Dir {
         Ok(dir)
     }
 
-    fn adopt_dir(&self, fd: OwnedFd, path: PathBuf) -> io::Result<Dir> {
-        let stat = Stat::of(&fd)?;
+    fn adopt_dir(&self, backend: Backend, path: PathBuf) -> io::Result<Dir> {
+        let stat = match &backend {
+            Backend::Local(fd) => Stat::of(fd)?,
+            #[cfg(feature = "remote")]
+            Backend::Remote(remote) => remote.restat()?,
+        };
         if stat.dev != self.stat.dev {
             return Err(io::Error::from(Errno::XDEV));
         }
@@ -137,7 +163,7 @@ impl Dir {
         // viewer is held to the same, so its walk matches its own.
         self.check(&stat, Access::Read)?;
         Ok(Dir {
-            fd: fd.into(),
+            backend,
             path,
             stat,
             viewer: self.viewer.clone(),
@@ -148,7 +174,7 @@ impl Dir {
     /// or a device. The entry is checked with `fstatat` before the open
     /// (so no driver's open runs) and with `fstat` after it (so a swap in
     /// between is caught).
-    pub fn open_file(&self, name: impl AsRef<OsStr>) -> io::Result<(File, Stat)> {
+    pub fn open_file(&self, name: impl AsRef<OsStr>) -> io::Result<(Blob, Stat)> {
         let name = name.as_ref();
         let seen = self.stat_at(name)?;
         self.open_regular(name, &seen, false)
@@ -158,7 +184,7 @@ impl Dir {
     /// regular file `seen`, whatever file it is by the time it is opened,
     /// as long as that is a regular file too: for readers that take the
     /// file's own stat (counting) rather than serve a file they showed.
-    pub fn open_seen(&self, name: impl AsRef<OsStr>, seen: &Stat) -> io::Result<(File, Stat)> {
+    pub fn open_seen(&self, name: impl AsRef<OsStr>, seen: &Stat) -> io::Result<(Blob, Stat)> {
         self.open_regular(name.as_ref(), seen, false)
     }
 
@@ -169,26 +195,34 @@ impl Dir {
         &self,
         name: impl AsRef<OsStr>,
         expected: &Stat,
-    ) -> io::Result<(File, Stat)> {
+    ) -> io::Result<(Blob, Stat)> {
         self.open_regular(name.as_ref(), expected, true)
     }
 
     /// Opens `name`, seen as `expected` (which must be a regular file):
     /// the file opened must be regular, and with `same` the very file seen.
-    fn open_regular(&self, name: &OsStr, expected: &Stat, same: bool) -> io::Result<(File, Stat)> {
+    fn open_regular(&self, name: &OsStr, expected: &Stat, same: bool) -> io::Result<(Blob, Stat)> {
         check_name(name)?;
         self.check_search()?;
         if !expected.is_file() {
             return Err(not_regular());
         }
-        let fd =
-            rustix::fs::openat(&self.fd, name, read_flags(), Mode::empty()).map_err(
-                |e| match e {
-                    // O_NOFOLLOW on a symlink.
-                    Errno::LOOP => not_regular(),
-                    e => e.into(),
-                },
-            )?;
+        #[cfg(feature = "remote")]
+        if let Backend::Remote(remote) = &self.backend {
+            let (object, stat) = remote.open_file(name)?;
+            if same && !stat.same_file(expected) {
+                return Err(io::Error::from(Errno::STALE));
+            }
+            self.check(&stat, Access::Read)?;
+            return Ok((Blob::Remote(object), stat));
+        }
+        let fd = rustix::fs::openat(self.fd()?, name, read_flags(), Mode::empty()).map_err(
+            |e| match e {
+                // O_NOFOLLOW on a symlink.
+                Errno::LOOP => not_regular(),
+                e => e.into(),
+            },
+        )?;
         let stat = Stat::of(&fd)?;
         if !stat.is_file() {
             return Err(not_regular());
@@ -197,7 +231,7 @@ impl Dir {
             return Err(io::Error::from(Errno::STALE));
         }
         self.check(&stat, Access::Read)?;
-        Ok((File::from(fd), stat))
+        Ok((Blob::Local(File::from(fd)), stat))
     }
 }
 

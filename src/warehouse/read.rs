@@ -4,11 +4,10 @@
 //! regular file.
 
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use super::{Dir, Stat};
+use super::{Blob, Dir, Stat};
 
 /// The most bytes read from a `chronicle.manifest`.
 pub const MANIFEST_CAP: u64 = 1 << 20;
@@ -70,6 +69,12 @@ impl Dir {
         name: impl AsRef<OsStr>,
         cap: u64,
     ) -> Result<Option<(Vec<u8>, Stat)>, CappedError> {
+        #[cfg(feature = "remote")]
+        if let super::Backend::Remote(remote) = &self.backend {
+            super::check_name(name.as_ref()).map_err(CappedError::Io)?;
+            self.check_search().map_err(CappedError::Io)?;
+            return remote.read_capped(name.as_ref(), cap);
+        }
         let (file, stat) = match self.open_file(name) {
             Ok(opened) => opened,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -84,12 +89,13 @@ impl Dir {
 
 /// Reads all of `file` (whose size was `size` when opened), refusing more
 /// than `cap` bytes even if it grows while being read.
-pub fn read_all_capped(file: File, size: u64, cap: u64) -> Result<Vec<u8>, CappedError> {
+pub fn read_all_capped(file: Blob, size: u64, cap: u64) -> Result<Vec<u8>, CappedError> {
     if size > cap {
         return Err(CappedError::TooLarge { cap });
     }
     let mut bytes = Vec::with_capacity(size as usize);
-    file.take(cap + 1)
+    file.reader_at(0)
+        .take(cap + 1)
         .read_to_end(&mut bytes)
         .map_err(CappedError::Io)?;
     if bytes.len() as u64 > cap {

@@ -54,6 +54,14 @@ pub struct StateDir {
 /// or `~/.cache/pchronicle/<id>` for others), `<id>` derived from the
 /// root's device and inode.
 pub fn state_dir(root: &Dir, state: &str, sub: &str) -> io::Result<StateDir> {
+    // Nothing is written to a remote warehouse: its state is this user's,
+    // kept under a name derived from its bucket and prefix.
+    if root.is_remote() {
+        return Ok(StateDir {
+            dir: user_state_dir(root, sub)?,
+            elsewhere: None,
+        });
+    }
     let owned = |parent: &Dir, name: &str| -> Result<Dir, String> {
         let dir = parent
             .create_dir(name, 0o755)

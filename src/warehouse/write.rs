@@ -78,7 +78,7 @@ impl Dir {
         let name = name.as_ref();
         check_name(name)?;
         self.check(&self.stat, Access::Write)?;
-        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode as _)) {
+        match rustix::fs::mkdirat(self.fd()?, name, Mode::from_raw_mode(mode as _)) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(e.into()),
         }
@@ -112,7 +112,7 @@ impl Dir {
         }
         let temp = temp_name(name);
         let fd = rustix::fs::openat(
-            &self.fd,
+            self.fd()?,
             temp.as_os_str(),
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(how.mode as _),
@@ -149,14 +149,14 @@ impl Dir {
                     ));
                 }
             }
-            rustix::fs::renameat(&self.fd, temp.as_os_str(), &self.fd, name)?;
+            rustix::fs::renameat(self.fd()?, temp.as_os_str(), self.fd()?, name)?;
             if how.durable {
-                rustix::fs::fsync(&self.fd)?;
+                rustix::fs::fsync(self.fd()?)?;
             }
             Ok(())
         })();
         if result.is_err() {
-            let _ = rustix::fs::unlinkat(&self.fd, temp.as_os_str(), AtFlags::empty());
+            let _ = rustix::fs::unlinkat(self.fd()?, temp.as_os_str(), AtFlags::empty());
         }
         result
     }
@@ -168,7 +168,7 @@ impl Dir {
         check_name(name)?;
         self.check(&self.stat, Access::Write)?;
         let fd = match rustix::fs::openat(
-            &self.fd,
+            self.fd()?,
             name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode as _),
@@ -196,7 +196,7 @@ impl Dir {
         self.check(&self.stat, Access::Write)?;
         let open = || -> io::Result<File> {
             let fd = rustix::fs::openat(
-                &self.fd,
+                self.fd()?,
                 name,
                 OFlags::WRONLY
                     | OFlags::APPEND
@@ -220,7 +220,7 @@ impl Dir {
         }
         let mut older = name.to_os_string();
         older.push(".1");
-        rustix::fs::renameat(&self.fd, name, &self.fd, &older)?;
+        rustix::fs::renameat(self.fd()?, name, self.fd()?, &older)?;
         open()
     }
 
@@ -229,7 +229,7 @@ impl Dir {
         let name = name.as_ref();
         check_name(name)?;
         self.check(&self.stat, Access::Write)?;
-        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+        match rustix::fs::unlinkat(self.fd()?, name, AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
             Err(e) => Err(e.into()),
@@ -254,8 +254,10 @@ impl Dir {
         {
             let name = OsStr::from_bytes(&entry.name);
             if let Ok(stat) = self.stat_at(name) {
-                if now.saturating_sub(stat.mtime) >= STALE_TEMP_SECS {
-                    let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+                if let (true, Ok(fd)) =
+                    (now.saturating_sub(stat.mtime) >= STALE_TEMP_SECS, self.fd())
+                {
+                    let _ = rustix::fs::unlinkat(fd, name, AtFlags::empty());
                 }
             }
         }

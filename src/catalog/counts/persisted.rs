@@ -144,6 +144,7 @@ fn check_ours(file: &CacheFile) -> Result<()> {
     };
     let mut head = Vec::with_capacity(MAGIC.len());
     opened
+        .reader_at(0)
         .take(MAGIC.len() as u64)
         .read_to_end(&mut head)
         .map_err(|e| Error::io(&path, &e))?;

@@ -319,7 +319,7 @@ impl WarehouseFs {
         handle: Option<&Handle>,
     ) -> Result<(FileAttr, Duration), FsError> {
         let opened = |handle: &Handle| match handle {
-            Handle::File(file) => Some(Stat::of(file)),
+            Handle::File(file) => Some(file.stat()),
             _ => None,
         };
         let described = |meta: std::io::Result<Stat>| -> Result<(FileAttr, Duration), FsError> {
@@ -448,10 +448,10 @@ impl WarehouseFs {
         })
     }
 
-    /// Calls `f` with the warehouse file open as `fh`, if it is one.
+    /// Calls `f` with the local warehouse file open as `fh`, if it is one.
     pub fn with_file<R>(&self, fh: u64, f: impl FnOnce(&std::fs::File) -> R) -> Option<R> {
         match &*self.handles.get(fh).ok()? {
-            Handle::File(file) => Some(f(file)),
+            Handle::File(file) => file.local().map(f),
             _ => None,
         }
     }
@@ -488,6 +488,20 @@ impl WarehouseFs {
 
     /// `statvfs` of the warehouse root.
     pub fn statfs(&self) -> Result<FsStats, FsError> {
+        if self.catalog().root_dir().is_remote() {
+            // Object storage has no capacity to report: nothing free, and
+            // names as long as a key component may be.
+            return Ok(FsStats {
+                blocks: 0,
+                blocks_free: 0,
+                blocks_available: 0,
+                files: 0,
+                files_free: 0,
+                block_size: 4096,
+                name_max: 1024,
+                fragment_size: 4096,
+            });
+        }
         let s = nix::sys::statvfs::statvfs(self.catalog().root())?;
         Ok(FsStats {
             blocks: s.blocks(),

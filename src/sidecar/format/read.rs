@@ -34,6 +34,12 @@ impl ReadAt for std::fs::File {
     }
 }
 
+impl ReadAt for crate::warehouse::Blob {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        crate::warehouse::Blob::read_exact_at(self, buf, offset)
+    }
+}
+
 impl ReadAt for [u8] {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         let start = usize::try_from(offset).map_err(|_| std::io::ErrorKind::UnexpectedEof)?;

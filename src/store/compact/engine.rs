@@ -95,10 +95,15 @@ impl CompactJsonlStore {
 
     pub(super) fn session(&self) -> Arc<Session> {
         let session = self.engine.session.get_or_init(|| {
+            let registry = ObjectStoreRegistry::default();
+            // Lance reads s3:// leaves through the remote backend's own
+            // store: the same credentials, retries and request counts.
+            #[cfg(feature = "remote")]
+            registry.insert("s3", Arc::new(super::remote::BucketProvider));
             Arc::new(Session::new(
                 INDEX_CACHE_BYTES,
                 METADATA_CACHE_BYTES,
-                Arc::new(ObjectStoreRegistry::default()),
+                Arc::new(registry),
             ))
         });
         Arc::clone(session)
@@ -200,6 +205,11 @@ impl CompactJsonlStore {
 }
 
 pub(super) fn uri_of(dir: &Path) -> Result<String> {
+    #[cfg(feature = "remote")]
+    if crate::remote::is_remote(dir) {
+        // The URL of a remote leaf, as its directory shows it.
+        return Ok(dir.to_string_lossy().into_owned());
+    }
     let absolute = std::path::absolute(dir).map_err(|e| Error::io(dir, &e))?;
     absolute.to_str().map(str::to_string).ok_or_else(|| {
         Error::at(

@@ -33,6 +33,8 @@ pub mod engine;
 pub mod import;
 #[cfg(feature = "compact-jsonl")]
 mod read;
+#[cfg(all(feature = "compact-jsonl", feature = "remote"))]
+mod remote;
 pub mod versions;
 #[cfg(not(feature = "compact-jsonl"))]
 mod without_lance;

@@ -24,7 +24,7 @@ use super::engine::{lance_error, uri_of};
 use super::{CompactJsonlStore, OFFLOAD_DIR};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::read::{Body, Record, RecordSink, Resume, Wanted};
-use crate::warehouse::{Dir, Viewer};
+use crate::warehouse::{Dir, OwnedBlobReader, Viewer};
 
 /// Rows per batch read from Lance (each batch is one hop from Lance's
 /// runtime to the reading thread).
@@ -337,7 +337,7 @@ fn open_offloaded(
     leaf: &Dir,
     offload_dir: &mut Option<Dir>,
     sha: &str,
-) -> Result<(io::Take<std::fs::File>, u64)> {
+) -> Result<(io::Take<OwnedBlobReader>, u64)> {
     let where_ = leaf.path().join(OFFLOAD_DIR).join(format!("{sha}.json"));
     if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::at(
@@ -357,7 +357,11 @@ fn open_offloaded(
         .open_file(format!("{sha}.json"))
         .map_err(|e| Error::io(&where_, &e))?;
     let len = stat.len();
-    Ok((file.take(len), len))
+    let reader = OwnedBlobReader {
+        blob: file,
+        offset: 0,
+    };
+    Ok((reader.take(len), len))
 }
 
 #[cfg(test)]

@@ -1,0 +1,561 @@
+//! Warehouses on S3-compatible object storage (`s3://bucket/prefix`),
+//! read only, through `object_store` (the client Lance reads with).
+//!
+//! A remote warehouse answers the questions a local one answers through
+//! [`crate::warehouse::Dir`]: what is in a directory, what an entry is,
+//! the bytes of a file. Object storage has no directories, so a directory
+//! is a key prefix and its listing is one `LIST` with `/` as delimiter
+//! ([`Bucket::listing`]): the common prefixes are its subdirectories, the
+//! objects its files. A listing is kept for the listing TTL and then asked
+//! again; a directory's identity is the generation of its listing, which
+//! changes only when a new listing differs (a name, a size or an ETag), so
+//! everything the catalog derived from it stays valid across re-listings
+//! that find nothing new.
+//!
+//! A file's identity is its key, size and ETag: the inode number shown for
+//! it is derived from all three, and every read of it is a ranged `GET`
+//! conditional on that ETag, so a file replaced while it is read answers
+//! `ESTALE`, never a mix of two versions. Small metadata files (manifests,
+//! pointers, `indexes.json`) are kept by ETag once read, so re-listing an
+//! unchanged warehouse reads no object again.
+//!
+//! Nothing is ever written remotely: every write answers
+//! [`RemoteFailure::ReadOnly`](crate::error::RemoteFailure).
+//!
+//! Requests are retried a few times with a short backoff and then fail
+//! with `PCHRONICLE_REMOTE_UNAVAILABLE` (`EIO` in a mount), so a dead
+//! server costs a reader about a second, not minutes.
+
+pub mod config;
+mod crypto;
+pub mod http;
+pub mod location;
+mod object;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path as KeyPath;
+use object_store::{GetOptions, ObjectStore};
+use parking_lot::Mutex;
+
+pub use http::{RequestCounts, Requests};
+pub use location::{Location, SCHEME, is_remote, join_key};
+pub use object::RemoteFile;
+
+use crate::error::RemoteFailure;
+use crate::warehouse::Stat;
+
+/// How long a listing is trusted before it is asked again, unless set
+/// with [`set_listing_ttl`] (a mount sets its attribute TTL).
+pub const DEFAULT_LISTING_TTL: Duration = Duration::from_secs(1);
+/// Listings kept per bucket.
+const LISTINGS_KEPT: usize = 16_384;
+/// Small objects kept by ETag, and the largest kept.
+const CONTENTS_KEPT: usize = 4_096;
+const CONTENT_KEPT_MAX: u64 = 1 << 20;
+/// Requests one operation sends at once (a listing's children's listings,
+/// their manifests).
+pub const FAN_OUT: usize = 16;
+
+static LISTING_TTL_MS: AtomicU64 = AtomicU64::new(DEFAULT_LISTING_TTL.as_millis() as u64);
+
+/// Sets how long a listing is trusted before it is asked again.
+pub fn set_listing_ttl(ttl: Duration) {
+    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    LISTING_TTL_MS.store(ms, Ordering::Relaxed);
+}
+
+fn listing_ttl() -> Duration {
+    Duration::from_millis(LISTING_TTL_MS.load(Ordering::Relaxed))
+}
+
+/// The runtime and the buckets of this process. A fork (a daemon going to
+/// the background) leaves the runtime's threads behind, so both are made
+/// again in a process that did not make them.
+struct Registry {
+    pid: u32,
+    runtime: Arc<tokio::runtime::Runtime>,
+    buckets: HashMap<String, Arc<Bucket>>,
+}
+
+static REGISTRY: OnceLock<Mutex<Option<Registry>>> = OnceLock::new();
+
+fn with_registry<T>(f: impl FnOnce(&mut Registry) -> io::Result<T>) -> io::Result<T> {
+    let mut registry = REGISTRY.get_or_init(|| Mutex::new(None)).lock();
+    let pid = std::process::id();
+    if registry.as_ref().is_none_or(|r| r.pid != pid) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("pchronicle-s3")
+            .enable_all()
+            .build()?;
+        *registry = Some(Registry {
+            pid,
+            runtime: Arc::new(runtime),
+            buckets: HashMap::new(),
+        });
+    }
+    f(registry.as_mut().expect("made above"))
+}
+
+/// Runs `future` to completion on the remote runtime, from a thread that
+/// is not one of its own.
+pub fn block_on<F: std::future::Future>(future: F) -> io::Result<F::Output> {
+    let runtime = with_registry(|r| Ok(Arc::clone(&r.runtime)))?;
+    Ok(runtime.block_on(future))
+}
+
+/// Settings given by the embedding program instead of the environment.
+static SETTINGS: Mutex<Option<config::Settings>> = Mutex::new(None);
+
+/// Makes every bucket not yet used in this process use `settings` instead
+/// of the environment (a program embedding the library, tests).
+pub fn configure(settings: config::Settings) {
+    *SETTINGS.lock() = Some(settings);
+}
+
+/// The bucket `name`, its client made on first use from the settings given
+/// to [`configure`], else from the environment.
+pub fn bucket(name: &str) -> io::Result<Arc<Bucket>> {
+    with_registry(|registry| {
+        if let Some(bucket) = registry.buckets.get(name) {
+            return Ok(Arc::clone(bucket));
+        }
+        let given = SETTINGS.lock().clone();
+        let settings = match given {
+            Some(settings) => settings,
+            None => config::Settings::from_environment()?,
+        };
+        let bucket = Arc::new(Bucket::new(name, &settings)?);
+        registry
+            .buckets
+            .insert(name.to_string(), Arc::clone(&bucket));
+        Ok(bucket)
+    })
+}
+
+/// What a listing says about one object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectInfo {
+    pub size: u64,
+    pub etag: Option<String>,
+    /// Last modified, seconds and nanoseconds since the epoch.
+    pub modified: (i64, i64),
+}
+
+/// One level of a prefix: its subdirectories and its files.
+#[derive(Debug)]
+pub struct Listing {
+    fetched: Instant,
+    digest: u64,
+    /// Changes only when the content of the listing does.
+    pub generation: u64,
+    pub dirs: BTreeSet<String>,
+    pub files: BTreeMap<String, ObjectInfo>,
+}
+
+impl Listing {
+    /// Whether the listing holds anything at all.
+    pub fn is_empty(&self) -> bool {
+        self.dirs.is_empty() && self.files.is_empty()
+    }
+}
+
+/// One bucket: its store (shared with Lance), the requests sent to it,
+/// and what was learnt of it.
+pub struct Bucket {
+    pub name: String,
+    pub store: Arc<dyn ObjectStore>,
+    pub requests: Arc<Requests>,
+    /// The device number every entry of this bucket shows.
+    dev: u64,
+    listings: Mutex<lru::LruCache<String, Arc<Listing>>>,
+    contents: Mutex<lru::LruCache<(String, String), Bytes>>,
+    generations: AtomicU64,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucket").field("name", &self.name).finish()
+    }
+}
+
+impl Bucket {
+    fn new(name: &str, settings: &config::Settings) -> io::Result<Bucket> {
+        let requests = Arc::new(Requests::default());
+        let store = settings.build(name, Arc::clone(&requests))?;
+        Ok(Bucket {
+            name: name.to_string(),
+            store: Arc::new(store),
+            requests,
+            dev: dev_of(&settings.endpoint_or_default(), name),
+            listings: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(LISTINGS_KEPT).expect("non-zero"),
+            )),
+            contents: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(CONTENTS_KEPT).expect("non-zero"),
+            )),
+            generations: AtomicU64::new(0),
+        })
+    }
+
+    /// The requests sent so far.
+    pub fn requests(&self) -> RequestCounts {
+        self.requests.snapshot()
+    }
+
+    /// The listing of `prefix` (`""` for the bucket's root): kept for the
+    /// listing TTL, then asked again.
+    pub fn listing(&self, prefix: &str) -> io::Result<Arc<Listing>> {
+        let ttl = listing_ttl();
+        let cached = self.listings.lock().get(prefix).cloned();
+        if let Some(listing) = &cached {
+            if listing.fetched.elapsed() < ttl {
+                return Ok(Arc::clone(listing));
+            }
+        }
+        let listing = self.fetch_listing(prefix, cached.as_deref())?;
+        self.listings
+            .lock()
+            .put(prefix.to_string(), Arc::clone(&listing));
+        Ok(listing)
+    }
+
+    /// Lists every prefix in `prefixes` not listed within the TTL, at most
+    /// [`FAN_OUT`] at once (errors are left for the caller's own listing
+    /// to meet).
+    pub fn prefetch_listings(&self, prefixes: Vec<String>) {
+        let ttl = listing_ttl();
+        let stale: Vec<(String, Option<Arc<Listing>>)> = {
+            let mut listings = self.listings.lock();
+            prefixes
+                .into_iter()
+                .filter_map(|p| {
+                    let cached = listings.get(&p).cloned();
+                    match &cached {
+                        Some(l) if l.fetched.elapsed() < ttl => None,
+                        _ => Some((p, cached)),
+                    }
+                })
+                .collect()
+        };
+        if stale.len() < 2 {
+            return;
+        }
+        let fetched = block_on(
+            futures::stream::iter(stale)
+                .map(|(prefix, cached)| async move {
+                    let result = self.list_once(&prefix).await;
+                    (prefix, cached, result)
+                })
+                .buffer_unordered(FAN_OUT)
+                .collect::<Vec<_>>(),
+        );
+        let Ok(fetched) = fetched else { return };
+        for (prefix, cached, result) in fetched {
+            if let Ok(raw) = result {
+                let listing = Arc::new(self.settle(raw, cached.as_deref()));
+                self.listings.lock().put(prefix, listing);
+            }
+        }
+    }
+
+    fn fetch_listing(&self, prefix: &str, cached: Option<&Listing>) -> io::Result<Arc<Listing>> {
+        let raw = block_on(self.list_once(prefix))??;
+        Ok(Arc::new(self.settle(raw, cached)))
+    }
+
+    /// One `LIST` (more pages for a prefix of more than a thousand keys).
+    async fn list_once(&self, prefix: &str) -> io::Result<RawListing> {
+        let key = match prefix {
+            "" => None,
+            prefix => Some(key_path(prefix)?),
+        };
+        let result = self
+            .store
+            .list_with_delimiter(key.as_ref())
+            .await
+            .map_err(|e| failure(prefix, e))?;
+        let mut raw = RawListing::default();
+        for dir in result.common_prefixes {
+            if let Some(name) = dir.filename() {
+                raw.dirs.insert(name.to_string());
+            }
+        }
+        for object in result.objects {
+            // A key ending in `/` (a "folder" marker) has no name of its own.
+            let Some(name) = object.location.filename() else {
+                continue;
+            };
+            let modified = (
+                object.last_modified.timestamp(),
+                i64::from(object.last_modified.timestamp_subsec_nanos()),
+            );
+            raw.files.insert(
+                name.to_string(),
+                ObjectInfo {
+                    size: object.size,
+                    etag: object.e_tag,
+                    modified,
+                },
+            );
+        }
+        Ok(raw)
+    }
+
+    /// A fresh listing, keeping the generation of `cached` when nothing
+    /// in it changed.
+    fn settle(&self, raw: RawListing, cached: Option<&Listing>) -> Listing {
+        let digest = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            raw.dirs.hash(&mut h);
+            raw.files.hash(&mut h);
+            h.finish()
+        };
+        let generation = match cached {
+            Some(c) if c.digest == digest => c.generation,
+            _ => self.generations.fetch_add(1, Ordering::Relaxed) + 1,
+        };
+        Listing {
+            fetched: Instant::now(),
+            digest,
+            generation,
+            dirs: raw.dirs,
+            files: raw.files,
+        }
+    }
+
+    /// Forgets every listing at or below `prefix`, so the next question
+    /// lists again (a refresh).
+    pub fn forget_below(&self, prefix: &str) {
+        let mut listings = self.listings.lock();
+        let below: Vec<String> = listings
+            .iter()
+            .filter(|(key, _)| {
+                prefix.is_empty()
+                    || key.as_str() == prefix
+                    || key.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in below {
+            listings.pop(&key);
+        }
+    }
+
+    /// The whole object `key`, as listed (`info`), at most `cap` bytes:
+    /// from memory when this very version was read before. `Ok(None)`:
+    /// larger than `cap`.
+    pub fn read_small(&self, key: &str, info: &ObjectInfo, cap: u64) -> io::Result<Option<Bytes>> {
+        if info.size > cap {
+            return Ok(None);
+        }
+        if let Some(bytes) = self.kept(key, info) {
+            return Ok(Some(bytes));
+        }
+        block_on(self.fetch_small(key, info))?.map(Some)
+    }
+
+    /// Reads the small objects `jobs` not yet kept, at most [`FAN_OUT`] at
+    /// once (errors are left for the caller's own read to meet).
+    pub fn prefetch_small(&self, jobs: Vec<(String, ObjectInfo)>) {
+        let jobs: Vec<_> = jobs
+            .into_iter()
+            .filter(|(key, info)| {
+                info.etag.is_some()
+                    && info.size <= CONTENT_KEPT_MAX
+                    && self.kept(key, info).is_none()
+            })
+            .collect();
+        if jobs.len() < 2 {
+            return;
+        }
+        let _ = fan_out(jobs, |(key, info)| async move {
+            let _ = self.fetch_small(&key, &info).await;
+        });
+    }
+
+    /// The bytes of this very version of `key`, when kept.
+    fn kept(&self, key: &str, info: &ObjectInfo) -> Option<Bytes> {
+        let etag = info.etag.clone()?;
+        self.contents.lock().get(&(key.to_string(), etag)).cloned()
+    }
+
+    /// One `GET` of the whole object, conditional on the listed ETag; kept
+    /// when small.
+    async fn fetch_small(&self, key: &str, info: &ObjectInfo) -> io::Result<Bytes> {
+        let options = GetOptions {
+            if_match: info.etag.clone(),
+            ..GetOptions::default()
+        };
+        let path = key_path(key)?;
+        let bytes = async {
+            let result = self.store.get_opts(&path, options).await?;
+            result.bytes().await
+        }
+        .await
+        .map_err(|e| failure(key, e))?;
+        if bytes.len() as u64 != info.size {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        if let (Some(etag), true) = (&info.etag, info.size <= CONTENT_KEPT_MAX) {
+            self.contents
+                .lock()
+                .put((key.to_string(), etag.clone()), bytes.clone());
+        }
+        Ok(bytes)
+    }
+
+    /// The bytes `range` of the object `key` in its version `etag`.
+    pub(crate) async fn read_range(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        range: std::ops::Range<u64>,
+    ) -> io::Result<Bytes> {
+        let expected = range.end - range.start;
+        let options = GetOptions {
+            if_match: etag.map(str::to_string),
+            range: Some(object_store::GetRange::Bounded(range)),
+            ..GetOptions::default()
+        };
+        let path = key_path(key)?;
+        let bytes = async {
+            let result = self.store.get_opts(&path, options).await?;
+            result.bytes().await
+        }
+        .await
+        .map_err(|e| failure(key, e))?;
+        if bytes.len() as u64 != expected {
+            return Err(RemoteFailure::Unavailable(format!(
+                "{key}: {} bytes came back for a read of {expected}",
+                bytes.len()
+            ))
+            .into_io());
+        }
+        Ok(bytes)
+    }
+
+    /// The stat a directory (`prefix`, as listed) shows. Its change time is
+    /// its listing's generation, so the catalog's caches hold exactly as
+    /// long as the listing does not change.
+    pub fn dir_stat(&self, prefix: &str, listing: &Listing) -> Stat {
+        let newest = listing
+            .files
+            .values()
+            .map(|f| f.modified)
+            .max()
+            .unwrap_or((0, 0));
+        Stat {
+            dev: self.dev,
+            ino: inode_of(&[prefix.as_bytes(), b"/"]),
+            mode: libc::S_IFDIR | 0o555,
+            nlink: 2,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            size: 0,
+            blksize: 4096,
+            blocks: 0,
+            atime: newest.0,
+            atime_nsec: newest.1,
+            mtime: newest.0,
+            mtime_nsec: newest.1,
+            ctime: 0,
+            ctime_nsec: listing.generation as i64,
+        }
+    }
+
+    /// The stat a file shows: its inode number names the key and the
+    /// version (size and ETag), so a replaced object is another file.
+    pub fn file_stat(&self, key: &str, info: &ObjectInfo) -> Stat {
+        let etag = info.etag.as_deref().unwrap_or("");
+        Stat {
+            dev: self.dev,
+            ino: inode_of(&[
+                key.as_bytes(),
+                b"\0",
+                etag.as_bytes(),
+                &info.size.to_le_bytes(),
+            ]),
+            mode: libc::S_IFREG | 0o444,
+            nlink: 1,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            size: info.size,
+            blksize: 4096,
+            blocks: info.size.div_ceil(512),
+            atime: info.modified.0,
+            atime_nsec: info.modified.1,
+            mtime: info.modified.0,
+            mtime_nsec: info.modified.1,
+            ctime: info.modified.0,
+            ctime_nsec: info.modified.1,
+        }
+    }
+}
+
+#[derive(Default)]
+struct RawListing {
+    dirs: BTreeSet<String>,
+    files: BTreeMap<String, ObjectInfo>,
+}
+
+/// The object key `key`, its components as they are (never re-encoded):
+/// a key with an empty, `.` or `..` component or a control character is
+/// refused, as `object_store` refuses it in a listing.
+pub fn key_path(key: &str) -> io::Result<KeyPath> {
+    KeyPath::parse(key).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// A failure of the store about `key`, as the `io::Error` the warehouse
+/// surface returns: a missing object is `NotFound`, a version that changed
+/// is `ESTALE`, anything else `PCHRONICLE_REMOTE_UNAVAILABLE`.
+pub fn failure(key: &str, e: object_store::Error) -> io::Error {
+    match e {
+        object_store::Error::NotFound { .. } => io::Error::from(io::ErrorKind::NotFound),
+        object_store::Error::Precondition { .. } => io::Error::from_raw_os_error(libc::ESTALE),
+        e => RemoteFailure::Unavailable(format!("{key}: {e}")).into_io(),
+    }
+}
+
+/// A 64-bit number for an endpoint and bucket: the device every entry of
+/// the bucket shows (the top bit set, away from local devices).
+fn dev_of(endpoint: &str, bucket: &str) -> u64 {
+    inode_of(&[endpoint.as_bytes(), b"\0", bucket.as_bytes()]) | 1 << 63
+}
+
+/// A stable 64-bit number for `parts` (SHA-256, first eight bytes; never
+/// 0 or 1, which FUSE reserves).
+fn inode_of(parts: &[&[u8]]) -> u64 {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    let digest = hasher.finalize();
+    let n = u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"));
+    n.max(2)
+}
+
+/// Sends at most `FAN_OUT` of `jobs` at once and gives their results in
+/// the order of `jobs`.
+pub fn fan_out<T, F, Fut>(jobs: Vec<T>, each: F) -> io::Result<Vec<Fut::Output>>
+where
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future,
+{
+    block_on(
+        futures::stream::iter(jobs)
+            .map(each)
+            .buffered(FAN_OUT)
+            .collect::<Vec<_>>(),
+    )
+}
