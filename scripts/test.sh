@@ -8,6 +8,10 @@
 #                            (default /var/cache/pchronicle/target)
 #   PCHRONICLE_REQUIRE_FUSE  1 (default): mount tests fail when mounting is
 #                            impossible; 0: they skip with a note
+#   PCHRONICLE_REQUIRE_S3    1 (default): remote tests fail when the local S3
+#                            server cannot start; 0: they skip with a note
+#   PCHRONICLE_S3_VENV       where moto is installed (default
+#                            ~/.cache/pchronicle-s3-venv)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -22,6 +26,18 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # repositories.
 extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux mount passwd git)
 source scripts/setup.sh
+
+# The remote tests' local S3-compatible server: moto in server mode, from
+# PyPI into a virtualenv of its own once; the tests start it on 127.0.0.1.
+s3_venv="${PCHRONICLE_S3_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pchronicle-s3-venv}"
+if ! "$s3_venv/bin/python" -c 'import moto.server' 2>/dev/null; then
+  echo "installing moto[server] 5.2.5 into $s3_venv"
+  python3 -m venv "$s3_venv"
+  "$s3_venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]==5.2.5'
+fi
+export PCHRONICLE_S3_SERVER="$s3_venv/bin/moto_server"
+# The remote tests fail, not skip, when the server cannot run.
+export PCHRONICLE_REQUIRE_S3="${PCHRONICLE_REQUIRE_S3:-1}"
 
 step() { printf '\n== %s\n' "$*"; }
 

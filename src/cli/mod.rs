@@ -186,6 +186,12 @@ pub fn run() -> ExitCode {
         _ => "warn",
     };
     crate::logging::init(default_filter);
+    // A one-shot command reads a remote warehouse as one snapshot: each
+    // prefix is listed once (a mount sets its own TTL).
+    #[cfg(feature = "remote")]
+    if !matches!(cli.command, Command::Mount(_)) {
+        crate::remote::set_listing_ttl(std::time::Duration::MAX);
+    }
     match execute(cli.command) {
         Ok(code) => code,
         Err(e) => failed(&e),

@@ -21,7 +21,12 @@ mod malformed;
 mod open;
 #[cfg(feature = "compact-jsonl")]
 mod records_out;
+#[cfg(all(feature = "remote", feature = "compact-jsonl"))]
+mod remote;
 mod rfc;
+#[cfg(all(feature = "remote", feature = "compact-jsonl"))]
+#[path = "../support/s3.rs"]
+mod s3;
 mod shapes;
 mod shards;
 mod sidecar;

@@ -50,6 +50,8 @@ pub enum Fault {
 struct State {
     fault: Fault,
     counts: Counts,
+    /// The target of every whole-object GET, in order.
+    got: Vec<String>,
 }
 
 /// moto and the proxy in front of it; both stop when this is dropped.
@@ -79,8 +81,12 @@ impl S3Server {
         let server = match std::env::var_os("PCHRONICLE_S3_SERVER") {
             Some(server) if Path::new(&server).exists() => server,
             _ => {
-                let why = "PCHRONICLE_S3_SERVER does not name moto_server (scripts/test.sh installs it)";
-                assert!(!required(), "an S3 server is required (PCHRONICLE_REQUIRE_S3=1): {why}");
+                let why =
+                    "PCHRONICLE_S3_SERVER does not name moto_server (scripts/test.sh installs it)";
+                assert!(
+                    !required(),
+                    "an S3 server is required (PCHRONICLE_REQUIRE_S3=1): {why}"
+                );
                 eprintln!("skipping: {why}; set PCHRONICLE_REQUIRE_S3=1 to fail instead");
                 return None;
             }
@@ -95,12 +101,16 @@ impl S3Server {
             .expect("moto_server starts");
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", moto_port)).is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not listen within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not listen within 30 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         let state = Arc::new(Mutex::new(State {
             fault: Fault::None,
             counts: Counts::default(),
+            got: Vec::new(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -155,6 +165,41 @@ impl S3Server {
         self.state.lock().unwrap().counts
     }
 
+    /// The keys of the whole-object GETs sent since `before` was taken.
+    pub fn gets_since(&self, before: &Counts) -> Vec<String> {
+        let state = self.state.lock().unwrap();
+        state.got[before.gets as usize..].to_vec()
+    }
+
+    /// Every object below `prefix/` with its last-modified time (seconds
+    /// and nanoseconds), as the server lists it.
+    pub fn modified(&self, bucket: &str, prefix: &str) -> Vec<(String, i64, u32)> {
+        let (status, body) = request(
+            self.moto_port,
+            "GET",
+            &format!(
+                "/{bucket}?list-type=2&max-keys=1000&prefix={}",
+                encode(&format!("{prefix}/"))
+            ),
+            &[],
+        );
+        assert_eq!(status, 200);
+        let body = String::from_utf8(body).unwrap();
+        assert!(!body.contains("<IsTruncated>true"), "more than 1000 keys");
+        body.split("<Contents>")
+            .skip(1)
+            .map(|c| {
+                let field = |name: &str| {
+                    let start = c.find(&format!("<{name}>")).unwrap() + name.len() + 2;
+                    let end = c[start..].find('<').unwrap() + start;
+                    unescape(&c[start..end])
+                };
+                let (secs, nanos) = parse_time(&field("LastModified"));
+                (field("Key"), secs, nanos)
+            })
+            .collect()
+    }
+
     pub fn set_fault(&self, fault: Fault) {
         self.state.lock().unwrap().fault = fault;
     }
@@ -167,13 +212,23 @@ impl S3Server {
 
     /// Stores `bytes` at `key` of `bucket`.
     pub fn put(&self, bucket: &str, key: &str, bytes: &[u8]) {
-        let status = direct(self.moto_port, "PUT", &format!("/{bucket}/{}", encode(key)), bytes);
+        let status = direct(
+            self.moto_port,
+            "PUT",
+            &format!("/{bucket}/{}", encode(key)),
+            bytes,
+        );
         assert_eq!(status, 200, "putting {key}");
     }
 
     /// Removes `key` of `bucket`.
     pub fn delete(&self, bucket: &str, key: &str) {
-        let status = direct(self.moto_port, "DELETE", &format!("/{bucket}/{}", encode(key)), &[]);
+        let status = direct(
+            self.moto_port,
+            "DELETE",
+            &format!("/{bucket}/{}", encode(key)),
+            &[],
+        );
         assert!(status == 204 || status == 200, "deleting {key}: {status}");
     }
 
@@ -211,7 +266,13 @@ pub fn files_below(root: &Path) -> Vec<(String, Vec<u8>)> {
             if kind.is_dir() {
                 stack.push(entry.path());
             } else if kind.is_file() {
-                let rel = entry.path().strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                let rel = entry
+                    .path()
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
                 out.push((rel, std::fs::read(entry.path()).unwrap()));
             }
         }
@@ -232,8 +293,44 @@ fn encode(key: &str) -> String {
         .collect()
 }
 
+/// XML text unescaped.
+fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` as seconds and nanoseconds since the
+/// epoch.
+fn parse_time(text: &str) -> (i64, u32) {
+    let n = |range: std::ops::Range<usize>| text[range].parse::<i64>().unwrap();
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    let (hh, mm, ss) = (n(11..13), n(14..16), n(17..19));
+    let fraction = text[19..].trim_end_matches('Z').trim_start_matches('.');
+    let nanos = if fraction.is_empty() {
+        0
+    } else {
+        format!("{fraction:0<9}")[..9].parse::<u32>().unwrap()
+    };
+    // Days from the civil date (proleptic Gregorian).
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    (days * 86_400 + hh * 3_600 + mm * 60 + ss, nanos)
+}
+
 /// One request straight to moto; its status.
 fn direct(port: u16, method: &str, target: &str, body: &[u8]) -> u16 {
+    request(port, method, target, body).0
+}
+
+/// One request straight to moto; its status and body.
+fn request(port: u16, method: &str, target: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let head = format!(
         "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -244,7 +341,39 @@ fn direct(port: u16, method: &str, target: &str, body: &[u8]) -> u16 {
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).unwrap();
     let line = String::from_utf8_lossy(&answer[..answer.len().min(64)]).into_owned();
-    line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(answer.len(), |p| p + 4);
+    let head = String::from_utf8_lossy(&answer[..split]).to_ascii_lowercase();
+    let mut body = answer[split..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, body)
+}
+
+/// A chunked body's bytes.
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(end) = raw.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let size = usize::from_str_radix(std::str::from_utf8(&raw[..end]).unwrap().trim(), 16)
+            .unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
+        raw = &raw[end + 2 + size + 2..];
+    }
+    out
 }
 
 /// Reads one HTTP request head and body from `client`.
@@ -262,7 +391,8 @@ fn read_request(client: &mut TcpStream) -> Option<(String, Vec<u8>)> {
         .lines()
         .find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
         })
         .unwrap_or(0);
     let mut body = vec![0u8; length];
@@ -270,16 +400,21 @@ fn read_request(client: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     Some((head, body))
 }
 
-fn kind_of(head: &str, counts: &mut Counts) {
+fn kind_of(head: &str, counts: &mut Counts, got: &mut Vec<String>) {
     let line = head.lines().next().unwrap_or_default();
     let mut parts = line.split(' ');
     let method = parts.next().unwrap_or_default();
     let target = parts.next().unwrap_or_default();
-    let ranged = head.lines().any(|l| l.to_ascii_lowercase().starts_with("range:"));
+    let ranged = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().starts_with("range:"));
     match method {
         "GET" if target.contains("list-type=") => counts.lists += 1,
         "GET" if ranged => counts.ranged_gets += 1,
-        "GET" => counts.gets += 1,
+        "GET" => {
+            counts.gets += 1;
+            got.push(target.to_string());
+        }
         "HEAD" => counts.heads += 1,
         _ => counts.writes += 1,
     }
@@ -291,7 +426,8 @@ fn serve(mut client: TcpStream, moto_port: u16, state: &Mutex<State>) {
     while let Some((head, body)) = read_request(&mut client) {
         let fault = {
             let mut state = state.lock().unwrap();
-            kind_of(&head, &mut state.counts);
+            let state = &mut *state;
+            kind_of(&head, &mut state.counts, &mut state.got);
             let fault = state.fault;
             match &mut state.fault {
                 Fault::ServerErrors(n) | Fault::Truncate(n) => {

@@ -1,0 +1,350 @@
+//! Remote warehouses (`s3://`) against a local S3 server: the same bytes
+//! out as for a local copy of the same tree, bounded requests, no writes,
+//! and coded failures when the store fails.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::s3::{Fault, S3Server};
+use crate::support::jsonl;
+
+/// Runs `pchronicle` against `endpoint`.
+fn remote(endpoint: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pchronicle"));
+    command
+        .args(args)
+        .env("RUST_LOG", "off")
+        .env_remove("AWS_PROFILE");
+    for (key, value) in S3Server::env_for(endpoint) {
+        command.env(key, value);
+    }
+    // No profile files of whoever runs the tests.
+    command.env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent");
+    command.env("AWS_CONFIG_FILE", "/nonexistent");
+    command.output().expect("pchronicle runs")
+}
+
+fn out(output: &Output) -> Vec<u8> {
+    assert!(
+        output.status.success(),
+        "pchronicle failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout.clone()
+}
+
+/// A tree with every leaf kind and some awkward names.
+fn generated(root: &Path) {
+    let w = |rel: &str, bytes: &[u8]| {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    };
+    w("loose/a.jsonl", jsonl(7, 1_767_225_600).as_bytes());
+    w(
+        "loose/with space é.ndjson",
+        jsonl(3, 1_767_225_700).as_bytes(),
+    );
+    w(
+        "loose/per%cent#hash.jsonl",
+        jsonl(2, 1_767_225_800).as_bytes(),
+    );
+    w("loose/empty.jsonl", b"");
+    w("loose/cut.jsonl", b"{\"ts\":1}\n{\"ts\":2");
+    w("loose/doc.json", b"[{\"ts\":1},{\"ts\":2},{\"ts\":3}]");
+    w("loose/notes.txt", b"not records");
+    w(
+        "date=2026-01-01/agent=x/s.jsonl",
+        jsonl(4, 1_767_225_600).as_bytes(),
+    );
+    w(
+        "branch/chronicle.manifest",
+        b"schema_version = 1\nkind = \"branch\"\n",
+    );
+    w("branch/story/CURRENT", b"g2\n");
+    w(
+        "branch/story/generations/g1/old.jsonl",
+        jsonl(9, 0).as_bytes(),
+    );
+    w(
+        "branch/story/generations/g2/part-0.jsonl",
+        jsonl(5, 1_767_225_600).as_bytes(),
+    );
+    w("deep/a/b/c/d.jsonl", jsonl(1, 1_767_225_600).as_bytes());
+    let source = root.join("../import.jsonl");
+    std::fs::write(&source, jsonl(25, 1_767_225_600)).unwrap();
+    let dest = root.join("branch/compact");
+    out(&crate::support::pchronicle(&[
+        "import",
+        source.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]));
+    // Leaf manifests written by a local walk's repair, so that both sides
+    // hold the same files (nothing is ever repaired remotely).
+    out(&crate::support::pchronicle(&[
+        "stats",
+        root.to_str().unwrap(),
+    ]));
+}
+
+/// Gives every local file the modification time its object shows, as a
+/// sync tool copying the bucket down does.
+fn sync_times(server: &S3Server, bucket: &str, prefix: &str, root: &Path) {
+    for (key, secs, nanos) in server.modified(bucket, prefix) {
+        let rel = key.strip_prefix(&format!("{prefix}/")).unwrap();
+        let time = filetime::FileTime::from_unix_time(secs, nanos);
+        filetime::set_file_mtime(root.join(rel), time).unwrap();
+    }
+}
+
+/// The tree uploaded under `prefix` and its local copy, times in step.
+fn both(server: &S3Server, bucket: &str, prefix: &str, build: impl Fn(&Path)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("wh");
+    std::fs::create_dir(&root).unwrap();
+    build(&root);
+    server.upload_tree(&root, bucket, prefix);
+    sync_times(server, bucket, prefix, &root);
+    tmp
+}
+
+fn compare(server: &S3Server, local: &Path, url: &str, rels: &[&str]) {
+    let commands: &[&[&str]] = &[
+        &["ls"],
+        &["ls", "--json"],
+        &["ls", "--sources"],
+        &["stats"],
+        &["stats", "--json"],
+        &["cat"],
+    ];
+    for rel in rels {
+        for command in commands {
+            let at = |root: &str| {
+                let path = if rel.is_empty() {
+                    root.to_string()
+                } else {
+                    format!("{root}/{rel}")
+                };
+                let mut args = command.to_vec();
+                args.push(&path);
+                remote(&server.endpoint(), &args)
+            };
+            let (local_out, remote_out) = (at(local.to_str().unwrap()), at(url));
+            assert_eq!(
+                String::from_utf8_lossy(&out(&remote_out)),
+                String::from_utf8_lossy(&out(&local_out)),
+                "{command:?} {rel:?}"
+            );
+        }
+    }
+    let sql = "select _file_, count(*) as n, sum(cast(failed as int)) as f from records group by 1 order by 1";
+    assert_eq!(
+        out(&remote(&server.endpoint(), &["query", url, sql])),
+        out(&remote(
+            &server.endpoint(),
+            &["query", local.to_str().unwrap(), sql]
+        )),
+    );
+}
+
+#[test]
+fn a_remote_warehouse_answers_byte_for_byte_as_its_local_copy() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("equal");
+    let demo = both(&server, "equal", "demo/main", |root| {
+        out(&crate::support::pchronicle(&[
+            "demo",
+            root.to_str().unwrap(),
+        ]));
+    });
+    compare(
+        &server,
+        &demo.path().join("wh"),
+        "s3://equal/demo/main",
+        &[
+            "",
+            "team",
+            "team/codex_jsonl",
+            "team/planner",
+            "sessions",
+            "sessions/agent-old.jsonl",
+            "runs",
+        ],
+    );
+    let generated_copy = both(&server, "equal", "gen", generated);
+    compare(
+        &server,
+        &generated_copy.path().join("wh"),
+        "s3://equal/gen",
+        &[
+            "",
+            "loose",
+            "loose/with space é.ndjson",
+            "loose/per%cent#hash.jsonl",
+            "branch",
+            "branch/compact",
+            "deep/a",
+        ],
+    );
+    // The test uploads past the proxy: every write it saw was pchronicle's.
+    assert_eq!(server.counts().writes, 0, "nothing written by pchronicle");
+}
+
+/// A warehouse of `n` leaves with trusted manifests (storyline and
+/// compact-jsonl alternately) under `prefix`.
+fn leaves(server: &S3Server, bucket: &str, prefix: &str, n: usize) -> tempfile::TempDir {
+    both(server, bucket, prefix, |root| {
+        let source = root.join("../one.jsonl");
+        std::fs::write(&source, jsonl(3, 1_767_225_600)).unwrap();
+        for i in 0..n {
+            let leaf = root.join(format!("leaf-{i:04}"));
+            if i % 2 == 0 {
+                std::fs::create_dir_all(leaf.join("generations/g1")).unwrap();
+                std::fs::write(leaf.join("generations/g1/p.jsonl"), jsonl(3, 1_767_225_600))
+                    .unwrap();
+                std::fs::write(leaf.join("CURRENT"), "g1\n").unwrap();
+            } else {
+                out(&crate::support::pchronicle(&[
+                    "import",
+                    source.to_str().unwrap(),
+                    leaf.to_str().unwrap(),
+                ]));
+            }
+        }
+        // Storyline manifests, written by a local listing's repair.
+        out(&crate::support::pchronicle(&["ls", root.to_str().unwrap()]));
+    })
+}
+
+#[test]
+fn listing_and_stats_send_a_bounded_number_of_requests() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("bounds");
+    let n = 40;
+    let _local = leaves(&server, "bounds", "wh", n);
+    let url = "s3://bounds/wh";
+    let before = server.counts();
+    let listing = out(&remote(&server.endpoint(), &["ls", url]));
+    assert_eq!(String::from_utf8_lossy(&listing).lines().count(), n + 1);
+    let ls = server.counts();
+    let spent = (
+        ls.lists - before.lists,
+        ls.gets - before.gets,
+        ls.ranged_gets - before.ranged_gets,
+    );
+    // The root and its two ancestors (is the path inside a leaf?) are
+    // listed once each; each leaf once; each compact leaf's `_versions/`
+    // once; each storyline leaf's `generations/` and current generation
+    // once. One GET of each manifest and each CURRENT.
+    let (story, compact) = (n.div_ceil(2) as u64, (n / 2) as u64);
+    assert!(spent.0 <= 3 + 3 * story + 2 * compact, "lists {spent:?}");
+    assert!(spent.1 <= 2 * story + compact, "gets {spent:?}");
+    assert_eq!(spent.2, 0, "no data object is read: {spent:?}");
+    // `.stats` of the unchanged warehouse with trusted manifests reads no
+    // data object either.
+    let before = server.counts();
+    out(&remote(&server.endpoint(), &["stats", url]));
+    let stats = server.counts();
+    assert_eq!(stats.ranged_gets, before.ranged_gets, "{stats:?}");
+    assert!(
+        server
+            .gets_since(&before)
+            .iter()
+            .all(|key| key.ends_with("chronicle.manifest") || key.ends_with("CURRENT")),
+        "{:?}",
+        server.gets_since(&before)
+    );
+    assert_eq!(server.counts().writes, 0, "nothing written by pchronicle");
+}
+
+#[test]
+fn writes_to_a_remote_warehouse_are_refused_with_a_code() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("readonly");
+    server.put("readonly", "wh/a.jsonl", jsonl(2, 0).as_bytes());
+    let src = tempfile::tempdir().unwrap();
+    let file = src.path().join("r.jsonl");
+    std::fs::write(&file, jsonl(2, 0)).unwrap();
+    let before = server.counts();
+    for args in [
+        vec!["import", file.to_str().unwrap(), "s3://readonly/wh/leaf"],
+        vec![
+            "append",
+            "--store",
+            "s3://readonly/wh/shards",
+            "--session",
+            "s",
+            "{}",
+        ],
+        vec!["index", "build", "s3://readonly/wh/a.jsonl", "--key", "ts"],
+    ] {
+        let output = remote(&server.endpoint(), &args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("PCHRONICLE_REMOTE_READ_ONLY"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(server.counts().writes, before.writes);
+}
+
+#[test]
+fn a_store_that_fails_gives_a_coded_error_promptly_and_retries_what_recovers() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("faults");
+    let records = jsonl(2_000, 1_767_225_600);
+    server.put("faults", "wh/a.jsonl", records.as_bytes());
+    let url = "s3://faults/wh";
+    let expected = out(&remote(&server.endpoint(), &["cat", url]));
+    assert_eq!(String::from_utf8_lossy(&expected).lines().count(), 2_000);
+
+    // Nothing listens at all.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let output = remote(&dead, &["ls", url]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("PCHRONICLE_REMOTE_UNAVAILABLE"));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // The server hangs up on every request.
+    server.set_fault(Fault::Down);
+    let output = remote(&server.endpoint(), &["cat", url]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("PCHRONICLE_REMOTE_UNAVAILABLE"));
+    server.set_fault(Fault::None);
+
+    // Throttling: two 503s are retried with backoff.
+    server.set_fault(Fault::ServerErrors(2));
+    assert_eq!(out(&remote(&server.endpoint(), &["cat", url])), expected);
+
+    // A body cut short once is read again; cut short every time, it is
+    // an error and never short output passed off as the records.
+    server.set_fault(Fault::Truncate(1));
+    assert_eq!(out(&remote(&server.endpoint(), &["cat", url])), expected);
+    server.set_fault(Fault::Truncate(1_000));
+    let output = remote(&server.endpoint(), &["cat", "s3://faults/wh/a.jsonl"]);
+    assert!(!output.status.success(), "a truncated read passed");
+    server.set_fault(Fault::None);
+    assert_eq!(out(&remote(&server.endpoint(), &["cat", url])), expected);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
