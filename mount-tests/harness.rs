@@ -91,7 +91,22 @@ impl Mounted {
             extra,
             dir,
             Some((filter, log)),
+            &[],
         ))
+    }
+
+    /// Mounts like [`Mounted::start`], the daemon given `env` (a remote
+    /// warehouse's endpoint and credentials).
+    pub fn start_with_env(
+        warehouse: &Path,
+        extra: &[&str],
+        env: &[(&'static str, String)],
+    ) -> Option<Mounted> {
+        if !fuse_usable() {
+            return None;
+        }
+        let (dir, mnt) = empty_mount_point();
+        Some(Mounted::spawn(warehouse, &mnt, extra, dir, None, env))
     }
 
     /// Mounts onto an existing directory `mnt`.
@@ -101,7 +116,7 @@ impl Mounted {
         extra: &[&str],
         dir: tempfile::TempDir,
     ) -> Mounted {
-        Mounted::spawn(warehouse, mnt, extra, dir, None)
+        Mounted::spawn(warehouse, mnt, extra, dir, None, &[])
     }
 
     fn spawn(
@@ -110,8 +125,10 @@ impl Mounted {
         extra: &[&str],
         dir: tempfile::TempDir,
         logging: Option<(&str, PathBuf)>,
+        env: &[(&'static str, String)],
     ) -> Mounted {
         let mut command = Command::new(bin());
+        command.envs(env.iter().map(|(k, v)| (k, v)));
         command
             .arg("mount")
             .arg(warehouse)

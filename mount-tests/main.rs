@@ -16,6 +16,11 @@ mod hostile;
 mod lifecycle;
 mod reads;
 mod records;
+#[cfg(feature = "remote")]
+mod remote;
+#[cfg(feature = "remote")]
+#[path = "../tests/support/s3.rs"]
+mod s3;
 mod system;
 mod tools;
 mod tree;

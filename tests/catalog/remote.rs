@@ -88,24 +88,13 @@ fn generated(root: &Path) {
     ]));
 }
 
-/// Gives every local file the modification time its object shows, as a
-/// sync tool copying the bucket down does.
-fn sync_times(server: &S3Server, bucket: &str, prefix: &str, root: &Path) {
-    for (key, secs, nanos) in server.modified(bucket, prefix) {
-        let rel = key.strip_prefix(&format!("{prefix}/")).unwrap();
-        let time = filetime::FileTime::from_unix_time(secs, nanos);
-        filetime::set_file_mtime(root.join(rel), time).unwrap();
-    }
-}
-
 /// The tree uploaded under `prefix` and its local copy, times in step.
 fn both(server: &S3Server, bucket: &str, prefix: &str, build: impl Fn(&Path)) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("wh");
     std::fs::create_dir(&root).unwrap();
     build(&root);
-    server.upload_tree(&root, bucket, prefix);
-    sync_times(server, bucket, prefix, &root);
+    server.mirror(&root, bucket, prefix);
     tmp
 }
 

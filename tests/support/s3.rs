@@ -246,6 +246,20 @@ impl S3Server {
     }
 }
 
+impl S3Server {
+    /// Uploads the tree at `root` under `prefix`, then gives every local
+    /// file the modification time its object shows, as a sync tool copying
+    /// the bucket down does: `root` is then a local copy of the remote tree.
+    pub fn mirror(&self, root: &Path, bucket: &str, prefix: &str) {
+        self.upload_tree(root, bucket, prefix);
+        for (key, secs, nanos) in self.modified(bucket, prefix) {
+            let rel = key.strip_prefix(&format!("{prefix}/")).unwrap();
+            let time = filetime::FileTime::from_unix_time(secs, nanos);
+            filetime::set_file_mtime(root.join(rel), time).unwrap();
+        }
+    }
+}
+
 impl Drop for S3Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

@@ -1,0 +1,114 @@
+//! A mount of a remote warehouse (`s3://`) against a local S3 server: the
+//! same tree and synthetic files as a mount of its local copy, and a mount
+//! that answers EIO while the store is down and recovers after.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Mounted, bin};
+use crate::s3::{Fault, S3Server};
+
+fn run_ok(args: &[&str]) {
+    let out = std::process::Command::new(bin())
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn find(root: &Path) -> Vec<String> {
+    let out = std::process::Command::new("find")
+        .arg(".")
+        .current_dir(root)
+        .output()
+        .unwrap();
+    let mut lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_remote_mount_shows_what_a_mount_of_its_local_copy_shows_and_survives_the_store() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("mounted");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("wh");
+    run_ok(&["demo", root.to_str().unwrap()]);
+    // Leaf manifests repaired locally first: nothing is repaired remotely.
+    run_ok(&["stats", root.to_str().unwrap()]);
+    server.mirror(&root, "mounted", "demo");
+    let env = S3Server::env_for(&server.endpoint());
+    let no_env: &[(&str, String)] = &[];
+    let Some(local) = Mounted::start_with_env(&root, &["--attr-ttl", "2s"], no_env) else {
+        return;
+    };
+    let remote =
+        Mounted::start_with_env(Path::new("s3://mounted/demo"), &["--attr-ttl", "2s"], &env)
+            .expect("mounted, since the local one was");
+    assert_eq!(find(&remote.mnt), find(&local.mnt));
+    for rel in [
+        ".stats",
+        ".sources",
+        "team/.stats",
+        "team/.sources",
+        "team/codex_jsonl/.records",
+        "team/codex_jsonl/.stats",
+        "team/planner/.records",
+        "sessions/agent-old.jsonl",
+        "runs/.stats",
+        "runs/.sources",
+    ] {
+        let (l, r) = (
+            std::fs::read(local.at(rel)).unwrap(),
+            std::fs::read(remote.at(rel)).unwrap(),
+        );
+        assert!(
+            l == r,
+            "{rel} differs:\n{}\n{}",
+            String::from_utf8_lossy(&l),
+            String::from_utf8_lossy(&r)
+        );
+    }
+
+    // A reader polling `.stats` within the TTL lists nothing again.
+    let before = server.counts();
+    for _ in 0..20 {
+        std::fs::read(remote.at(".stats")).unwrap();
+    }
+    assert_eq!(
+        server.counts().lists,
+        before.lists,
+        "re-listed within the TTL"
+    );
+
+    // The store goes away: a file not read yet answers EIO promptly, and
+    // the mount stays.
+    server.set_fault(Fault::Down);
+    let started = Instant::now();
+    let e = std::fs::read(remote.at("sessions/agent-a.7b20e4c1.jsonl")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(std::fs::metadata(remote.at(".")).is_ok(), "the mount left");
+    // It comes back: the same read succeeds.
+    server.set_fault(Fault::None);
+    let back = std::fs::read(remote.at("sessions/agent-a.7b20e4c1.jsonl")).unwrap();
+    assert_eq!(
+        back,
+        std::fs::read(local.at("sessions/agent-a.7b20e4c1.jsonl")).unwrap()
+    );
+}
