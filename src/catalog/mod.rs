@@ -230,16 +230,7 @@ impl Catalog {
         }
         let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
         let stores = Stores::default();
-        if let Some(leaf) = classify::enclosing_leaf(&canonical, &stores) {
-            return Err(Error::at(
-                ErrorCode::PathNotFound,
-                path,
-                format!(
-                    "the path is inside the dataset leaf {}, whose interior is not listed",
-                    leaf.display()
-                ),
-            ));
-        }
+        refuse_inside_leaf(path, &canonical, &stores)?;
         if canonical.is_dir() {
             return Ok((
                 Catalog::with_stores(&canonical, options, stores)?,
@@ -267,16 +258,7 @@ impl Catalog {
         let text = path.to_string_lossy();
         let location = crate::remote::Location::parse(&text)?;
         let stores = Stores::default();
-        if let Some(leaf) = classify::enclosing_leaf(Path::new(&location.url()), &stores) {
-            return Err(Error::at(
-                ErrorCode::PathNotFound,
-                path,
-                format!(
-                    "the path is inside the dataset leaf {}, whose interior is not listed",
-                    leaf.display()
-                ),
-            ));
-        }
+        refuse_inside_leaf(path, Path::new(&location.url()), &stores)?;
         let root = PathBuf::from(location.url());
         match Catalog::with_stores(&root, options.clone(), stores) {
             Ok(catalog) => Ok((catalog, PathBuf::from("."))),
@@ -584,6 +566,22 @@ const _: () = {
     const fn shareable<T: Send + Sync>() {}
     shareable::<Catalog>();
 };
+
+/// Refuses `path` (named from outside, resolved to `resolved`) when it lies
+/// inside a dataset leaf, like `resolve` refuses one.
+fn refuse_inside_leaf(path: &Path, resolved: &Path, stores: &Stores) -> Result<()> {
+    match classify::enclosing_leaf(resolved, stores) {
+        Some(leaf) => Err(Error::at(
+            ErrorCode::PathNotFound,
+            path,
+            format!(
+                "the path is inside the dataset leaf {}, whose interior is not listed",
+                leaf.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
 
 fn file_entry(name: &str, file_name: &OsStr, meta: &Stat) -> Entry {
     let file_name = file_name.to_str().unwrap_or(name);

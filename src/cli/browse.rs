@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 // The flags of `ls`.
 #[derive(Args, Debug)]
 pub(super) struct LsArgs {
-    /// A warehouse directory, a dataset leaf, or a record file.
+    /// A warehouse directory, a dataset leaf, or a record file; local, or
+    /// `s3://BUCKET/PREFIX/...` on object storage (docs/remote.md).
     #[arg(default_value = ".")]
     path: PathBuf,
     /// Print the Snapshot sources of PATH instead (every leaf and record
@@ -73,7 +74,8 @@ impl LsArgs {
 // The flags of `stats`.
 #[derive(Args, Debug)]
 pub(super) struct StatsArgs {
-    /// A warehouse directory, a dataset leaf, or a record file.
+    /// A warehouse directory, a dataset leaf, or a record file; local, or
+    /// `s3://BUCKET/PREFIX/...` on object storage (docs/remote.md).
     #[arg(default_value = ".")]
     path: PathBuf,
     /// Print pretty JSON (the content of the mount's `.stats`).

@@ -16,7 +16,8 @@ use crate::fs::{FsOptions, MountConfig, Mounted};
 // The flags of `mount`.
 #[derive(Args, Debug)]
 pub(super) struct MountArgs {
-    /// The warehouse directory to show.
+    /// The warehouse directory to show: local, or `s3://BUCKET/PREFIX`
+    /// (read only; endpoint and credentials from the AWS environment).
     warehouse: PathBuf,
     /// An empty directory outside the warehouse, or `/dev/fd/N`: an open
     /// `/dev/fuse` descriptor already mounted by the caller (a container

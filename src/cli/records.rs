@@ -72,7 +72,8 @@ impl FilterArgs {
 // The flags of `cat`.
 #[derive(Args, Debug)]
 pub(super) struct CatArgs {
-    /// A warehouse directory, a dataset leaf, or a record file.
+    /// A warehouse directory, a dataset leaf, or a record file; local, or
+    /// `s3://BUCKET/PREFIX/...` on object storage (docs/remote.md).
     #[arg(default_value = ".")]
     path: PathBuf,
     #[command(flatten)]
@@ -176,7 +177,8 @@ impl<W: Write> Output for PipeOut<W> {
 // The flags of `query`.
 #[derive(Args, Debug)]
 pub(super) struct QueryArgs {
-    /// A warehouse directory, a dataset leaf, or a record file.
+    /// A warehouse directory, a dataset leaf, or a record file; local, or
+    /// `s3://BUCKET/PREFIX/...` on object storage (docs/remote.md).
     path: PathBuf,
     /// The SQL, over the tables `records` and `sources`.
     sql: String,

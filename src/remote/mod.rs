@@ -396,13 +396,7 @@ impl Bucket {
             if_match: info.etag.clone(),
             ..GetOptions::default()
         };
-        let path = key_path(key)?;
-        let bytes = async {
-            let result = self.store.get_opts(&path, options).await?;
-            result.bytes().await
-        }
-        .await
-        .map_err(|e| failure(key, e))?;
+        let bytes = self.get(key, options).await?;
         if bytes.len() as u64 != info.size {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
@@ -412,6 +406,17 @@ impl Bucket {
                 .put((key.to_string(), etag.clone()), bytes.clone());
         }
         Ok(bytes)
+    }
+
+    /// One `GET` of `key` with `options`, its whole body.
+    async fn get(&self, key: &str, options: GetOptions) -> io::Result<Bytes> {
+        let path = key_path(key)?;
+        async {
+            let result = self.store.get_opts(&path, options).await?;
+            result.bytes().await
+        }
+        .await
+        .map_err(|e| failure(key, e))
     }
 
     /// The bytes `range` of the object `key` in its version `etag`.
@@ -427,13 +432,7 @@ impl Bucket {
             range: Some(object_store::GetRange::Bounded(range)),
             ..GetOptions::default()
         };
-        let path = key_path(key)?;
-        let bytes = async {
-            let result = self.store.get_opts(&path, options).await?;
-            result.bytes().await
-        }
-        .await
-        .map_err(|e| failure(key, e))?;
+        let bytes = self.get(key, options).await?;
         if bytes.len() as u64 != expected {
             return Err(RemoteFailure::Unavailable(format!(
                 "{key}: {} bytes came back for a read of {expected}",

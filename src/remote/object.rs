@@ -19,7 +19,8 @@ use crate::warehouse::Stat;
 
 /// The least a read fetches.
 pub const MIN_BLOCK: u64 = 256 << 10;
-/// The most one request fetches.
+/// The most one request fetches, however much a reader asks for at once
+/// (it gets the rest from the next reads).
 pub const MAX_BLOCK: u64 = 16 << 20;
 
 /// One version of one object, open for reading.
@@ -107,6 +108,7 @@ impl RemoteFile {
                     MIN_BLOCK
                 }
                 .max(want)
+                .min(MAX_BLOCK)
                 .min(self.size - offset);
                 let range = offset..offset + len;
                 block_on(
