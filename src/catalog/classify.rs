@@ -122,7 +122,18 @@ pub fn classify_dir(
 /// each ancestor's manifest and markers and never repairs anything, so a
 /// caller can refuse a path inside a leaf before rooting a catalog there.
 pub fn enclosing_leaf(path: &Path, stores: &Stores) -> Option<std::path::PathBuf> {
+    let remote = path.as_os_str().as_encoded_bytes().starts_with(b"s3://");
     path.ancestors().skip(1).find_map(|ancestor| {
+        // The ancestors of `s3://bucket` are no warehouse (`s3:` would be
+        // a local directory).
+        let bucket_or_below = ancestor.as_os_str().len() > "s3://".len()
+            && ancestor
+                .as_os_str()
+                .as_encoded_bytes()
+                .starts_with(b"s3://");
+        if remote && !bucket_or_below {
+            return None;
+        }
         let dir = Dir::open_root(ancestor).ok()?;
         let manifest = manifest::read(&dir).ok().flatten();
         leaf_store(&dir, stores, manifest.as_ref(), &mut Vec::new()).map(|_| ancestor.to_path_buf())

@@ -210,7 +210,10 @@ pub(crate) fn refuse_remote(path: &std::path::Path, command: &str) -> Result<()>
         return Err(crate::error::Error::at(
             crate::error::ErrorCode::RemoteReadOnly,
             path,
-            format!("`{command}` works on local files only; s3:// warehouses are read only"),
+            format!(
+                "`{command}` works on local files only (s3:// warehouses are read only, \
+                 and sidecar indexes are read from local files)"
+            ),
         ));
     }
     Ok(())

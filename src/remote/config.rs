@@ -108,11 +108,16 @@ impl Settings {
 
     /// The endpoint requests go to (AWS's own when none is set).
     pub fn endpoint_or_default(&self) -> String {
-        self.values
-            .iter()
-            .rev()
-            .find(|(k, _)| matches!(k, AmazonS3ConfigKey::Endpoint))
-            .map(|(_, v)| v.clone())
+        // object_store prefers the S3-specific endpoint when both are set.
+        let last = |wanted: AmazonS3ConfigKey| {
+            self.values
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == wanted)
+                .map(|(_, v)| v.clone())
+        };
+        last(AmazonS3ConfigKey::S3Endpoint)
+            .or_else(|| last(AmazonS3ConfigKey::Endpoint))
             .unwrap_or_else(|| "aws".to_string())
     }
 

@@ -20,6 +20,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// fetches at most a block of a few MiB).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most bytes an answer without a `Range` may carry (listing pages,
+/// manifests, pointers, `indexes.json`, Lance's metadata): a server
+/// cannot make the client hold more.
+pub const MAX_UNRANGED_BODY: u64 = 64 << 20;
+
 /// Requests sent to the object store, by kind (every attempt counts: a
 /// retried request is two).
 #[derive(Debug, Default)]
@@ -121,6 +126,8 @@ impl HttpConnector for Connector {
             .timeout(REQUEST_TIMEOUT)
             // Bytes as stored: a ranged read must get the object's own.
             .no_gzip()
+            // A redirect could carry the signed headers to another host.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| object_store::Error::Generic {
                 store: "S3",
@@ -143,6 +150,7 @@ struct Service {
 impl HttpService for Service {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
         self.requests.note(&request);
+        let limit = body_limit(&request);
         let (parts, body) = request.into_parts();
         let url = reqwest::Url::parse(&parts.uri.to_string())
             .map_err(|e| HttpError::new(HttpErrorKind::Request, e))?;
@@ -165,14 +173,45 @@ impl HttpService for Service {
         if status.is_server_error() || status == http::StatusCode::TOO_MANY_REQUESTS {
             self.requests.server_errors.fetch_add(1, Ordering::Relaxed);
         }
+        if response.content_length().is_some_and(|n| n > limit) {
+            self.requests.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(HttpError::new(
+                HttpErrorKind::Decode,
+                std::io::Error::other(format!(
+                    "the server announced more than the {limit} bytes asked for"
+                )),
+            ));
+        }
         let response: http::Response<reqwest::Body> = response.into();
         let (parts, body) = response.into_parts();
         let requests = Arc::clone(&self.requests);
-        let body = body.map_err(move |e| {
-            requests.failed.fetch_add(1, Ordering::Relaxed);
-            HttpError::new(kind_of(&e), e)
-        });
+        // Never more than asked for, whatever the server sends.
+        let body = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
+            .map_err(move |e| {
+                requests.failed.fetch_add(1, Ordering::Relaxed);
+                let kind = match e.downcast_ref::<reqwest::Error>() {
+                    Some(e) => kind_of(e),
+                    None => HttpErrorKind::Decode,
+                };
+                HttpError::new_boxed(kind, e)
+            });
         Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(body)))
+    }
+}
+
+/// The most bytes the answer to `request` may hold: the length of its
+/// `Range` (`bytes=A-B`), else [`MAX_UNRANGED_BODY`].
+fn body_limit(request: &HttpRequest) -> u64 {
+    let range = request
+        .headers()
+        .get(http::header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes="))
+        .and_then(|v| v.split_once('-'))
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
+    match range {
+        Some((first, last)) if last >= first => last - first + 1,
+        _ => MAX_UNRANGED_BODY,
     }
 }
 

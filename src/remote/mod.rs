@@ -106,11 +106,25 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> io::Result<T>) -> io::Resul
     f(registry.as_mut().expect("made above"))
 }
 
-/// Runs `future` to completion on the remote runtime, from a thread that
-/// is not one of its own.
-pub fn block_on<F: std::future::Future>(future: F) -> io::Result<F::Output> {
+/// Runs `future` to completion on the remote runtime. Called from inside
+/// another runtime (a SQL table scanned by DataFusion asks the catalog),
+/// it waits on a thread of its own, since a runtime cannot block its own
+/// workers.
+pub fn block_on<F>(future: F) -> io::Result<F::Output>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
     let runtime = with_registry(|r| Ok(Arc::clone(&r.runtime)))?;
-    Ok(runtime.block_on(future))
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(runtime.block_on(future));
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| runtime.block_on(future))
+            .join()
+            .map_err(|_| io::Error::other("a remote request's thread panicked"))
+    })
 }
 
 /// Settings given by the embedding program instead of the environment.
@@ -291,7 +305,11 @@ impl Bucket {
             }
         }
         for object in result.objects {
-            // A key ending in `/` (a "folder" marker) has no name of its own.
+            // A "folder" marker (the key `prefix/`) is the directory
+            // itself, not a file in it.
+            if key.as_ref() == Some(&object.location) {
+                continue;
+            }
             let Some(name) = object.location.filename() else {
                 continue;
             };
@@ -548,8 +566,10 @@ fn inode_of(parts: &[&[u8]]) -> u64 {
 /// the order of `jobs`.
 pub fn fan_out<T, F, Fut>(jobs: Vec<T>, each: F) -> io::Result<Vec<Fut::Output>>
 where
-    F: Fn(T) -> Fut,
-    Fut: std::future::Future,
+    T: Send,
+    F: Fn(T) -> Fut + Send,
+    Fut: std::future::Future + Send,
+    Fut::Output: Send,
 {
     block_on(
         futures::stream::iter(jobs)

@@ -135,6 +135,13 @@ fn compare(server: &S3Server, local: &Path, url: &str, rels: &[&str]) {
             &["query", local.to_str().unwrap(), sql]
         )),
     );
+    // The `sources` table asks the catalog from inside the query's runtime.
+    let sql = "select _file_, kind, record_count, fingerprint from sources order by 1";
+    let local_sources = remote(&server.endpoint(), &["query", local.to_str().unwrap(), sql]);
+    assert_eq!(
+        out(&remote(&server.endpoint(), &["query", url, sql])),
+        out(&local_sources)
+    );
 }
 
 #[test]
@@ -164,6 +171,8 @@ fn a_remote_warehouse_answers_byte_for_byte_as_its_local_copy() {
         ],
     );
     let generated_copy = both(&server, "equal", "gen", generated);
+    // A "folder" marker object, as consoles create, is no file.
+    server.put("equal", "gen/loose/", b"");
     compare(
         &server,
         &generated_copy.path().join("wh"),

@@ -207,8 +207,18 @@ impl CompactJsonlStore {
 pub(super) fn uri_of(dir: &Path) -> Result<String> {
     #[cfg(feature = "remote")]
     if crate::remote::is_remote(dir) {
-        // The URL of a remote leaf, as its directory shows it.
-        return Ok(dir.to_string_lossy().into_owned());
+        // The URL of a remote leaf, as its directory shows it. Lance parses
+        // it as a URL: a name holding `%`, `#` or `?` would name another
+        // key there (`%2e%2e` is `..`), so such a leaf is not opened.
+        let url = dir.to_string_lossy().into_owned();
+        if url.contains(['%', '#', '?']) {
+            return Err(Error::at(
+                ErrorCode::RemoteLocationInvalid,
+                dir,
+                "a remote compact-jsonl leaf's path may not hold `%`, `#` or `?` (Lance reads it as a URL)",
+            ));
+        }
+        return Ok(url);
     }
     let absolute = std::path::absolute(dir).map_err(|e| Error::io(dir, &e))?;
     absolute.to_str().map(str::to_string).ok_or_else(|| {
