@@ -94,18 +94,7 @@ impl CompactJsonlStore {
     }
 
     pub(super) fn session(&self) -> Arc<Session> {
-        let session = self.engine.session.get_or_init(|| {
-            let registry = ObjectStoreRegistry::default();
-            // Lance reads s3:// leaves through the remote backend's own
-            // store: the same credentials, retries and request counts.
-            #[cfg(feature = "remote")]
-            registry.insert("s3", Arc::new(super::remote::BucketProvider));
-            Arc::new(Session::new(
-                INDEX_CACHE_BYTES,
-                METADATA_CACHE_BYTES,
-                Arc::new(registry),
-            ))
-        });
+        let session = self.engine.session.get_or_init(new_session);
         Arc::clone(session)
     }
 
@@ -114,8 +103,15 @@ impl CompactJsonlStore {
         let uri = uri_of(dir)?;
         self.opens.fetch_add(1, Ordering::Relaxed);
         let session = self.session();
-        self.block_on(DatasetBuilder::from_uri(&uri).with_session(session).load())?
-            .map_err(|e| lance_error(dir, e))
+        self.block_on(async {
+            let dataset = DatasetBuilder::from_uri(&uri)
+                .with_session(session)
+                .load()
+                .await?;
+            check_own_files(&dataset)?;
+            Ok::<_, lance::Error>(dataset)
+        })?
+        .map_err(|e| lance_error(dir, e))
     }
 
     /// Opens the dataset at `dir`, refusing one without the compact-jsonl
@@ -201,6 +197,34 @@ impl CompactJsonlStore {
         // A manifest that cannot be read is reported, never overwritten.
         let existing = manifest::read(&opened)?.filter(|m| m.kind == ManifestKind::Leaf);
         self.write_manifest(&opened, existing, &scan)
+    }
+}
+
+/// A Lance session whose store registry also opens `s3://` leaves,
+/// through the remote backend's own store: the same credentials, retries
+/// and request counts.
+pub(super) fn new_session() -> Arc<Session> {
+    let registry = ObjectStoreRegistry::default();
+    #[cfg(feature = "remote")]
+    registry.insert("s3", Arc::new(super::remote::BucketProvider));
+    Arc::new(Session::new(
+        INDEX_CACHE_BYTES,
+        METADATA_CACHE_BYTES,
+        Arc::new(registry),
+    ))
+}
+
+/// Refuses a dataset whose manifest names base paths: Lance would read
+/// its fragments from there (another bucket, a local path), while a
+/// warehouse leaf's files lie below the leaf.
+pub(super) fn check_own_files(dataset: &Dataset) -> lance::Result<()> {
+    if dataset.manifest().base_paths.is_empty() {
+        Ok(())
+    } else {
+        Err(lance::Error::invalid_input(
+            "the dataset's manifest names base paths outside the dataset; only datasets \
+             whose files lie below them are read",
+        ))
     }
 }
 

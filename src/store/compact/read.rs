@@ -117,6 +117,7 @@ impl Scan {
             Some(v) => builder.with_version(v).load().await?,
             None => builder.load().await?,
         };
+        super::engine::check_own_files(&dataset)?;
         let mut scanner = dataset.scan();
         let columns: &[&str] = if self.wanted.bodies {
             &[
@@ -193,7 +194,7 @@ fn as_viewer(
                 Err(e) => return failed(Error::reading(ErrorCode::Lance, path, &e)),
             };
             runtime.block_on(async {
-                let mut stream = match scan.open(Arc::new(Session::default())).await {
+                let mut stream = match scan.open(super::engine::new_session()).await {
                     Ok(stream) => stream,
                     Err(e) => return failed(lance_error(path, e)),
                 };
