@@ -5,15 +5,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Mounted, bin};
+use crate::harness::Mounted;
 use crate::s3::{Fault, S3Server};
 
 fn run_ok(args: &[&str]) {
-    let out = std::process::Command::new(bin())
-        .args(args)
-        .env("RUST_LOG", "off")
-        .output()
-        .unwrap();
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    let out = crate::harness::run(&args);
     assert!(
         out.status.success(),
         "{}",
