@@ -81,7 +81,7 @@ pub fn count_open(file: Blob, format: RecordFormat) -> io::Result<RecordStats> {
     if format == RecordFormat::Json {
         return count_json_document(file.reader_at(0));
     }
-    let size = file.len()?;
+    let size = file.size()?;
     // A remote file streams best read front to back by one reader.
     let threads = match file.local() {
         Some(_) => parallel::threads_for(size),

@@ -103,7 +103,7 @@ pub fn read_file(
     limit: Option<u64>,
     sink: &mut dyn RecordSink,
 ) -> io::Result<ControlFlow<()>> {
-    let size = file.len()?.min(limit.unwrap_or(u64::MAX));
+    let size = file.size()?.min(limit.unwrap_or(u64::MAX));
     if format == RecordFormat::Json {
         return read_document(file, size, name, from, sink);
     }

@@ -94,14 +94,7 @@ impl Requests {
 
     fn note(&self, request: &HttpRequest) {
         let counter = match *request.method() {
-            http::Method::GET
-                if request
-                    .uri()
-                    .query()
-                    .is_some_and(|q| q.split('&').any(|p| p.starts_with("list-type="))) =>
-            {
-                &self.lists
-            }
+            http::Method::GET if is_listing(request) => &self.lists,
             http::Method::GET if request.headers().contains_key(http::header::RANGE) => {
                 &self.ranged_gets
             }
@@ -151,6 +144,7 @@ impl HttpService for Service {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
         self.requests.note(&request);
         let limit = body_limit(&request);
+        let listing = is_listing(&request);
         let (parts, body) = request.into_parts();
         let url = reqwest::Url::parse(&parts.uri.to_string())
             .map_err(|e| HttpError::new(HttpErrorKind::Request, e))?;
@@ -195,8 +189,52 @@ impl HttpService for Service {
                 };
                 HttpError::new_boxed(kind, e)
             });
-        Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(body)))
+        let body = HttpResponseBody::new(body);
+        if !(listing && parts.status.is_success()) {
+            return Ok(HttpResponse::from_parts(parts, body));
+        }
+        let page = body.bytes().await?;
+        let page = match super::list_page::drop_unusable_keys(&page) {
+            Some((kept, dropped)) => {
+                log::warn!(
+                    "skipped {} key(s) of a listing that cannot be paths (an empty, `.` or `..` \
+                     component, a control character, surrounding spaces): {}",
+                    dropped.len(),
+                    shown(&dropped)
+                );
+                HttpResponseBody::from(kept)
+            }
+            None => HttpResponseBody::from(page),
+        };
+        Ok(HttpResponse::from_parts(parts, page))
     }
+}
+
+/// Whether `request` asks for a page of a listing (`ListObjectsV2`).
+fn is_listing(request: &HttpRequest) -> bool {
+    request.method() == http::Method::GET
+        && request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p.starts_with("list-type=")))
+}
+
+/// A few keys for a log line, escaped and shortened (they are anyone's).
+fn shown(keys: &[String]) -> String {
+    const SHOWN: usize = 5;
+    const LONGEST: usize = 120;
+    let mut text: Vec<String> = keys
+        .iter()
+        .take(SHOWN)
+        .map(|key| {
+            let short: String = key.chars().take(LONGEST).collect();
+            format!("{short:?}")
+        })
+        .collect();
+    if keys.len() > SHOWN {
+        text.push(format!("and {} more", keys.len() - SHOWN));
+    }
+    text.join(", ")
 }
 
 /// The most bytes the answer to `request` may hold: the length of its

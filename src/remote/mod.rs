@@ -19,6 +19,11 @@
 //! pointers, `indexes.json`) are kept by ETag once read, so re-listing an
 //! unchanged warehouse reads no object again.
 //!
+//! A key that cannot be a path (an empty, `.` or `..` component, a
+//! control character, surrounding spaces) is left out of its listing
+//! with a warning (`list_page.rs`), as a local name that cannot be shown
+//! is: a directory whose every key is such shows empty.
+//!
 //! Nothing is ever written remotely: every write answers
 //! [`RemoteFailure::ReadOnly`](crate::error::RemoteFailure).
 //!
@@ -29,6 +34,7 @@
 pub mod config;
 mod crypto;
 pub mod http;
+mod list_page;
 pub mod location;
 mod object;
 

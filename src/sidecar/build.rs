@@ -714,7 +714,7 @@ mod tests {
             let path = dir.path().join("bad.jsonl");
             std::fs::write(&path, format!("{text}{bad}")).unwrap();
             let file = Blob::Local(File::open(&path).unwrap());
-            let size = file.len().unwrap();
+            let size = file.size().unwrap();
             assert!(
                 collect_parallel(&file, size, 3, &key, &path)
                     .unwrap()

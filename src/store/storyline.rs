@@ -26,36 +26,45 @@ impl StorylineStore {
     /// generation is reached from `dir` without following a symlink, so a
     /// planted `generations/<name>` link is refused, not counted.
     pub fn current_generation(dir: &Dir) -> Result<(String, Dir)> {
-        let current = dir.path().join(CURRENT_FILE);
-        let invalid =
-            |message: String| Error::at(ErrorCode::StorylineCurrentInvalid, &current, message);
-        let text = match dir.read_capped(CURRENT_FILE, warehouse::POINTER_CAP) {
-            Ok(Some((bytes, _))) => String::from_utf8(bytes)
-                .map_err(|_| invalid("CURRENT is not valid UTF-8".into()))?,
-            Ok(None) => return Err(invalid("CURRENT is missing".into())),
-            Err(e) => {
-                return Err(e.into_error(&current, "a pointer file", |e| invalid(e.to_string())));
-            }
-        };
-        let name = text.lines().next().unwrap_or("").trim();
-        if !warehouse::is_plain_name(name.as_bytes()) {
-            return Err(invalid(format!("{name:?} is not a generation name")));
-        }
-        let generation = dir.path().join(GENERATIONS_DIR).join(name);
+        let name = current_name(dir)?;
         let opened = dir
             .open_dir(GENERATIONS_DIR)
-            .and_then(|generations| generations.open_dir(name));
+            .and_then(|generations| generations.open_dir(&name));
         match opened {
-            Ok(opened) => Ok((name.to_string(), opened)),
-            Err(e) => Err(Error::at(
-                ErrorCode::StorylineGenerationMissing,
-                &generation,
-                format!(
-                    "CURRENT names generation {name:?}, which is not a directory of the leaf ({e})"
-                ),
-            )),
+            Ok(opened) => Ok((name, opened)),
+            Err(e) => Err(generation_missing(dir, &name, e)),
         }
     }
+}
+
+/// The generation `CURRENT` names, checked to be a plain name (not that
+/// the generation exists).
+fn current_name(dir: &Dir) -> Result<String> {
+    let current = dir.path().join(CURRENT_FILE);
+    let invalid =
+        |message: String| Error::at(ErrorCode::StorylineCurrentInvalid, &current, message);
+    let text = match dir.read_capped(CURRENT_FILE, warehouse::POINTER_CAP) {
+        Ok(Some((bytes, _))) => {
+            String::from_utf8(bytes).map_err(|_| invalid("CURRENT is not valid UTF-8".into()))?
+        }
+        Ok(None) => return Err(invalid("CURRENT is missing".into())),
+        Err(e) => {
+            return Err(e.into_error(&current, "a pointer file", |e| invalid(e.to_string())));
+        }
+    };
+    let name = text.lines().next().unwrap_or("").trim();
+    if !warehouse::is_plain_name(name.as_bytes()) {
+        return Err(invalid(format!("{name:?} is not a generation name")));
+    }
+    Ok(name.to_string())
+}
+
+fn generation_missing(dir: &Dir, name: &str, e: std::io::Error) -> Error {
+    Error::at(
+        ErrorCode::StorylineGenerationMissing,
+        dir.path().join(GENERATIONS_DIR).join(name),
+        format!("CURRENT names generation {name:?}, which is not a directory of the leaf ({e})"),
+    )
 }
 
 fn fingerprint_of(generation: &str) -> String {
@@ -75,8 +84,14 @@ impl LeafStore for StorylineStore {
         Ok(dir.stat_at(CURRENT_FILE).is_ok_and(|m| m.is_file()))
     }
 
+    /// Checks that the generation exists without opening it (on object
+    /// storage, opening it would list it).
     fn fingerprint(&self, dir: &Dir) -> Result<String> {
-        Self::current_generation(dir).map(|(name, _)| fingerprint_of(&name))
+        let name = current_name(dir)?;
+        dir.open_dir(GENERATIONS_DIR)
+            .and_then(|generations| generations.check_dir(&name))
+            .map_err(|e| generation_missing(dir, &name, e))?;
+        Ok(fingerprint_of(&name))
     }
 
     fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan> {

@@ -11,7 +11,9 @@ use std::os::unix::fs::FileExt;
 pub enum Blob {
     Local(File),
     #[cfg(feature = "remote")]
-    Remote(crate::remote::RemoteFile),
+    /// Boxed: it holds its block cache's state, and a local file is one
+    /// descriptor.
+    Remote(Box<crate::remote::RemoteFile>),
 }
 
 impl Blob {
@@ -34,7 +36,7 @@ impl Blob {
     }
 
     /// The file's size now (a remote object's as listed when opened).
-    pub fn len(&self) -> io::Result<u64> {
+    pub fn size(&self) -> io::Result<u64> {
         match self {
             Blob::Local(file) => Ok(file.metadata()?.len()),
             #[cfg(feature = "remote")]

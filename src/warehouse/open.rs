@@ -66,6 +66,22 @@ impl Dir {
         }
     }
 
+    /// Whether [`open_dir`](Dir::open_dir) of `name` would succeed, with
+    /// the same errors. A local directory is opened and closed; a remote
+    /// one answers from this directory's listing, without the request
+    /// that listing the child for its own stat would cost.
+    pub fn check_dir(&self, name: impl AsRef<OsStr>) -> io::Result<()> {
+        let name = name.as_ref();
+        match &self.backend {
+            Backend::Local(_) => self.open_dir(name).map(drop),
+            #[cfg(feature = "remote")]
+            Backend::Remote(remote) => {
+                check_name(name)?;
+                remote.check_dir(name)
+            }
+        }
+    }
+
     /// The subdirectory `name`, just seen (with `fstatat`) as `seen`:
     /// `known`, a handle opened earlier, when it is that very directory —
     /// an open handle pins its inode, so the same device and inode mean
@@ -214,7 +230,7 @@ impl Dir {
                 return Err(io::Error::from(Errno::STALE));
             }
             self.check(&stat, Access::Read)?;
-            return Ok((Blob::Remote(object), stat));
+            return Ok((Blob::Remote(Box::new(object)), stat));
         }
         let fd = rustix::fs::openat(self.fd()?, name, read_flags(), Mode::empty()).map_err(
             |e| match e {

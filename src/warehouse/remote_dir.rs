@@ -40,7 +40,7 @@ impl RemoteDir {
             prefix: location.prefix.clone(),
         };
         let listing = dir.bucket.listing(&dir.prefix)?;
-        if listing.is_empty() {
+        if listing.is_empty() && !dir.shown_by_parent()? {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no object has the prefix {}", location.url()),
@@ -53,6 +53,19 @@ impl RemoteDir {
             stat,
             viewer: None,
         })
+    }
+
+    /// Whether the parent's listing shows this prefix as a directory,
+    /// which it does when every key below it was skipped (see
+    /// [`crate::remote`]: keys that cannot be paths).
+    fn shown_by_parent(&self) -> io::Result<bool> {
+        let Some((parent, name)) = self.prefix.rsplit_once('/').or(match self.prefix.as_str() {
+            "" => None,
+            prefix => Some(("", prefix)),
+        }) else {
+            return Ok(false);
+        };
+        Ok(self.bucket.listing(parent)?.dirs.contains(name))
     }
 
     fn listing(&self) -> io::Result<Arc<Listing>> {
@@ -80,17 +93,25 @@ impl RemoteDir {
         }
     }
 
-    pub(super) fn open_dir(&self, name: &OsStr) -> io::Result<RemoteDir> {
+    /// Whether `name` is a subdirectory, from this directory's listing
+    /// alone (the child is not listed).
+    pub(super) fn check_dir(&self, name: &OsStr) -> io::Result<()> {
         let name = utf8(name)?;
-        if !self.listing()?.dirs.contains(name) {
-            return Err(match self.listing()?.files.contains_key(name) {
-                true => io::Error::from_raw_os_error(libc::ENOTDIR),
-                false => io::ErrorKind::NotFound.into(),
-            });
+        let listing = self.listing()?;
+        if listing.dirs.contains(name) {
+            Ok(())
+        } else if listing.files.contains_key(name) {
+            Err(io::Error::from_raw_os_error(libc::ENOTDIR))
+        } else {
+            Err(io::ErrorKind::NotFound.into())
         }
+    }
+
+    pub(super) fn open_dir(&self, name: &OsStr) -> io::Result<RemoteDir> {
+        self.check_dir(name)?;
         Ok(RemoteDir {
             bucket: Arc::clone(&self.bucket),
-            prefix: join_key(&self.prefix, name),
+            prefix: join_key(&self.prefix, utf8(name)?),
         })
     }
 

@@ -375,10 +375,7 @@ fn request(port: u16, method: &str, target: &str, body: &[u8]) -> (u16, Vec<u8>)
 /// A chunked body's bytes.
 fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(end) = raw.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
         let size = usize::from_str_radix(std::str::from_utf8(&raw[..end]).unwrap().trim(), 16)
             .unwrap_or(0);
         if size == 0 {

@@ -1,0 +1,184 @@
+//! Keys a listing cannot show, taken out of a `ListObjectsV2` page before
+//! the object store parses it.
+//!
+//! Object storage accepts any UTF-8 key, and anyone who may write to the
+//! bucket chooses them. `object_store` turns every key of a page into a
+//! path and fails the whole listing on the first that is not one (an empty
+//! component, as in `a//b`; a `.` or `..` component; an ASCII control
+//! character). One such key would hide its directory, and at the
+//! warehouse's root the whole warehouse. Its XML reader also trims the
+//! spaces around a key and reads a key with a leading `/` as the key
+//! without it, so `CURRENT ` or `/wh` would pass for another object.
+//!
+//! So each page is read here first, and every `<Contents>` and
+//! `<CommonPrefixes>` entry whose key is not exactly a path is cut out of
+//! the page, byte for byte, leaving the rest as the server sent it. The
+//! local side skips names it cannot show in the same spirit.
+
+use std::ops::Range;
+
+use quick_xml::events::Event;
+use quick_xml::reader::Reader;
+
+/// The page without the entries whose keys cannot be paths, and those
+/// keys; `None` when every key can stay (or the page is not a listing
+/// this reads: the object store then reports what is wrong with it).
+pub(crate) fn drop_unusable_keys(page: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
+    let mut reader = Reader::from_reader(page);
+    let mut depth = 0usize;
+    // The entry being read: where it starts, and its key so far (`None`
+    // once a part of the key could not be read).
+    let mut entry: Option<(usize, Option<String>)> = None;
+    let mut in_key = false;
+    let mut cuts: Vec<(Range<usize>, String)> = Vec::new();
+    loop {
+        let start = usize::try_from(reader.buffer_position()).ok()?;
+        let event = reader.read_event().ok()?;
+        let key = entry.as_mut().filter(|_| in_key).map(|(_, key)| key);
+        match event {
+            Event::Start(tag) => {
+                depth += 1;
+                let name = tag.local_name();
+                match (depth, name.as_ref()) {
+                    (2, b"Contents" | b"CommonPrefixes") => {
+                        entry = Some((start, Some(String::new())));
+                    }
+                    (3, b"Key" | b"Prefix") if entry.is_some() => in_key = true,
+                    _ => {}
+                }
+            }
+            Event::End(_) => {
+                in_key = false;
+                if depth == 2 {
+                    if let Some((first, key)) = entry.take() {
+                        let end = usize::try_from(reader.buffer_position()).ok()?;
+                        match key {
+                            Some(key) if is_path(&key) => {}
+                            key => cuts.push((first..end, key.unwrap_or_default())),
+                        }
+                    }
+                }
+                depth = depth.checked_sub(1)?;
+            }
+            Event::Text(text) => {
+                if let Some(key) = key {
+                    append(key, text.decode().ok().as_deref());
+                }
+            }
+            Event::CData(data) => {
+                if let Some(key) = key {
+                    append(key, data.decode().ok().as_deref());
+                }
+            }
+            Event::GeneralRef(reference) => {
+                if let Some(key) = key {
+                    let resolved = match reference.resolve_char_ref() {
+                        Ok(Some(c)) => Some(c.to_string()),
+                        Ok(None) => reference.decode().ok().and_then(|name| {
+                            quick_xml::escape::resolve_predefined_entity(&name).map(str::to_string)
+                        }),
+                        Err(_) => None,
+                    };
+                    append(key, resolved.as_deref());
+                }
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    if cuts.is_empty() {
+        return None;
+    }
+    let mut kept = Vec::with_capacity(page.len());
+    let mut from = 0;
+    let mut dropped = Vec::with_capacity(cuts.len());
+    for (range, key) in cuts {
+        kept.extend_from_slice(&page[from..range.start]);
+        from = range.end;
+        dropped.push(key);
+    }
+    kept.extend_from_slice(&page[from..]);
+    Some((kept, dropped))
+}
+
+/// Adds a piece of a key; a piece that could not be read spoils the key.
+fn append(key: &mut Option<String>, piece: Option<&str>) {
+    match (key.as_mut(), piece) {
+        (Some(key), Some(piece)) => key.push_str(piece),
+        _ => *key = None,
+    }
+}
+
+/// Whether `key` is read back as itself: a path by `object_store`'s rules
+/// (one trailing `/` allowed, as a folder marker or a common prefix has
+/// it), without a leading `/` or the spaces the XML reader would trim.
+fn is_path(key: &str) -> bool {
+    let xml_space = |c: char| matches!(c, ' ' | '\t' | '\r' | '\n');
+    !key.is_empty()
+        && !key.starts_with('/')
+        && key.trim_matches(xml_space) == key
+        && object_store::path::Path::parse(key).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(contents: &[&str], prefixes: &[&str]) -> String {
+        let mut xml = String::from(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult><Name>b</Name>\
+             <Prefix>wh/</Prefix><KeyCount>2</KeyCount>",
+        );
+        for key in contents {
+            xml.push_str(&format!(
+                "<Contents><Key>{key}</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>\
+                 <ETag>&quot;e&quot;</ETag><Size>1</Size></Contents>"
+            ));
+        }
+        for prefix in prefixes {
+            xml.push_str(&format!(
+                "<CommonPrefixes><Prefix>{prefix}</Prefix></CommonPrefixes>"
+            ));
+        }
+        xml.push_str("<IsTruncated>false</IsTruncated></ListBucketResult>");
+        xml
+    }
+
+    #[test]
+    fn a_page_of_paths_is_left_alone() {
+        let xml = page(&["wh/a.jsonl", "wh/&amp; b", "wh/"], &["wh/c/", "wh/d e/"]);
+        assert_eq!(drop_unusable_keys(xml.as_bytes()), None);
+    }
+
+    #[test]
+    fn keys_that_are_not_paths_are_cut_out_and_the_rest_kept_as_sent() {
+        let bad = [
+            "wh/a//b",
+            "wh/..",
+            "wh/./x",
+            "wh/x&#1;y",
+            "wh/tab\tx",
+            "wh/CURRENT ",
+            " wh/x",
+            "/wh/x",
+            "",
+        ];
+        let mut contents = vec!["wh/good.jsonl"];
+        contents.extend(bad);
+        let xml = page(&contents, &["wh/ok/", "wh/..//", "wh/&#x7f;/"]);
+        let (kept, dropped) = drop_unusable_keys(xml.as_bytes()).unwrap();
+        assert_eq!(
+            String::from_utf8(kept).unwrap(),
+            page(&["wh/good.jsonl"], &["wh/ok/"])
+        );
+        assert_eq!(dropped.len(), bad.len() + 2, "{dropped:?}");
+        assert!(dropped.contains(&"wh/x\u{1}y".to_string()), "{dropped:?}");
+    }
+
+    #[test]
+    fn what_is_not_a_listing_is_left_to_the_object_store() {
+        assert_eq!(drop_unusable_keys(b"<Error><Code>x</Code></Error>"), None);
+        assert_eq!(drop_unusable_keys(b"<a><b></a>"), None);
+        assert_eq!(drop_unusable_keys(b"\xff\xfe<<<"), None);
+    }
+}
