@@ -34,6 +34,7 @@
 pub mod config;
 mod crypto;
 pub mod http;
+mod kept;
 mod list_page;
 pub mod location;
 mod object;
@@ -41,7 +42,6 @@ mod object;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::io;
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -53,6 +53,7 @@ use object_store::{GetOptions, ObjectStore};
 use parking_lot::Mutex;
 
 pub use http::{RequestCounts, Requests};
+use kept::Kept;
 pub use location::{Location, SCHEME, is_remote, join_key};
 pub use object::RemoteFile;
 
@@ -62,11 +63,16 @@ use crate::warehouse::Stat;
 /// How long a listing is trusted before it is asked again, unless set
 /// with [`set_listing_ttl`] (a mount sets its attribute TTL).
 pub const DEFAULT_LISTING_TTL: Duration = Duration::from_secs(1);
-/// Listings kept per bucket.
-const LISTINGS_KEPT: usize = 16_384;
-/// Small objects kept by ETag, and the largest kept.
-const CONTENTS_KEPT: usize = 4_096;
+/// Names kept in listings per bucket (each listing weighs its names
+/// and one).
+const LISTED_NAMES_KEPT: u64 = 1_000_000;
+/// Bytes of small objects kept by ETag per bucket, and the largest kept.
+const CONTENTS_KEPT: u64 = 64 << 20;
 const CONTENT_KEPT_MAX: u64 = 1 << 20;
+/// The most names one listing holds (a directory of millions of keys
+/// costs a thousand pages, not thousands): the catalog's own bound on a
+/// directory is lower.
+pub const LISTED_MAX: usize = 200_000;
 /// Requests one operation sends at once (a listing's children's listings,
 /// their manifests).
 pub const FAN_OUT: usize = 16;
@@ -162,6 +168,14 @@ pub fn bucket(name: &str) -> io::Result<Arc<Bucket>> {
     })
 }
 
+/// The bucket `name` if this process already opened a warehouse in it:
+/// what is handed to Lance, which must read nowhere else.
+pub fn opened_bucket(name: &str) -> Option<Arc<Bucket>> {
+    with_registry(|registry| Ok(registry.buckets.get(name).cloned()))
+        .ok()
+        .flatten()
+}
+
 /// What a listing says about one object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObjectInfo {
@@ -174,12 +188,16 @@ pub struct ObjectInfo {
 /// One level of a prefix: its subdirectories and its files.
 #[derive(Debug)]
 pub struct Listing {
+    /// When it was asked for (its TTL counts from then).
     fetched: Instant,
     digest: u64,
     /// Changes only when the content of the listing does.
     pub generation: u64,
     pub dirs: BTreeSet<String>,
     pub files: BTreeMap<String, ObjectInfo>,
+    /// More names were there than [`LISTED_MAX`]: the listing holds the
+    /// first in key order.
+    pub truncated: bool,
 }
 
 impl Listing {
@@ -194,11 +212,15 @@ impl Listing {
 pub struct Bucket {
     pub name: String,
     pub store: Arc<dyn ObjectStore>,
+    /// The same client, for listings page by page.
+    lister: Arc<object_store::aws::AmazonS3>,
     pub requests: Arc<Requests>,
     /// The device number every entry of this bucket shows.
     dev: u64,
-    listings: Mutex<lru::LruCache<String, Arc<Listing>>>,
-    contents: Mutex<lru::LruCache<(String, String), Bytes>>,
+    listings: Mutex<Kept<String, Arc<Listing>>>,
+    contents: Mutex<Kept<(String, String), Bytes>>,
+    /// A lock per prefix being listed (see [`Bucket::listing`]).
+    flights: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     generations: AtomicU64,
 }
 
@@ -211,18 +233,16 @@ impl std::fmt::Debug for Bucket {
 impl Bucket {
     fn new(name: &str, settings: &config::Settings) -> io::Result<Bucket> {
         let requests = Arc::new(Requests::default());
-        let store = settings.build(name, Arc::clone(&requests))?;
+        let client = Arc::new(settings.build(name, Arc::clone(&requests))?);
         Ok(Bucket {
             name: name.to_string(),
-            store: Arc::new(store),
+            store: Arc::clone(&client) as Arc<dyn ObjectStore>,
+            lister: client,
             requests,
             dev: dev_of(&settings.endpoint_or_default(), name),
-            listings: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(LISTINGS_KEPT).expect("non-zero"),
-            )),
-            contents: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(CONTENTS_KEPT).expect("non-zero"),
-            )),
+            listings: Mutex::new(Kept::new(LISTED_NAMES_KEPT)),
+            contents: Mutex::new(Kept::new(CONTENTS_KEPT)),
+            flights: Mutex::new(HashMap::new()),
             generations: AtomicU64::new(0),
         })
     }
@@ -235,18 +255,33 @@ impl Bucket {
     /// The listing of `prefix` (`""` for the bucket's root): kept for the
     /// listing TTL, then asked again.
     pub fn listing(&self, prefix: &str) -> io::Result<Arc<Listing>> {
-        let ttl = listing_ttl();
-        let cached = self.listings.lock().get(prefix).cloned();
-        if let Some(listing) = &cached {
-            if listing.fetched.elapsed() < ttl {
-                return Ok(Arc::clone(listing));
+        let fresh = || {
+            let cached = self.listings.lock().get(prefix).cloned();
+            match cached {
+                Some(listing) if listing.fetched.elapsed() < listing_ttl() => Ok(listing),
+                cached => Err(cached),
             }
+        };
+        if let Ok(listing) = fresh() {
+            return Ok(listing);
         }
-        let listing = self.fetch_listing(prefix, cached.as_deref())?;
-        self.listings
-            .lock()
-            .put(prefix.to_string(), Arc::clone(&listing));
-        Ok(listing)
+        // One request per prefix at a time: the readers that found the
+        // same listing expired wait for the first one's answer.
+        let flight = Arc::clone(self.flights.lock().entry(prefix.to_string()).or_default());
+        let result = {
+            let _turn = flight.lock();
+            fresh().or_else(|cached| {
+                let listing = self.fetch_listing(prefix, cached.as_deref())?;
+                self.keep_listing(prefix.to_string(), Arc::clone(&listing));
+                Ok(listing)
+            })
+        };
+        // The last reader out takes the lock away (the table holds one).
+        let mut flights = self.flights.lock();
+        if Arc::strong_count(&flight) == 2 {
+            flights.remove(prefix);
+        }
+        result
     }
 
     /// Lists every prefix in `prefixes` not listed within the TTL, at most
@@ -283,9 +318,23 @@ impl Bucket {
         for (prefix, cached, result) in fetched {
             if let Ok(raw) = result {
                 let listing = Arc::new(self.settle(raw, cached.as_deref()));
-                self.listings.lock().put(prefix, listing);
+                self.keep_listing(prefix, listing);
             }
         }
+    }
+
+    /// Keeps `listing` unless one asked for later is already kept (a slow
+    /// answer must not replace a newer one).
+    fn keep_listing(&self, prefix: String, listing: Arc<Listing>) {
+        let weight = 1 + (listing.dirs.len() + listing.files.len()) as u64;
+        let mut listings = self.listings.lock();
+        if listings
+            .get(&prefix)
+            .is_some_and(|kept| kept.fetched > listing.fetched)
+        {
+            return;
+        }
+        listings.put(prefix, listing, weight);
     }
 
     fn fetch_listing(&self, prefix: &str, cached: Option<&Listing>) -> io::Result<Arc<Listing>> {
@@ -293,46 +342,42 @@ impl Bucket {
         Ok(Arc::new(self.settle(raw, cached)))
     }
 
-    /// One `LIST` (more pages for a prefix of more than a thousand keys).
+    /// One `LIST`: a page per thousand keys, up to [`LISTED_MAX`] names.
     async fn list_once(&self, prefix: &str) -> io::Result<RawListing> {
+        use object_store::list::{PaginatedListOptions, PaginatedListStore};
         let key = match prefix {
             "" => None,
             prefix => Some(key_path(prefix)?),
         };
-        let result = self
-            .store
-            .list_with_delimiter(key.as_ref())
-            .await
-            .map_err(|e| failure(prefix, e))?;
-        let mut raw = RawListing::default();
-        for dir in result.common_prefixes {
-            if let Some(name) = dir.filename() {
-                raw.dirs.insert(name.to_string());
-            }
-        }
-        for object in result.objects {
-            // A "folder" marker (the key `prefix/`) is the directory
-            // itself, not a file in it.
-            if key.as_ref() == Some(&object.location) {
-                continue;
-            }
-            let Some(name) = object.location.filename() else {
-                continue;
+        let below = key.as_ref().map(|k| format!("{k}/"));
+        let mut raw = RawListing {
+            asked: Instant::now(),
+            dirs: BTreeSet::new(),
+            files: BTreeMap::new(),
+            truncated: false,
+        };
+        let mut page_token = None;
+        loop {
+            let options = PaginatedListOptions {
+                delimiter: Some("/".into()),
+                page_token,
+                ..PaginatedListOptions::default()
             };
-            let modified = (
-                object.last_modified.timestamp(),
-                i64::from(object.last_modified.timestamp_subsec_nanos()),
-            );
-            raw.files.insert(
-                name.to_string(),
-                ObjectInfo {
-                    size: object.size,
-                    etag: object.e_tag,
-                    modified,
-                },
-            );
+            let page = self
+                .lister
+                .list_paginated(below.as_deref(), options)
+                .await
+                .map_err(|e| failure(prefix, e))?;
+            raw.add(key.as_ref(), page.result);
+            page_token = page.page_token;
+            if page_token.is_none() {
+                return Ok(raw);
+            }
+            if raw.dirs.len() + raw.files.len() >= LISTED_MAX {
+                raw.truncated = true;
+                return Ok(raw);
+            }
         }
-        Ok(raw)
     }
 
     /// A fresh listing, keeping the generation of `cached` when nothing
@@ -342,6 +387,7 @@ impl Bucket {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             raw.dirs.hash(&mut h);
             raw.files.hash(&mut h);
+            raw.truncated.hash(&mut h);
             h.finish()
         };
         let generation = match cached {
@@ -349,11 +395,12 @@ impl Bucket {
             _ => self.generations.fetch_add(1, Ordering::Relaxed) + 1,
         };
         Listing {
-            fetched: Instant::now(),
+            fetched: raw.asked,
             digest,
             generation,
             dirs: raw.dirs,
             files: raw.files,
+            truncated: raw.truncated,
         }
     }
 
@@ -362,13 +409,13 @@ impl Bucket {
     pub fn forget_below(&self, prefix: &str) {
         let mut listings = self.listings.lock();
         let below: Vec<String> = listings
-            .iter()
-            .filter(|(key, _)| {
+            .keys()
+            .filter(|key| {
                 prefix.is_empty()
                     || key.as_str() == prefix
                     || key.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
             })
-            .map(|(key, _)| key.clone())
+            .cloned()
             .collect();
         for key in below {
             listings.pop(&key);
@@ -425,9 +472,11 @@ impl Bucket {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         if let (Some(etag), true) = (&info.etag, info.size <= CONTENT_KEPT_MAX) {
-            self.contents
-                .lock()
-                .put((key.to_string(), etag.clone()), bytes.clone());
+            self.contents.lock().put(
+                (key.to_string(), etag.clone()),
+                bytes.clone(),
+                bytes.len() as u64,
+            );
         }
         Ok(bytes)
     }
@@ -525,10 +574,45 @@ impl Bucket {
     }
 }
 
-#[derive(Default)]
 struct RawListing {
+    /// When the first page was asked for.
+    asked: Instant,
     dirs: BTreeSet<String>,
     files: BTreeMap<String, ObjectInfo>,
+    truncated: bool,
+}
+
+impl RawListing {
+    /// Adds one page of the listing of `key` (`None`: the bucket's root).
+    fn add(&mut self, key: Option<&KeyPath>, page: object_store::ListResult) {
+        for dir in page.common_prefixes {
+            if let Some(name) = dir.filename() {
+                self.dirs.insert(name.to_string());
+            }
+        }
+        for object in page.objects {
+            // A "folder" marker (the key `prefix/`) is the directory
+            // itself, not a file in it.
+            if key == Some(&object.location) {
+                continue;
+            }
+            let Some(name) = object.location.filename() else {
+                continue;
+            };
+            let modified = (
+                object.last_modified.timestamp(),
+                i64::from(object.last_modified.timestamp_subsec_nanos()),
+            );
+            self.files.insert(
+                name.to_string(),
+                ObjectInfo {
+                    size: object.size,
+                    etag: object.e_tag,
+                    modified,
+                },
+            );
+        }
+    }
 }
 
 /// The object key `key`, its components as they are (never re-encoded):

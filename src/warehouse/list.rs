@@ -37,7 +37,7 @@ impl Dir {
     pub fn entries_up_to(&self, limit: usize) -> io::Result<(Vec<DirEntry>, bool)> {
         let mut entries = Vec::new();
         let mut more = false;
-        self.each_entry(|name, kind| {
+        let cut_short = self.each_entry(|name, kind| {
             let (is_dir, is_file) = (kind == FileType::Directory, kind == FileType::RegularFile);
             if !is_dir && !is_file {
                 return true;
@@ -53,7 +53,7 @@ impl Dir {
             });
             true
         })?;
-        Ok((entries, more))
+        Ok((entries, more || cut_short))
     }
 
     /// The name of the first entry that is not a regular file (nor, when
@@ -72,13 +72,16 @@ impl Dir {
 
     /// Hands each entry's name and type to `visit` (a type `getdents`
     /// leaves unknown is asked of `fstatat`) until `visit` says stop.
-    fn each_entry(&self, mut visit: impl FnMut(&[u8], FileType) -> bool) -> io::Result<()> {
+    /// Says whether the directory held more than could be visited (a
+    /// remote listing stops at [`crate::remote::LISTED_MAX`] names).
+    fn each_entry(&self, mut visit: impl FnMut(&[u8], FileType) -> bool) -> io::Result<bool> {
         // Listing a directory needs read permission (reaching it needed
         // only search).
         self.check(&self.stat, Access::Read)?;
         #[cfg(feature = "remote")]
         if let Backend::Remote(remote) = &self.backend {
-            for (name, is_dir) in remote.entries()? {
+            let (entries, truncated) = remote.entries()?;
+            for (name, is_dir) in entries {
                 let kind = if is_dir {
                     FileType::Directory
                 } else {
@@ -88,7 +91,7 @@ impl Dir {
                     break;
                 }
             }
-            return Ok(());
+            return Ok(truncated);
         }
         let mut reader = rustix::fs::Dir::read_from(self.fd()?)?;
         while let Some(entry) = reader.read() {
@@ -108,6 +111,6 @@ impl Dir {
                 break;
             }
         }
-        Ok(())
+        Ok(false)
     }
 }

@@ -160,8 +160,8 @@ impl RemoteDir {
     }
 
     /// The names of the directory, each with whether it is a directory,
-    /// in name order.
-    pub(super) fn entries(&self) -> io::Result<Vec<(String, bool)>> {
+    /// in name order, and whether the listing stopped at its bound.
+    pub(super) fn entries(&self) -> io::Result<(Vec<(String, bool)>, bool)> {
         let listing = self.listing()?;
         let mut entries: Vec<(String, bool)> = listing
             .dirs
@@ -176,7 +176,7 @@ impl RemoteDir {
             )
             .collect();
         entries.sort();
-        Ok(entries)
+        Ok((entries, listing.truncated))
     }
 
     /// The whole file `name`, at most `cap` bytes (see

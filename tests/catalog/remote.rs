@@ -238,6 +238,25 @@ fn keys_that_are_not_paths_are_skipped_and_the_rest_answers_as_its_local_copy() 
     );
 }
 
+#[test]
+fn a_directory_of_more_than_a_page_of_keys_lists_whole() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("pages");
+    let n = 1_100;
+    for i in 0..n {
+        server.put("pages", &format!("wh/d/f-{i:04}.jsonl"), b"{\"ts\":1}\n");
+    }
+    let before = server.counts();
+    let listing = out(&remote(&server.endpoint(), &["ls", "s3://pages/wh/d"]));
+    let text = String::from_utf8_lossy(&listing);
+    assert_eq!(text.lines().count(), n + 1, "{text}");
+    assert!(text.contains("f-0000.jsonl") && text.contains("f-1099.jsonl"));
+    // Two pages of `wh/d/`; `wh/` and the bucket's root, once each.
+    assert_eq!(server.counts().lists - before.lists, 4);
+}
+
 /// A warehouse of `n` leaves with trusted manifests (storyline and
 /// compact-jsonl alternately) under `prefix`.
 fn leaves(server: &S3Server, bucket: &str, prefix: &str, n: usize) -> tempfile::TempDir {

@@ -1,6 +1,7 @@
 //! Lance's way to the remote backend: `s3://` datasets are opened on the
 //! store of their bucket (see [`crate::remote`]), so Lance sends its
 //! requests through the same client, credentials, retries and counts.
+//! Only the buckets of warehouses this process opened are served.
 
 use std::sync::Arc;
 
@@ -25,8 +26,14 @@ impl ObjectStoreProvider for BucketProvider {
         _params: &ObjectStoreParams,
     ) -> lance::Result<ObjectStore> {
         let name = base.host_str().unwrap_or_default().to_string();
-        let bucket = crate::remote::bucket(&name)
-            .map_err(|e| lance::Error::invalid_input(format!("s3://{name}: {e}")))?;
+        // Only a bucket a warehouse was opened in: a dataset is handed to
+        // Lance by the path it was found at, so any other bucket is
+        // something Lance found in a dataset's own files.
+        let bucket = crate::remote::opened_bucket(&name).ok_or_else(|| {
+            lance::Error::invalid_input(format!(
+                "s3://{name}: not the bucket of an opened warehouse"
+            ))
+        })?;
         Ok(ObjectStore::new(
             Arc::clone(&bucket.store),
             base,
