@@ -213,7 +213,7 @@ error_codes! {
         "the object store holding an `s3://` warehouse could not be reached or kept failing (connection refused, timeouts, 5xx answers after the retries, credentials refused, a body cut short); a mount answers such reads with EIO and keeps serving",
         "Check the endpoint and credentials (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_PROFILE` or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`; see docs/remote.md) and that the server answers; a mount recovers by itself once the store does.";
     RemoteReadOnly => "PCHRONICLE_REMOTE_READ_ONLY",
-        "an `s3://` warehouse is read only: `append`, `import`, `index build` and manifest repairs never write to object storage",
+        "an `s3://` warehouse is read only: `append`, `import`, `index build`, `index drop` and manifest repairs never write to object storage",
         "Write into a local warehouse and upload it with your object-storage tool (`aws s3 sync`); read commands, `query` and `mount` work on `s3://` as they are.";
     RemoteLocationInvalid => "PCHRONICLE_REMOTE_LOCATION",
         "an `s3://` location could not be read: no bucket, an empty or `.`/`..` path component, or a build without the `remote` feature",

@@ -72,7 +72,6 @@ impl IndexArgs {
                 }
             }
             IndexAction::List { file, json } => {
-                super::refuse_remote(&file, "index list")?;
                 let entries = manifest::list(&file)?;
                 if json {
                     print!("{}", pretty_json(&entries));
@@ -94,7 +93,6 @@ impl IndexArgs {
                 }
             }
             IndexAction::Verify { file, key } => {
-                super::refuse_remote(&file, "index verify")?;
                 let keys = match key {
                     Some(key) => vec![build::parse_key_spec(&key)?],
                     None => manifest::list(&file)?.into_iter().map(|e| e.key).collect(),
@@ -151,7 +149,6 @@ impl LookupArgs {
             value,
             json,
         } = self;
-        super::refuse_remote(&file, "lookup")?;
         let (fields, values) = sidecar::parse_lookup_key(&key, &value)?;
         let records = sidecar::lookup::lookup(&file, &fields, &values)?;
         if json {

@@ -74,6 +74,11 @@ impl RemoteFile {
         self.stat
     }
 
+    /// The ETag of the version read, when the store gave one.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+
     /// The object's key below its bucket.
     pub fn key(&self) -> &str {
         &self.key

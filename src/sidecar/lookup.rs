@@ -15,9 +15,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -28,9 +26,11 @@ use super::build::index_path;
 use super::format::{Corrupt, IndexReader, KeyType, KeyValue, encode_key};
 use super::rebuild_command;
 use crate::error::{Error, ErrorCode, Result};
-use crate::warehouse;
+use crate::warehouse::{self, Blob};
 
-type MemoKey = (PathBuf, u64, i64);
+/// A cohort's path, size, mtime and ETag (a remote object's; its mtime
+/// then counts as 0, see [`check_fresh`]).
+type MemoKey = (PathBuf, u64, i64, Option<String>);
 
 fn memo() -> &'static Mutex<HashMap<MemoKey, [u8; 32]>> {
     static MEMO: OnceLock<Mutex<HashMap<MemoKey, [u8; 32]>>> = OnceLock::new();
@@ -42,7 +42,7 @@ fn memo() -> &'static Mutex<HashMap<MemoKey, [u8; 32]>> {
 pub fn memoised_digest(cohort: &Path, size: u64, mtime_ns: i64) -> Option<[u8; 32]> {
     memo()
         .lock()
-        .get(&(cohort.to_path_buf(), size, mtime_ns))
+        .get(&(cohort.to_path_buf(), size, mtime_ns, None))
         .copied()
 }
 
@@ -64,12 +64,13 @@ pub fn forget_process_memo() {
 }
 
 /// The SHA-256 of the open file `file` (of `path`) from its start.
-fn hash_file(mut file: &File, path: &Path) -> Result<[u8; 32]> {
+fn hash_file(file: &Blob, path: &Path) -> Result<[u8; 32]> {
     HASHES.with(|n| n.set(n.get() + 1));
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
+    let mut reader = file.reader_at(0);
     loop {
-        let n = file.read(&mut buf).map_err(|e| Error::io(path, &e))?;
+        let n = reader.read(&mut buf).map_err(|e| Error::io(path, &e))?;
         if n == 0 {
             break;
         }
@@ -94,15 +95,35 @@ fn stale(cohort: &Path, key: &[String], why: &str) -> Error {
     )
 }
 
-/// The index file of `cohort` over `key`, open, with its bytes.
-fn open_index(cohort: &Path, key: &[String]) -> Result<(PathBuf, File, u64)> {
-    let path = index_path(cohort, key);
-    let file = File::open(&path).map_err(|e| match e.kind() {
+/// A record file named from outside and its index over `key`, open
+/// through their directory (local, or a prefix of a bucket): neither is
+/// reached through a symlink.
+struct Opened {
+    index_path: PathBuf,
+    index: Blob,
+    index_len: u64,
+    cohort: Blob,
+    cohort_stat: warehouse::Stat,
+}
+
+fn open_index(cohort: &Path, key: &[String]) -> Result<Opened> {
+    let index_path = index_path(cohort, key);
+    let (dir, name) = super::manifest::open_parent(cohort)?;
+    let index_name = index_path
+        .file_name()
+        .expect("an index path ends in the index's name");
+    let (index, stat) = dir.open_file(index_name).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => missing(cohort, key),
-        _ => Error::io(&path, &e),
+        _ => Error::io(&index_path, &e),
     })?;
-    let len = file.metadata().map_err(|e| Error::io(&path, &e))?.len();
-    Ok((path, file, len))
+    let (data, cohort_stat) = dir.open_file(&name).map_err(|e| Error::io(cohort, &e))?;
+    Ok(Opened {
+        index_path,
+        index,
+        index_len: stat.size,
+        cohort: data,
+        cohort_stat,
+    })
 }
 
 /// No index over exactly `key`: a key mismatch when an index over the same
@@ -141,43 +162,47 @@ fn missing(cohort: &Path, key: &[String]) -> Error {
 fn check_fresh(
     cohort: &Path,
     key: &[String],
-    reader: &IndexReader<'_, File>,
+    opened: &Opened,
+    reader: &IndexReader<'_, Blob>,
     always_hash: bool,
 ) -> Result<()> {
-    // One descriptor for the checks and the hash, so the digest is of the
-    // file that was checked; it is memoised only if that file's size and
-    // mtime held while it was hashed.
-    let file = File::open(cohort).map_err(|e| Error::io(cohort, &e))?;
-    let meta = file.metadata().map_err(|e| Error::io(cohort, &e))?;
+    // The checks and the hash read the one open file, so the digest is of
+    // the file that was checked; it is memoised only if that file's size
+    // and mtime held while it was hashed.
+    let (file, meta) = (&opened.cohort, &opened.cohort_stat);
     let h = &reader.header;
-    if meta.len() != h.cohort_size {
+    if meta.size != h.cohort_size {
         return Err(stale(
             cohort,
             key,
             &format!(
                 "the file is {} bytes, the index was built over {}",
-                meta.len(),
-                h.cohort_size
+                meta.size, h.cohort_size
             ),
         ));
     }
-    let mtime_ns = warehouse::mtime_ns(&meta);
+    let mtime_ns = meta.mtime_ns();
     if !always_hash && mtime_ns == h.cohort_mtime_ns {
         return Ok(());
     }
     let digest = if always_hash {
-        hash_file(&file, cohort)?
+        hash_file(file, cohort)?
     } else {
-        let memo_key = (cohort.to_path_buf(), meta.len(), mtime_ns);
+        // An uploaded object's mtime is when it was uploaded, never the
+        // mtime it was indexed at; its ETag names its bytes, so the memo
+        // holds by (size, ETag) and one hash serves every later lookup.
+        let etag = file.etag().map(str::to_string);
+        let stamp = if etag.is_some() { 0 } else { mtime_ns };
+        let memo_key = (cohort.to_path_buf(), meta.size, stamp, etag.clone());
         let known = memo().lock().get(&memo_key).copied();
-        let known = known.or_else(|| persisted::get(cohort, meta.len(), mtime_ns));
+        let known = known.or_else(|| persisted::get(cohort, meta.size, stamp, etag.as_deref()));
         match known {
             Some(digest) => digest,
             None => {
-                let digest = hash_file(&file, cohort)?;
-                let after = file.metadata().map_err(|e| Error::io(cohort, &e))?;
-                if after.len() == meta.len() && warehouse::mtime_ns(&after) == mtime_ns {
-                    persisted::put(cohort, meta.len(), mtime_ns, &digest);
+                let digest = hash_file(file, cohort)?;
+                let after = file.stat().map_err(|e| Error::io(cohort, &e))?;
+                if after.size == meta.size && after.mtime_ns() == mtime_ns {
+                    persisted::put(cohort, meta.size, stamp, etag.as_deref(), &digest);
                     memo().lock().insert(memo_key, digest);
                 }
                 digest
@@ -214,6 +239,9 @@ pub mod persisted {
         path: PathBuf,
         size: u64,
         mtime_ns: i64,
+        /// A remote object's ETag.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        etag: Option<String>,
         sha256: String,
     }
 
@@ -221,6 +249,14 @@ pub mod persisted {
     /// never creates a `.pchronicle/` beside a record file: without one
     /// above it, the memo goes to the user's cache directory.
     fn place(cohort: &Path) -> Option<(Dir, String, PathBuf)> {
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(cohort) {
+            // Nothing is written remotely: the user's cache, keyed by the
+            // bucket and prefix.
+            let (parent, _) = Dir::open_parent_of(cohort).ok()?;
+            let state = warehouse::user_state_dir(&parent, "digests").ok()?;
+            return Some((state, entry_name(cohort), cohort.to_path_buf()));
+        }
         let cohort = std::fs::canonicalize(cohort).ok()?;
         let parent = cohort.parent()?;
         let warehouse = parent.ancestors().find(|d| {
@@ -235,17 +271,24 @@ pub mod persisted {
             }
             None => warehouse::user_state_dir(&Dir::open_root(parent).ok()?, "digests").ok()?,
         };
-        let digest = Sha256::digest(cohort.as_os_str().as_encoded_bytes());
-        let name = warehouse::hex(&digest[..16]);
-        Some((state, format!("{name}.json"), cohort))
+        Some((state, entry_name(&cohort), cohort))
     }
 
-    /// The digest recorded for `cohort` at this size and mtime.
-    pub fn get(cohort: &Path, size: u64, mtime_ns: i64) -> Option<[u8; 32]> {
+    fn entry_name(cohort: &Path) -> String {
+        let digest = Sha256::digest(cohort.as_os_str().as_encoded_bytes());
+        format!("{}.json", warehouse::hex(&digest[..16]))
+    }
+
+    /// The digest recorded for `cohort` at this size, mtime and ETag.
+    pub fn get(cohort: &Path, size: u64, mtime_ns: i64, etag: Option<&str>) -> Option<[u8; 32]> {
         let (dir, name, path) = place(cohort)?;
         let (bytes, _) = dir.read_capped(&name, 4 << 10).ok()??;
         let memo: Memo = serde_json::from_slice(&bytes).ok()?;
-        if memo.path != path || memo.size != size || memo.mtime_ns != mtime_ns {
+        if memo.path != path
+            || memo.size != size
+            || memo.mtime_ns != mtime_ns
+            || memo.etag.as_deref() != etag
+        {
             return None;
         }
         let mut out = [0u8; 32];
@@ -255,8 +298,8 @@ pub mod persisted {
         Some(out)
     }
 
-    /// Records `digest` for `cohort` at this size and mtime.
-    pub fn put(cohort: &Path, size: u64, mtime_ns: i64, digest: &[u8; 32]) {
+    /// Records `digest` for `cohort` at this size, mtime and ETag.
+    pub fn put(cohort: &Path, size: u64, mtime_ns: i64, etag: Option<&str>, digest: &[u8; 32]) {
         let Some((dir, name, path)) = place(cohort) else {
             return;
         };
@@ -264,6 +307,7 @@ pub mod persisted {
             path,
             size,
             mtime_ns,
+            etag: etag.map(str::to_string),
             sha256: warehouse::hex(digest),
         };
         let bytes = serde_json::to_vec(&memo).expect("a memo always serialises");
@@ -313,8 +357,10 @@ fn parse_values(key: &[(String, KeyType)], values: &[String]) -> Result<Vec<KeyV
 /// order, read through the index: the header, one bucket, and one locator
 /// and one record per match.
 pub fn lookup(cohort: &Path, key: &[String], values: &[String]) -> Result<Vec<Vec<u8>>> {
-    let (index, file, len) = open_index(cohort, key)?;
-    let reader = IndexReader::open(&file, len).map_err(|f| corrupt(&index, f))?;
+    let opened = open_index(cohort, key)?;
+    let index = &opened.index_path;
+    let reader =
+        IndexReader::open(&opened.index, opened.index_len).map_err(|f| corrupt(index, f))?;
     let names: Vec<&String> = reader.header.key.iter().map(|(n, _)| n).collect();
     if names
         .iter()
@@ -323,21 +369,22 @@ pub fn lookup(cohort: &Path, key: &[String], values: &[String]) -> Result<Vec<Ve
     {
         return Err(Error::at(
             ErrorCode::LookupKeyMismatch,
-            &index,
+            index,
             format!("the index is over {names:?}, not {key:?}"),
         ));
     }
-    check_fresh(cohort, key, &reader, false)?;
+    check_fresh(cohort, key, &opened, &reader, false)?;
     let values = parse_values(&reader.header.key, values)?;
     let rows = reader
         .rows(&encode_key(&values))
-        .map_err(|f| corrupt(&index, f))?;
-    let data = File::open(cohort).map_err(|e| Error::io(cohort, &e))?;
+        .map_err(|f| corrupt(index, f))?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let locator = reader.locator(row).map_err(|f| corrupt(&index, f))?;
+        let locator = reader.locator(row).map_err(|f| corrupt(index, f))?;
         let mut record = vec![0u8; locator.len as usize];
-        data.read_exact_at(&mut record, locator.offset)
+        opened
+            .cohort
+            .read_exact_at(&mut record, locator.offset)
             .map_err(|e| Error::io(cohort, &e))?;
         out.push(record);
     }
@@ -346,7 +393,8 @@ pub fn lookup(cohort: &Path, key: &[String], values: &[String]) -> Result<Vec<Ve
 
 /// Checks an index against its cohort by hashing the cohort, always.
 pub fn verify(cohort: &Path, key: &[String]) -> Result<()> {
-    let (index, file, len) = open_index(cohort, key)?;
-    let reader = IndexReader::open(&file, len).map_err(|f| corrupt(&index, f))?;
-    check_fresh(cohort, key, &reader, true)
+    let opened = open_index(cohort, key)?;
+    let reader = IndexReader::open(&opened.index, opened.index_len)
+        .map_err(|f| corrupt(&opened.index_path, f))?;
+    check_fresh(cohort, key, &opened, &reader, true)
 }

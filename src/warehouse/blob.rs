@@ -53,6 +53,16 @@ impl Blob {
         }
     }
 
+    /// The version of a remote object (its ETag, which changes with its
+    /// bytes); `None` for a local file, whose version is its mtime.
+    pub fn etag(&self) -> Option<&str> {
+        match self {
+            Blob::Local(_) => None,
+            #[cfg(feature = "remote")]
+            Blob::Remote(object) => object.etag(),
+        }
+    }
+
     /// The local file, when it is one (for what only a descriptor can do:
     /// read-ahead advice, FUSE passthrough).
     pub fn local(&self) -> Option<&File> {

@@ -257,6 +257,73 @@ fn a_directory_of_more_than_a_page_of_keys_lists_whole() {
     assert_eq!(server.counts().lists - before.lists, 4);
 }
 
+#[test]
+fn lookup_and_index_list_and_verify_answer_as_for_the_local_copy_reading_by_range() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("lookups");
+    let copy = both(&server, "lookups", "wh", |root| {
+        let file = root.join("a.jsonl");
+        std::fs::write(&file, jsonl(100_000, 1_767_225_600)).unwrap();
+        out(&crate::support::pchronicle(&[
+            "index",
+            "build",
+            file.to_str().unwrap(),
+            "--key",
+            "id",
+        ]));
+    });
+    let local = copy.path().join("wh/a.jsonl");
+    let local = local.to_str().unwrap();
+    let url = "s3://lookups/wh/a.jsonl";
+    let size = std::fs::metadata(local).unwrap().len();
+    // The index was built before the copy took the objects' upload times,
+    // so the first lookup hashes the file once (both copies do).
+    let before = server.counts();
+    let first = out(&remote(
+        &server.endpoint(),
+        &["lookup", url, "--key", "id=r77777"],
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&first),
+        String::from_utf8_lossy(&out(&remote(
+            &server.endpoint(),
+            &["lookup", local, "--key", "id=r77777"]
+        )))
+    );
+    assert!(String::from_utf8_lossy(&first).contains("\"id\":\"r77777\""));
+    let hashed = server.counts().ranged_gets - before.ranged_gets;
+    // Later lookups (other processes) know the file by its size and ETag:
+    // the index's header, bucket and locator and the one record are read
+    // (a read across a block's end takes two), not the file, which takes
+    // at least five blocks (256 KiB doubling).
+    let before = server.counts();
+    let args = ["lookup", url, "--key", "id", "--value", "r5", "--json"];
+    let second = out(&remote(&server.endpoint(), &args));
+    let looked_up = server.counts().ranged_gets - before.ranged_gets;
+    assert!(
+        looked_up <= 8 && looked_up + 5 <= hashed,
+        "{looked_up} ranged GETs for a lookup, {hashed} for the first, in a file of {size} bytes"
+    );
+    let local_args = ["lookup", local, "--key", "id", "--value", "r5", "--json"];
+    assert_eq!(second, out(&remote(&server.endpoint(), &local_args)));
+    for args in [vec!["index", "list"], vec!["index", "list", "--json"]] {
+        let at = |path: &str| {
+            let mut args = args.clone();
+            args.push(path);
+            out(&remote(&server.endpoint(), &args))
+        };
+        assert_eq!(at(url), at(local), "{args:?}");
+    }
+    let verified = out(&remote(&server.endpoint(), &["index", "verify", url]));
+    assert_eq!(
+        String::from_utf8_lossy(&verified),
+        format!("ok: the index over id matches {url}\n")
+    );
+    assert_eq!(server.counts().writes, 0, "nothing written by pchronicle");
+}
+
 /// A warehouse of `n` leaves with trusted manifests (storyline and
 /// compact-jsonl alternately) under `prefix`.
 fn leaves(server: &S3Server, bucket: &str, prefix: &str, n: usize) -> tempfile::TempDir {
