@@ -16,9 +16,12 @@ use object_store::client::{
 /// How long a connection may take to open; a dead server refuses at once,
 /// an unroutable one is given up on after this.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long one request may take from start to its last byte (a read
-/// fetches at most a block of a few MiB).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an answer may stall: no byte for this long fails the
+/// request (which is then retried), however slow the link.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one request may take from start to its last byte: a block of
+/// 16 MiB at 60 KB/s, so a slow link that keeps sending still gets there.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The most bytes an answer without a `Range` may carry (listing pages,
 /// manifests, pointers, `indexes.json`, Lance's metadata): a server
@@ -116,6 +119,7 @@ impl HttpConnector for Connector {
     fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(IDLE_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
             // Bytes as stored: a ranged read must get the object's own.
             .no_gzip()
@@ -198,7 +202,7 @@ impl HttpService for Service {
             Some((kept, dropped)) => {
                 log::warn!(
                     "skipped {} key(s) of a listing that cannot be paths (an empty, `.` or `..` \
-                     component, a control character, surrounding spaces): {}",
+                     component, a control character, a leading `/`): {}",
                     dropped.len(),
                     shown(&dropped)
                 );

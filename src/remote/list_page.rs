@@ -6,9 +6,9 @@
 //! path and fails the whole listing on the first that is not one (an empty
 //! component, as in `a//b`; a `.` or `..` component; an ASCII control
 //! character). One such key would hide its directory, and at the
-//! warehouse's root the whole warehouse. Its XML reader also trims the
-//! spaces around a key and reads a key with a leading `/` as the key
-//! without it, so `CURRENT ` or `/wh` would pass for another object.
+//! warehouse's root the whole warehouse. It also reads a key with a
+//! leading `/` as the key without it, so `/wh/x` would pass for `wh/x`.
+//! (Spaces around a key are kept: a test below pins that.)
 //!
 //! So each page is read here first, and every `<Contents>` and
 //! `<CommonPrefixes>` entry whose key is not exactly a path is cut out of
@@ -86,7 +86,13 @@ pub(crate) fn drop_unusable_keys(page: &[u8]) -> Option<(Vec<u8>, Vec<String>)> 
             _ => {}
         }
     }
-    if cuts.is_empty() {
+    // Each cut must be a whole element as the page spells it (a reader
+    // that skipped something unseen, as a byte-order mark, would be off).
+    if cuts.is_empty()
+        || cuts
+            .iter()
+            .any(|(range, _)| page.get(range.start) != Some(&b'<') || page[range.end - 1] != b'>')
+    {
         return None;
     }
     let mut kept = Vec::with_capacity(page.len());
@@ -111,12 +117,12 @@ fn append(key: &mut Option<String>, piece: Option<&str>) {
 
 /// Whether `key` is read back as itself: a path by `object_store`'s rules
 /// (one trailing `/` allowed, as a folder marker or a common prefix has
-/// it), without a leading `/` or the spaces the XML reader would trim.
+/// it), without a leading `/`, and without the two line ends an XML 1.1
+/// page would turn into `\n`.
 fn is_path(key: &str) -> bool {
-    let xml_space = |c: char| matches!(c, ' ' | '\t' | '\r' | '\n');
     !key.is_empty()
         && !key.starts_with('/')
-        && key.trim_matches(xml_space) == key
+        && !key.contains(['\u{85}', '\u{2028}'])
         && object_store::path::Path::parse(key).is_ok()
 }
 
@@ -146,7 +152,10 @@ mod tests {
 
     #[test]
     fn a_page_of_paths_is_left_alone() {
-        let xml = page(&["wh/a.jsonl", "wh/&amp; b", "wh/"], &["wh/c/", "wh/d e/"]);
+        let xml = page(
+            &["wh/a.jsonl", "wh/&amp; b", "wh/", "wh/CURRENT ", " wh/x"],
+            &["wh/c/", "wh/d e/"],
+        );
         assert_eq!(drop_unusable_keys(xml.as_bytes()), None);
     }
 
@@ -158,8 +167,7 @@ mod tests {
             "wh/./x",
             "wh/x&#1;y",
             "wh/tab\tx",
-            "wh/CURRENT ",
-            " wh/x",
+            "wh/nel\u{85}x",
             "/wh/x",
             "",
         ];
@@ -176,7 +184,21 @@ mod tests {
     }
 
     #[test]
+    fn the_object_stores_xml_reader_keeps_the_spaces_around_a_key() {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Contents {
+            key: String,
+        }
+        let c: Contents =
+            quick_xml::de::from_str("<Contents><Key> wh/CURRENT </Key></Contents>").unwrap();
+        assert_eq!(c.key, " wh/CURRENT ");
+    }
+
+    #[test]
     fn what_is_not_a_listing_is_left_to_the_object_store() {
+        let bom = format!("\u{feff}{}", page(&["wh/a//b"], &[]));
+        assert_eq!(drop_unusable_keys(bom.as_bytes()), None);
         assert_eq!(drop_unusable_keys(b"<Error><Code>x</Code></Error>"), None);
         assert_eq!(drop_unusable_keys(b"<a><b></a>"), None);
         assert_eq!(drop_unusable_keys(b"\xff\xfe<<<"), None);

@@ -20,7 +20,7 @@
 //! unchanged warehouse reads no object again.
 //!
 //! A key that cannot be a path (an empty, `.` or `..` component, a
-//! control character, surrounding spaces) is left out of its listing
+//! control character, a leading `/`) is left out of its listing
 //! with a warning (`list_page.rs`), as a local name that cannot be shown
 //! is: a directory whose every key is such shows empty.
 //!
@@ -63,9 +63,8 @@ use crate::warehouse::Stat;
 /// How long a listing is trusted before it is asked again, unless set
 /// with [`set_listing_ttl`] (a mount sets its attribute TTL).
 pub const DEFAULT_LISTING_TTL: Duration = Duration::from_secs(1);
-/// Names kept in listings per bucket (each listing weighs its names
-/// and one).
-const LISTED_NAMES_KEPT: u64 = 1_000_000;
+/// Bytes of listings kept per bucket (names, ETags and their maps).
+const LISTINGS_KEPT: u64 = 256 << 20;
 /// Bytes of small objects kept by ETag per bucket, and the largest kept.
 const CONTENTS_KEPT: u64 = 64 << 20;
 const CONTENT_KEPT_MAX: u64 = 1 << 20;
@@ -73,6 +72,9 @@ const CONTENT_KEPT_MAX: u64 = 1 << 20;
 /// costs a thousand pages, not thousands): the catalog's own bound on a
 /// directory is lower.
 pub const LISTED_MAX: usize = 200_000;
+/// The most pages one listing reads (a page holds at most 1,000 keys,
+/// those kept and those cut out).
+const LISTED_PAGES_MAX: usize = 250;
 /// Requests one operation sends at once (a listing's children's listings,
 /// their manifests).
 pub const FAN_OUT: usize = 16;
@@ -200,7 +202,29 @@ pub struct Listing {
     pub truncated: bool,
 }
 
+/// What an entry of a cache weighs beyond its names and bytes (the maps'
+/// own nodes, the strings' headers).
+const ENTRY_WEIGHT: u64 = 128;
+
 impl Listing {
+    /// About the bytes the listing holds.
+    fn weight(&self) -> u64 {
+        let dirs: u64 = self
+            .dirs
+            .iter()
+            .map(|d| d.len() as u64 + ENTRY_WEIGHT)
+            .sum();
+        let files: u64 = self
+            .files
+            .iter()
+            .map(|(name, info)| {
+                let etag = info.etag.as_ref().map_or(0, String::len);
+                (name.len() + etag) as u64 + 2 * ENTRY_WEIGHT
+            })
+            .sum();
+        ENTRY_WEIGHT + dirs + files
+    }
+
     /// Whether the listing holds anything at all.
     pub fn is_empty(&self) -> bool {
         self.dirs.is_empty() && self.files.is_empty()
@@ -240,7 +264,7 @@ impl Bucket {
             lister: client,
             requests,
             dev: dev_of(&settings.endpoint_or_default(), name),
-            listings: Mutex::new(Kept::new(LISTED_NAMES_KEPT)),
+            listings: Mutex::new(Kept::new(LISTINGS_KEPT)),
             contents: Mutex::new(Kept::new(CONTENTS_KEPT)),
             flights: Mutex::new(HashMap::new()),
             generations: AtomicU64::new(0),
@@ -278,7 +302,11 @@ impl Bucket {
         };
         // The last reader out takes the lock away (the table holds one).
         let mut flights = self.flights.lock();
-        if Arc::strong_count(&flight) == 2 {
+        drop(flight);
+        if flights
+            .get(prefix)
+            .is_some_and(|flight| Arc::strong_count(flight) == 1)
+        {
             flights.remove(prefix);
         }
         result
@@ -305,28 +333,27 @@ impl Bucket {
         if stale.len() < 2 {
             return;
         }
-        let fetched = block_on(
+        // Each listing is kept as it comes, not all of them held first.
+        let _ = block_on(
             futures::stream::iter(stale)
                 .map(|(prefix, cached)| async move {
                     let result = self.list_once(&prefix).await;
                     (prefix, cached, result)
                 })
                 .buffer_unordered(FAN_OUT)
-                .collect::<Vec<_>>(),
+                .for_each(|(prefix, cached, result)| async move {
+                    if let Ok(raw) = result {
+                        let listing = Arc::new(self.settle(raw, cached.as_deref()));
+                        self.keep_listing(prefix, listing);
+                    }
+                }),
         );
-        let Ok(fetched) = fetched else { return };
-        for (prefix, cached, result) in fetched {
-            if let Ok(raw) = result {
-                let listing = Arc::new(self.settle(raw, cached.as_deref()));
-                self.keep_listing(prefix, listing);
-            }
-        }
     }
 
     /// Keeps `listing` unless one asked for later is already kept (a slow
     /// answer must not replace a newer one).
     fn keep_listing(&self, prefix: String, listing: Arc<Listing>) {
-        let weight = 1 + (listing.dirs.len() + listing.files.len()) as u64;
+        let weight = listing.weight() + prefix.len() as u64;
         let mut listings = self.listings.lock();
         if listings
             .get(&prefix)
@@ -356,11 +383,11 @@ impl Bucket {
             files: BTreeMap::new(),
             truncated: false,
         };
-        let mut page_token = None;
+        let (mut page_token, mut pages) = (None, 0);
         loop {
             let options = PaginatedListOptions {
                 delimiter: Some("/".into()),
-                page_token,
+                page_token: page_token.clone(),
                 ..PaginatedListOptions::default()
             };
             let page = self
@@ -369,14 +396,22 @@ impl Bucket {
                 .await
                 .map_err(|e| failure(prefix, e))?;
             raw.add(key.as_ref(), page.result);
-            page_token = page.page_token;
-            if page_token.is_none() {
+            pages += 1;
+            let next = page.page_token;
+            if next.is_none() {
                 return Ok(raw);
             }
-            if raw.dirs.len() + raw.files.len() >= LISTED_MAX {
+            // Keys cut out of pages (see `list_page.rs`) count too: the
+            // pages are bounded, not only the names kept. A server that
+            // hands the same token back is not listed forever.
+            if raw.dirs.len() + raw.files.len() >= LISTED_MAX
+                || pages >= LISTED_PAGES_MAX
+                || next == page_token
+            {
                 raw.truncated = true;
                 return Ok(raw);
             }
+            page_token = next;
         }
     }
 
@@ -472,11 +507,10 @@ impl Bucket {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
         if let (Some(etag), true) = (&info.etag, info.size <= CONTENT_KEPT_MAX) {
-            self.contents.lock().put(
-                (key.to_string(), etag.clone()),
-                bytes.clone(),
-                bytes.len() as u64,
-            );
+            let weight = (key.len() + etag.len() + bytes.len()) as u64 + ENTRY_WEIGHT;
+            self.contents
+                .lock()
+                .put((key.to_string(), etag.clone()), bytes.clone(), weight);
         }
         Ok(bytes)
     }

@@ -28,8 +28,8 @@ use super::rebuild_command;
 use crate::error::{Error, ErrorCode, Result};
 use crate::warehouse::{self, Blob};
 
-/// A cohort's path, size, mtime and ETag (a remote object's; its mtime
-/// then counts as 0, see [`check_fresh`]).
+/// A cohort's path, size, mtime and ETag (a remote object's, see
+/// [`check_fresh`]).
 type MemoKey = (PathBuf, u64, i64, Option<String>);
 
 fn memo() -> &'static Mutex<HashMap<MemoKey, [u8; 32]>> {
@@ -182,27 +182,29 @@ fn check_fresh(
         ));
     }
     let mtime_ns = meta.mtime_ns();
-    if !always_hash && mtime_ns == h.cohort_mtime_ns {
+    // A remote object's mtime is when it was uploaded (whole seconds), set
+    // by the server, never the mtime it was indexed at: it is not taken
+    // as proof that the bytes are the same. Its version is its
+    // last-modified time and ETag together, and the digest memo holds by
+    // both (an object without an ETag is hashed every time).
+    let etag = file.etag().map(str::to_string);
+    let remote = file.local().is_none();
+    if !always_hash && !remote && mtime_ns == h.cohort_mtime_ns {
         return Ok(());
     }
-    let digest = if always_hash {
+    let digest = if always_hash || (remote && etag.is_none()) {
         hash_file(file, cohort)?
     } else {
-        // An uploaded object's mtime is when it was uploaded, never the
-        // mtime it was indexed at; its ETag names its bytes, so the memo
-        // holds by (size, ETag) and one hash serves every later lookup.
-        let etag = file.etag().map(str::to_string);
-        let stamp = if etag.is_some() { 0 } else { mtime_ns };
-        let memo_key = (cohort.to_path_buf(), meta.size, stamp, etag.clone());
+        let memo_key = (cohort.to_path_buf(), meta.size, mtime_ns, etag.clone());
         let known = memo().lock().get(&memo_key).copied();
-        let known = known.or_else(|| persisted::get(cohort, meta.size, stamp, etag.as_deref()));
+        let known = known.or_else(|| persisted::get(cohort, meta.size, mtime_ns, etag.as_deref()));
         match known {
             Some(digest) => digest,
             None => {
                 let digest = hash_file(file, cohort)?;
                 let after = file.stat().map_err(|e| Error::io(cohort, &e))?;
                 if after.size == meta.size && after.mtime_ns() == mtime_ns {
-                    persisted::put(cohort, meta.size, stamp, etag.as_deref(), &digest);
+                    persisted::put(cohort, meta.size, mtime_ns, etag.as_deref(), &digest);
                     memo().lock().insert(memo_key, digest);
                 }
                 digest

@@ -40,7 +40,7 @@ impl RemoteDir {
             prefix: location.prefix.clone(),
         };
         let listing = dir.bucket.listing(&dir.prefix)?;
-        if listing.is_empty() && !dir.shown_by_parent()? {
+        if listing.is_empty() && !dir.shown_by_parent() {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no object has the prefix {}", location.url()),
@@ -58,14 +58,17 @@ impl RemoteDir {
     /// Whether the parent's listing shows this prefix as a directory,
     /// which it does when every key below it was skipped (see
     /// [`crate::remote`]: keys that cannot be paths).
-    fn shown_by_parent(&self) -> io::Result<bool> {
+    fn shown_by_parent(&self) -> bool {
         let Some((parent, name)) = self.prefix.rsplit_once('/').or(match self.prefix.as_str() {
             "" => None,
             prefix => Some(("", prefix)),
         }) else {
-            return Ok(false);
+            return false;
         };
-        Ok(self.bucket.listing(parent)?.dirs.contains(name))
+        // Any failure here leaves the answer at "not there".
+        self.bucket
+            .listing(parent)
+            .is_ok_and(|listing| listing.dirs.contains(name))
     }
 
     fn listing(&self) -> io::Result<Arc<Listing>> {

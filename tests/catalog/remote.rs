@@ -223,8 +223,6 @@ fn keys_that_are_not_paths_are_skipped_and_the_rest_answers_as_its_local_copy() 
         "wh/ctl\u{1}name.jsonl",
         "wh/loose/./dot.jsonl",
         "wh/loose/../up.jsonl",
-        "wh/loose/a.jsonl ",
-        "wh/story/CURRENT ",
         "wh/story/generations/g1/tab\tname.jsonl",
         "/wh/loose/a.jsonl",
     ] {
