@@ -109,3 +109,40 @@ fn a_remote_mount_shows_what_a_mount_of_its_local_copy_shows_and_survives_the_st
         std::fs::read(local.at("sessions/agent-a.7b20e4c1.jsonl")).unwrap()
     );
 }
+
+#[test]
+fn a_first_walk_longer_than_the_ttl_lists_each_prefix_once() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("slow");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("wh");
+    let n = 40;
+    for i in 0..n {
+        let leaf = root.join(format!("leaf-{i:02}"));
+        std::fs::create_dir_all(leaf.join("generations/g1")).unwrap();
+        std::fs::write(leaf.join("generations/g1/p.jsonl"), "{\"ts\":1}\n").unwrap();
+        std::fs::write(leaf.join("CURRENT"), "g1\n").unwrap();
+    }
+    // Manifests, written by a local listing's repair.
+    run_ok(&["stats", root.to_str().unwrap()]);
+    server.mirror(&root, "slow", "wh");
+    let env = S3Server::env_for(&server.endpoint());
+    let remote = Mounted::start_with_env(Path::new("s3://slow/wh"), &["--attr-ttl", "1s"], &env)
+        .expect("mounted");
+    // Far enough away that the first walk takes longer than the TTL.
+    server.set_fault(Fault::Latency(Duration::from_millis(50)));
+    let (before, started) = (server.counts(), Instant::now());
+    std::fs::read(remote.at(".stats")).unwrap();
+    let took = started.elapsed();
+    let lists = server.counts().lists - before.lists;
+    server.set_fault(Fault::None);
+    assert!(took > Duration::from_secs(1), "the walk took only {took:?}");
+    // The root once (and once more for its own attributes after the TTL),
+    // each leaf and its `generations/` once.
+    assert!(
+        lists <= 2 + 2 * n as u64,
+        "{lists} LISTs for {n} leaves in {took:?}"
+    );
+}

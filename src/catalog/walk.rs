@@ -108,6 +108,8 @@ impl Catalog {
             counting,
         };
         let walk_root = Arc::new(target.dir);
+        // A remote tree's listings hold for the whole walk, however long.
+        let _hold = walk_root.hold_listings();
         let walked = self.walk(&walk_root, &mut walk);
         *rollup = walk.rollup.take();
         walked?;

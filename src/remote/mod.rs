@@ -91,6 +91,35 @@ fn listing_ttl() -> Duration {
     Duration::from_millis(LISTING_TTL_MS.load(Ordering::Relaxed))
 }
 
+/// The walks in progress, each with when it began (see [`hold_listings`]).
+static WALKS: Mutex<Vec<(u64, Instant)>> = Mutex::new(Vec::new());
+static WALK_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// Listings held for one walk of a tree: while it lasts, a listing asked
+/// for since it began is trusted past the TTL, so a walk that takes longer
+/// than the TTL (a first `.stats` of a large warehouse) lists each prefix
+/// once, not again for its last part. A listing older than the walk is
+/// not held.
+#[derive(Debug)]
+pub struct WalkHold(u64);
+
+pub fn hold_listings() -> WalkHold {
+    let id = WALK_IDS.fetch_add(1, Ordering::Relaxed);
+    WALKS.lock().push((id, Instant::now()));
+    WalkHold(id)
+}
+
+impl Drop for WalkHold {
+    fn drop(&mut self) {
+        WALKS.lock().retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Whether a listing asked for at `fetched` is still trusted.
+fn is_fresh(fetched: Instant) -> bool {
+    fetched.elapsed() < listing_ttl() || WALKS.lock().iter().any(|(_, began)| *began <= fetched)
+}
+
 /// The runtime and the buckets of this process. A fork (a daemon going to
 /// the background) leaves the runtime's threads behind, so both are made
 /// again in a process that did not make them.
@@ -282,7 +311,7 @@ impl Bucket {
         let fresh = || {
             let cached = self.listings.lock().get(prefix).cloned();
             match cached {
-                Some(listing) if listing.fetched.elapsed() < listing_ttl() => Ok(listing),
+                Some(listing) if is_fresh(listing.fetched) => Ok(listing),
                 cached => Err(cached),
             }
         };
@@ -316,7 +345,6 @@ impl Bucket {
     /// [`FAN_OUT`] at once (errors are left for the caller's own listing
     /// to meet).
     pub fn prefetch_listings(&self, prefixes: Vec<String>) {
-        let ttl = listing_ttl();
         let stale: Vec<(String, Option<Arc<Listing>>)> = {
             let mut listings = self.listings.lock();
             prefixes
@@ -324,7 +352,7 @@ impl Bucket {
                 .filter_map(|p| {
                     let cached = listings.get(&p).cloned();
                     match &cached {
-                        Some(l) if l.fetched.elapsed() < ttl => None,
+                        Some(l) if is_fresh(l.fetched) => None,
                         _ => Some((p, cached)),
                     }
                 })
@@ -663,8 +691,26 @@ pub fn failure(key: &str, e: object_store::Error) -> io::Error {
     match e {
         object_store::Error::NotFound { .. } => io::Error::from(io::ErrorKind::NotFound),
         object_store::Error::Precondition { .. } => io::Error::from_raw_os_error(libc::ESTALE),
-        e => RemoteFailure::Unavailable(format!("{key}: {e}")).into_io(),
+        e => RemoteFailure::Unavailable(format!("{key}: {}", shown(&e.to_string()))).into_io(),
     }
+}
+
+/// A message that carries a server's answer, for a terminal or a log: its
+/// control characters escaped, and at most [`SHOWN_MAX`] characters.
+fn shown(message: &str) -> String {
+    const SHOWN_MAX: usize = 600;
+    let mut out: String = message
+        .chars()
+        .take(SHOWN_MAX)
+        .flat_map(|c| match c {
+            c if c.is_control() => c.escape_default().collect::<Vec<_>>(),
+            c => vec![c],
+        })
+        .collect();
+    if message.chars().count() > SHOWN_MAX {
+        out.push('…');
+    }
+    out
 }
 
 /// A 64-bit number for an endpoint and bucket: the device every entry of
@@ -701,4 +747,19 @@ where
             .buffered(FAN_OUT)
             .collect::<Vec<_>>(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_answer_is_shown_escaped_and_short() {
+        assert_eq!(
+            shown("ok: 503\tSlow\n\u{1b}[2J"),
+            "ok: 503\\tSlow\\n\\u{1b}[2J"
+        );
+        let long = "x".repeat(10_000);
+        assert_eq!(shown(&long).chars().count(), 601);
+    }
 }

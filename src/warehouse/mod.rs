@@ -255,6 +255,11 @@ impl Dir {
 
     /// Nothing to do for a local directory (see the remote one).
     pub fn forget_remote(&self) {}
+
+    /// Nothing to hold for a local directory (see the remote one).
+    pub fn hold_listings(&self) -> Option<()> {
+        None
+    }
 }
 
 /// The names of a relative path, refusing `..`, a root and prefixes.

@@ -262,6 +262,13 @@ impl Dir {
         }
     }
 
+    /// Holds what is listed from now on for one walk of the tree below a
+    /// remote directory (see [`remote::hold_listings`]); nothing for a
+    /// local one.
+    pub fn hold_listings(&self) -> Option<remote::WalkHold> {
+        self.is_remote().then(remote::hold_listings)
+    }
+
     /// Forgets what a remote directory listed at and below it.
     pub fn forget_remote(&self) {
         if let Backend::Remote(remote) = &self.backend {

@@ -45,6 +45,9 @@ pub enum Fault {
     ServerErrors(u32),
     /// Cuts the body of the next N answers to half.
     Truncate(u32),
+    /// Holds every request this long before passing it on (a store far
+    /// away).
+    Latency(std::time::Duration),
 }
 
 struct State {
@@ -453,6 +456,7 @@ fn serve(mut client: TcpStream, moto_port: u16, state: &Mutex<State>) {
         };
         match fault {
             Fault::Down => return,
+            Fault::Latency(delay) => std::thread::sleep(delay),
             Fault::ServerErrors(_) => {
                 let answer = "HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n";
                 if client.write_all(answer.as_bytes()).is_err() {
