@@ -79,8 +79,8 @@ echo "local copy: ls $(local_ms "$bin" ls "$work/wh") ms, stats $(local_ms "$bin
 mnt="$work/mnt"; mkdir -p "$mnt"
 if "$bin" mount --attr-ttl 5s s3://bench/wh "$mnt" > /dev/null 2>&1; then
   run "mount: cat .stats (first)" cat "$mnt/.stats"
-  run "mount: cat .stats again (in TTL)" cat "$mnt/.stats"
-  run "mount: ls (in TTL)" ls "$mnt"
+  run "mount: cat .stats again, at once" cat "$mnt/.stats"
+  run "mount: ls, at once" ls "$mnt"
   "$bin" umount "$mnt"
 else
   echo "mount: skipped (FUSE is not usable here)"
