@@ -34,13 +34,16 @@ fn out(output: &Output) -> Vec<u8> {
     output.stdout.clone()
 }
 
+/// Writes `bytes` at `rel` below `root`, making the directories on the way.
+fn write_below(root: &Path, rel: &str, bytes: &[u8]) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
 /// A tree with every leaf kind and some awkward names.
 fn generated(root: &Path) {
-    let w = |rel: &str, bytes: &[u8]| {
-        let path = root.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, bytes).unwrap();
-    };
+    let w = |rel: &str, bytes: &[u8]| write_below(root, rel, bytes);
     w("loose/a.jsonl", jsonl(7, 1_767_225_600).as_bytes());
     w(
         "loose/with space é.ndjson",
@@ -198,11 +201,7 @@ fn keys_that_are_not_paths_are_skipped_and_the_rest_answers_as_its_local_copy() 
     };
     server.create_bucket("hostile");
     let copy = both(&server, "hostile", "wh", |root| {
-        let w = |rel: &str, bytes: &[u8]| {
-            let path = root.join(rel);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, bytes).unwrap();
-        };
+        let w = |rel: &str, bytes: &[u8]| write_below(root, rel, bytes);
         w("loose/a.jsonl", jsonl(3, 1_767_225_600).as_bytes());
         w("story/CURRENT", b"g1\n");
         w(
