@@ -88,7 +88,11 @@ impl Catalog {
     /// and markers); a local directory has nothing to ask ahead.
     pub(super) fn prefetch(&self, dir: &Dir, children: &[String]) {
         let markers: Vec<&str> = std::iter::once(manifest::MANIFEST_FILE)
-            .chain(self.stores.iter().flat_map(|s| s.markers().iter().copied()))
+            .chain(
+                self.stores
+                    .iter()
+                    .flat_map(|s| s.classify_reads().iter().copied()),
+            )
             .collect();
         dir.prefetch_children(children, &markers);
     }

@@ -64,6 +64,13 @@ pub trait LeafStore: Send + Sync {
     /// The refresh cache re-stats them to validate a cached preview.
     fn markers(&self) -> &'static [&'static str];
 
+    /// Entries directly inside a leaf that classifying it reads (its
+    /// markers and what checking its fingerprint reads), asked for ahead
+    /// of time on object storage, where each is a request.
+    fn classify_reads(&self) -> &'static [&'static str] {
+        self.markers()
+    }
+
     /// Whether `dir` is physically a leaf of this format (no manifest is
     /// consulted). Must not recurse below `dir`.
     fn detect(&self, dir: &Dir) -> Result<bool>;

@@ -80,6 +80,11 @@ impl LeafStore for StorylineStore {
         &[CURRENT_FILE]
     }
 
+    /// The fingerprint looks for the current generation in `generations/`.
+    fn classify_reads(&self) -> &'static [&'static str] {
+        &[CURRENT_FILE, GENERATIONS_DIR]
+    }
+
     fn detect(&self, dir: &Dir) -> Result<bool> {
         Ok(dir.stat_at(CURRENT_FILE).is_ok_and(|m| m.is_file()))
     }
