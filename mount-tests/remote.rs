@@ -132,7 +132,7 @@ fn a_first_walk_longer_than_the_ttl_lists_each_prefix_once() {
     let remote = Mounted::start_with_env(Path::new("s3://slow/wh"), &["--attr-ttl", "1s"], &env)
         .expect("mounted");
     // Far enough away that the first walk takes longer than the TTL.
-    server.set_fault(Fault::Latency(Duration::from_millis(50)));
+    server.set_fault(Fault::Latency(Duration::from_millis(150)));
     let (before, started) = (server.counts(), Instant::now());
     std::fs::read(remote.at(".stats")).unwrap();
     let took = started.elapsed();
