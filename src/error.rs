@@ -274,13 +274,16 @@ impl Error {
     }
 
     /// An I/O failure on `path`, classified: a missing file is
-    /// `PathNotFound`, anything else `Io`.
+    /// `PathNotFound`, an entry refused for its type `NotRegularFile`, a
+    /// remote store's failure its own code, anything else `Io`.
     pub fn io(path: impl AsRef<Path>, err: &std::io::Error) -> Self {
         let remote = err
             .get_ref()
             .and_then(|e| e.downcast_ref::<RemoteFailure>());
+        let not_regular = crate::warehouse::is_not_regular(err);
         let code = match (err.kind(), remote) {
             (std::io::ErrorKind::NotFound, _) => ErrorCode::PathNotFound,
+            _ if not_regular => ErrorCode::NotRegularFile,
             (_, Some(RemoteFailure::ReadOnly)) => ErrorCode::RemoteReadOnly,
             (_, Some(RemoteFailure::Unavailable(_))) => ErrorCode::RemoteUnavailable,
             _ => ErrorCode::Io,

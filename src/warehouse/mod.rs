@@ -122,11 +122,21 @@ fn check_name(name: &OsStr) -> io::Result<()> {
     }
 }
 
+/// Why an entry was refused for what it is (a symlink, a FIFO, a socket, a
+/// device), carried through `io::Error` so that
+/// [`Error::io`](crate::error::Error::io) gives it its own code,
+/// `PCHRONICLE_NOT_REGULAR_FILE`, wherever it surfaces.
+#[derive(Debug, thiserror::Error)]
+#[error("not a regular file (only regular files and directories are read)")]
+pub struct NotRegular;
+
 fn not_regular() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "not a regular file (only regular files and directories are read)",
-    )
+    io::Error::new(io::ErrorKind::InvalidInput, NotRegular)
+}
+
+/// True when `err` refused an entry for its type (see [`NotRegular`]).
+pub fn is_not_regular(err: &io::Error) -> bool {
+    err.get_ref().is_some_and(|e| e.is::<NotRegular>())
 }
 
 impl Dir {

@@ -78,9 +78,7 @@ impl Dir {
         let (file, stat) = match self.open_file(name) {
             Ok(opened) => opened,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
-                return Err(CappedError::NotRegular);
-            }
+            Err(e) if super::is_not_regular(&e) => return Err(CappedError::NotRegular),
             Err(e) => return Err(CappedError::Io(e)),
         };
         read_all_capped(file, stat.size, cap).map(|bytes| Some((bytes, stat)))

@@ -381,3 +381,49 @@ fn a_viewer_sees_only_what_it_could_read() {
         NodeKind::Directory
     );
 }
+
+#[test]
+fn a_lookup_refuses_a_record_file_or_index_that_is_not_regular() {
+    use pchronicle::sidecar::build::{build, index_path};
+    use pchronicle::sidecar::lookup::{lookup, verify};
+    let wh = Warehouse::new();
+    wh.file("a.jsonl", jsonl(3, 0));
+    let key = vec!["id".to_string()];
+    build(&wh.abs("a.jsonl"), &key).unwrap();
+    fs::rename(wh.abs("a.jsonl"), wh.abs("kept.jsonl")).unwrap();
+    // Each swap of the record file, then of its index: refused at once,
+    // with the code that says why, never opened (a FIFO would hang).
+    let index = index_path(&wh.abs("a.jsonl"), &key);
+    let index_name = index.file_name().unwrap().to_str().unwrap().to_string();
+    let swaps: [(&str, &dyn Fn()); 3] = [
+        ("record file is a FIFO", &|| {
+            wh.fifo("a.jsonl");
+        }),
+        ("record file is a symlink", &|| {
+            fs::remove_file(wh.abs("a.jsonl")).unwrap();
+            wh.symlink("kept.jsonl", "a.jsonl");
+        }),
+        ("index is a FIFO", &|| {
+            fs::remove_file(wh.abs("a.jsonl")).unwrap();
+            fs::rename(wh.abs("kept.jsonl"), wh.abs("a.jsonl")).unwrap();
+            fs::remove_file(&index).unwrap();
+            wh.fifo(&index_name);
+        }),
+    ];
+    for (what, swap) in swaps {
+        swap();
+        let (file, key) = (wh.abs("a.jsonl"), key.clone());
+        let (looked, verified) = finishes_within(Duration::from_secs(20), move || {
+            (
+                lookup(&file, &key, &["r1".into()]).unwrap_err(),
+                verify(&file, &key).unwrap_err(),
+            )
+        });
+        assert_eq!(looked.code, ErrorCode::NotRegularFile, "{what}: {looked:?}");
+        assert_eq!(
+            verified.code,
+            ErrorCode::NotRegularFile,
+            "{what}: {verified:?}"
+        );
+    }
+}

@@ -137,7 +137,7 @@ fn check_ours(file: &CacheFile) -> Result<()> {
     let (opened, stat) = match file.dir.open_file(&file.name) {
         Ok(opened) => opened,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+        Err(e) if crate::warehouse::is_not_regular(&e) => {
             return Err(foreign(&path, "the path is not a regular file"));
         }
         Err(e) => return Err(Error::io(&path, &e)),
