@@ -100,7 +100,7 @@ fn a_directory_swapped_for_a_symlink_never_serves_outside_bytes() {
 const TEST_USER: &str = "pchronicle-test";
 
 /// The uid and gid of the unprivileged test user, created when missing.
-fn test_user() -> (u32, u32) {
+pub(crate) fn test_user() -> (u32, u32) {
     let id = |flag: &str| {
         let out = Command::new("id")
             .arg(flag)
@@ -133,7 +133,7 @@ fn test_user() -> (u32, u32) {
 }
 
 /// Runs `program args` as the test user (no supplementary groups).
-fn as_user(uid: u32, gid: u32, program: &Path, args: &[&std::ffi::OsStr]) -> Output {
+pub(crate) fn as_user(uid: u32, gid: u32, program: &Path, args: &[&std::ffi::OsStr]) -> Output {
     Command::new("setpriv")
         .arg(format!("--reuid={uid}"))
         .arg(format!("--regid={gid}"))

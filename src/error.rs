@@ -54,8 +54,8 @@ error_codes! {
         "an entry name is not valid UTF-8, so it cannot appear in JSON output; it was skipped",
         "Rename the entry to a UTF-8 name (for example with `mv -- \"$(printf 'bad\\xff')\" fixed`), then list again.";
     BoundReached => "PCHRONICLE_BOUND_REACHED",
-        "a traversal bound (max_entries per directory or max_files per open) was reached; the result is truncated",
-        "Open a narrower path, or raise the bound with `--max-entries N` / `--max-files N`.";
+        "a traversal bound (max_entries per directory, max_files per open, or the bound of one object-store listing) was reached; the result is truncated",
+        "Open a narrower path, or raise the bound with `--max-entries N` / `--max-files N`; a remote directory holding more keys than one listing reads (the message says its bound) is shown in part: spread its keys over more prefixes.";
     ManifestUnreadable => "PCHRONICLE_MANIFEST_UNREADABLE",
         "chronicle.manifest exists but could not be read; classification fell back to the physical markers",
         "Fix the file's permissions (`chmod a+r chronicle.manifest`) or remove it and let the store rewrite it.";
@@ -210,7 +210,7 @@ error_codes! {
         "a running mount refused `pchronicle refresh` or could not finish it: the caller is neither root nor the user the daemon runs as, the path cannot be named in the mount, or the daemon is older than the refresh request",
         "Run it as root or as the user that mounted, name a path relative to the mount point (`pchronicle refresh MNT team/runs`), and remount with this pchronicle if the daemon predates it; the TTLs still bring every change within their time.";
     RemoteUnavailable => "PCHRONICLE_REMOTE_UNAVAILABLE",
-        "the object store holding an `s3://` warehouse could not be reached or kept failing (connection refused, timeouts, 5xx answers after the retries, credentials refused, a body cut short); a mount answers such reads with EIO and keeps serving",
+        "the object store holding an `s3://` warehouse could not be reached or kept failing (connection refused, timeouts, 5xx answers after the retries, credentials refused, a body cut short); an answer built while a request of the process failed (a listing, a walk for `.stats`) fails whole rather than show part of the tree, and a mount answers it with EIO and keeps serving",
         "Check the endpoint and credentials (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_PROFILE` or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`; see docs/remote.md) and that the server answers; a mount recovers by itself once the store does.";
     RemoteReadOnly => "PCHRONICLE_REMOTE_READ_ONLY",
         "an `s3://` warehouse is read only: `append`, `import`, `index build`, `index drop` and manifest repairs never write to object storage",
@@ -312,6 +312,16 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Whether `err` says the object store could not be reached (see
+/// [`RemoteFailure::Unavailable`]): nothing about the entry it was for.
+pub fn is_remote_failure(err: &std::io::Error) -> bool {
+    matches!(
+        err.get_ref()
+            .and_then(|e| e.downcast_ref::<RemoteFailure>()),
+        Some(RemoteFailure::Unavailable(_))
+    )
+}
+
 /// An object store's failure carried through `std::io::Error` (which the
 /// warehouse surface speaks), so that [`Error::io`] can give it its code.
 #[derive(Debug, thiserror::Error)]
@@ -322,6 +332,29 @@ pub enum RemoteFailure {
     /// A write was asked of a remote warehouse.
     #[error("an s3:// warehouse is read only")]
     ReadOnly,
+}
+
+/// Object-store failures met by this process so far (see
+/// [`remote_failures`]).
+static REMOTE_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many requests to an object store failed for good (after their
+/// retries), by any thread of this process, so far: an answer built while
+/// this moved may lack what a failed request would have added, whether or
+/// not the failure reached it. A failure handed on (to readers that waited
+/// for the same listing) counts once.
+pub fn remote_failures() -> u64 {
+    REMOTE_FAILURES.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+impl RemoteFailure {
+    /// The store could not be reached about `what`: counted (see
+    /// [`remote_failures`]) and given as the `io::Error` a warehouse
+    /// operation returns.
+    pub fn unavailable(what: String) -> std::io::Error {
+        REMOTE_FAILURES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        RemoteFailure::Unavailable(what).into_io()
+    }
 }
 
 impl RemoteFailure {

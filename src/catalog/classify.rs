@@ -29,7 +29,7 @@ use super::model::{Counts, DatasetPreview, StatsOrigin};
 use crate::error::{Error, ErrorCode};
 use crate::store::manifest::{self, Manifest, ManifestKind};
 use crate::store::{LeafStore, RecordCounter, Stores};
-use crate::warehouse::Dir;
+use crate::warehouse::{Dir, is_remote_path};
 
 /// What a directory is, with the warnings met while finding out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,15 +122,12 @@ pub fn classify_dir(
 /// each ancestor's manifest and markers and never repairs anything, so a
 /// caller can refuse a path inside a leaf before rooting a catalog there.
 pub fn enclosing_leaf(path: &Path, stores: &Stores) -> Option<std::path::PathBuf> {
-    let remote = path.as_os_str().as_encoded_bytes().starts_with(b"s3://");
+    let remote = is_remote_path(path);
     path.ancestors().skip(1).find_map(|ancestor| {
         // The ancestors of `s3://bucket` are no warehouse (`s3:` would be
         // a local directory).
-        let bucket_or_below = ancestor.as_os_str().len() > "s3://".len()
-            && ancestor
-                .as_os_str()
-                .as_encoded_bytes()
-                .starts_with(b"s3://");
+        let bucket_or_below =
+            is_remote_path(ancestor) && ancestor.as_os_str().len() > "s3://".len();
         if remote && !bucket_or_below {
             return None;
         }

@@ -49,7 +49,7 @@ pub use model::{
 use refresh::DirScan;
 pub use walk::Counting;
 
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result, is_remote_failure};
 use crate::records::RecordFormat;
 use crate::store::Stores;
 use crate::warehouse::{Blob, Dir, Stat, Viewer};
@@ -169,6 +169,12 @@ impl Catalog {
     /// A catalog over `root` with the given stores. The root itself may be
     /// reached through a symlink; nothing below it is.
     pub fn with_stores(root: &Path, options: CatalogOptions, stores: Stores) -> Result<Catalog> {
+        // A location that cannot name a remote warehouse says why with
+        // its own code.
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(root) {
+            crate::remote::Location::parse_path(root)?;
+        }
         let root_dir = Dir::open_root(root).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOTDIR) => Error::at(
                 ErrorCode::PathInvalid,
@@ -255,8 +261,7 @@ impl Catalog {
     /// as a file.
     #[cfg(feature = "remote")]
     fn for_remote(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
-        let text = path.to_string_lossy();
-        let location = crate::remote::Location::parse(&text)?;
+        let location = crate::remote::Location::parse_path(path)?;
         let stores = Stores::default();
         refuse_inside_leaf(path, Path::new(&location.url()), &stores)?;
         let root = PathBuf::from(location.url());
@@ -381,7 +386,11 @@ impl Catalog {
     pub fn node(&self, rel: &Path) -> Result<Node> {
         let target = self.resolve(rel)?;
         let kind = if target.name.is_none() {
-            match self.dir_node(&target.dir).leaf {
+            match self
+                .dir_node(&target.dir)
+                .map_err(|e| Error::io(rel, &e))?
+                .leaf
+            {
                 Some(_) => NodeKind::Dataset,
                 None => NodeKind::Directory,
             }
@@ -404,6 +413,31 @@ impl Catalog {
     /// `readdirplus`). The stats are the ones the listing was classified
     /// from, so names, kinds and attributes always agree.
     pub fn list_with_meta(&self, rel: &Path) -> Result<(Listing, Vec<Stat>)> {
+        self.whole(rel, || self.list_now(rel))
+    }
+
+    /// Gives `answer()` only if no object store failed while it was built:
+    /// a failure may show in it only as a warning (a file whose count is
+    /// missing, a subdirectory not walked), or have been met by another
+    /// reader of the same listing, and an answer missing part of the tree
+    /// must not pass for the whole of it.
+    fn whole<T>(&self, rel: &Path, answer: impl FnOnce() -> Result<T>) -> Result<T> {
+        if !self.root_dir.is_remote() {
+            return answer();
+        }
+        let failures = crate::error::remote_failures();
+        let answer = answer()?;
+        if crate::error::remote_failures() != failures {
+            return Err(Error::at(
+                ErrorCode::RemoteUnavailable,
+                rel,
+                "the object store failed while the answer was built",
+            ));
+        }
+        Ok(answer)
+    }
+
+    fn list_now(&self, rel: &Path) -> Result<(Listing, Vec<Stat>)> {
         let target = self.resolve(rel)?;
         if let Some(name) = &target.name {
             let listing = Listing {
@@ -415,7 +449,7 @@ impl Catalog {
             return Ok((listing, vec![target.meta]));
         }
         let dir = &target.dir;
-        let node = self.dir_node(dir);
+        let node = self.dir_node(dir).map_err(|e| Error::io(rel, &e))?;
         let mut warnings = node_warnings(&node, "");
         if let Some(preview) = &node.leaf {
             let listing = Listing {
@@ -436,13 +470,18 @@ impl Catalog {
         let mut metas = Vec::with_capacity(scan.children.len());
         for name in &scan.children {
             // A child that vanished, turned into a symlink or lies on
-            // another filesystem since the scan is simply not listed.
-            let Ok(meta) = dir.stat_at(name) else {
-                continue;
+            // another filesystem since the scan is simply not listed; one
+            // an object store could not say anything of fails the listing
+            // (never a listing that looks whole without it).
+            let meta = match dir.stat_at(name) {
+                Ok(meta) => meta,
+                Err(e) if is_remote_failure(&e) => return Err(Error::io(rel.join(name), &e)),
+                Err(_) => continue,
             };
             if meta.is_dir() {
                 let child = match self.child_node(dir, name, &meta) {
                     Ok(child) => child,
+                    Err(e) if is_remote_failure(&e) => return Err(Error::io(rel.join(name), &e)),
                     // A directory that cannot be entered (no permission,
                     // another filesystem) is listed, like `ls` does, but
                     // not classified.
@@ -477,7 +516,7 @@ impl Catalog {
         let listing = Listing {
             kind: NodeKind::Directory,
             entries,
-            truncated: scan.truncated,
+            truncated: scan.truncated || scan.cut_by_store,
             warnings,
         };
         Ok((listing, metas))
@@ -508,7 +547,12 @@ impl Catalog {
         if target.name.is_some() {
             return Err(Error::io(rel, &io::Error::from_raw_os_error(libc::ENOTDIR)));
         }
-        if self.dir_node(&target.dir).leaf.is_none() {
+        if self
+            .dir_node(&target.dir)
+            .map_err(|e| Error::io(rel, &e))?
+            .leaf
+            .is_none()
+        {
             return Err(Error::at(
                 ErrorCode::PathNotFound,
                 rel,
@@ -620,6 +664,24 @@ fn scan_warnings(scan: &DirScan, rel: &str, max_entries: usize, warnings: &mut V
             code: ErrorCode::BoundReached,
             path: display_rel(rel),
             message: format!("stopped at max_entries = {max_entries}"),
+        });
+    }
+    if scan.cut_by_store {
+        #[cfg(feature = "remote")]
+        let message = format!(
+            "the object store's listing stopped at its own bound ({} names, {} pages, {} MiB \
+             of names or {} s); keys past it are not shown",
+            crate::remote::LISTED_MAX,
+            crate::remote::LISTED_PAGES_MAX,
+            crate::remote::LISTED_BYTES_MAX >> 20,
+            crate::remote::LISTING_TIME_MAX.as_secs()
+        );
+        #[cfg(not(feature = "remote"))]
+        let message = String::from("the directory's listing stopped at its own bound");
+        warnings.push(Warning {
+            code: ErrorCode::BoundReached,
+            path: display_rel(rel),
+            message,
         });
     }
 }

@@ -18,7 +18,7 @@ use super::cache::{FileId, Stamps};
 use super::classify::{DirNode, classify_dir};
 use super::counts::RenameIndex;
 use super::{Catalog, STATE_DIR, join_rel};
-use crate::error::{Error, Result};
+use crate::error::{Error, RemoteFailure, Result};
 use crate::records::{RecordFormat, RecordStats, count_open};
 use crate::store::RecordCounter;
 use crate::store::manifest;
@@ -29,7 +29,10 @@ use crate::warehouse::{Dir, Stat};
 #[derive(Debug)]
 pub(super) struct DirScan {
     pub(super) children: Vec<String>,
+    /// Stopped at `max_entries`.
     pub(super) truncated: bool,
+    /// An object store's listing stopped at its own bound.
+    pub(super) cut_by_store: bool,
     pub(super) non_utf8: Vec<String>,
 }
 
@@ -47,19 +50,31 @@ pub(super) enum Counted {
 impl Catalog {
     /// The classification of a directory, from the cache while the
     /// directory and its manifest and marker files keep their identity.
-    pub(super) fn dir_node(&self, dir: &Dir) -> Arc<DirNode> {
+    /// A remote directory classified while its store failed is neither
+    /// kept nor given: a manifest or marker that could not be read would
+    /// make a leaf look like a plain directory, or its counts come from
+    /// another place, for as long as the entry held.
+    pub(super) fn dir_node(&self, dir: &Dir) -> io::Result<Arc<DirNode>> {
         let key = dir.path().to_path_buf();
         if let Some(node) = self.nodes.get(&key, |stamps| stamps.hold(dir)) {
-            return node;
+            return Ok(node);
         }
+        let failures = crate::error::remote_failures();
         // Stamps are taken before classifying, so a change made while
         // classifying invalidates the entry rather than hiding behind it.
         let stamps = self.node_stamps(dir);
         let node = Arc::new(classify_dir(dir, &self.stores, self.options.repair, self));
+        if dir.is_remote() && crate::error::remote_failures() != failures {
+            return Err(RemoteFailure::Unavailable(format!(
+                "{}: the object store failed while the directory was classified",
+                dir.path().display()
+            ))
+            .into_io());
+        }
         if !stamps.racy() {
             self.nodes.put(key, stamps, Arc::clone(&node));
         }
-        node
+        Ok(node)
     }
 
     /// The identities a directory's classification depends on: the
@@ -107,16 +122,18 @@ impl Catalog {
         let mut scan = DirScan {
             children: Vec::new(),
             truncated: false,
+            cut_by_store: false,
             non_utf8: Vec::new(),
         };
         // The type from getdents costs no stat; symlinks, sockets, fifos
         // and devices are never part of a warehouse and are not returned.
         // No more names are read than the bound can use.
-        let (entries, more) = dir
+        let found = dir
             .entries_up_to(self.options.max_entries.saturating_add(1))
             .map_err(|e| Error::io(dir.path(), &e))?;
-        scan.truncated = more;
-        for entry in entries {
+        scan.truncated = found.more;
+        scan.cut_by_store = found.cut_by_store;
+        for entry in found.entries {
             let name = match String::from_utf8(entry.name) {
                 Ok(name) => name,
                 Err(raw) => {
@@ -161,7 +178,7 @@ impl Catalog {
             }
         }
         let child = dir.open_dir(name)?;
-        Ok(self.dir_node(&child))
+        self.dir_node(&child)
     }
 
     /// Counts the record file `name` of `dir`, whose identity the caller

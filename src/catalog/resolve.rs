@@ -44,7 +44,12 @@ impl Catalog {
             .refreshed()
             .map_err(|e| Error::io(&self.root, &e))?;
         for (i, name) in names.iter().enumerate() {
-            if self.dir_node(&dir).leaf.is_some() {
+            if self
+                .dir_node(&dir)
+                .map_err(|e| Error::io(rel, &e))?
+                .leaf
+                .is_some()
+            {
                 return Err(not_found(
                     "the path is inside a dataset leaf, whose interior is not listed",
                 ));

@@ -22,7 +22,7 @@ use super::model::{
 };
 use super::refresh::Counted;
 use super::{Catalog, display_rel, join_rel, node_warnings, scan_warnings, unenterable};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result, is_remote_failure};
 use crate::records::RecordFormat;
 use crate::sidecar;
 use crate::warehouse::{Dir, Stat};
@@ -32,6 +32,15 @@ impl Catalog {
     /// source whose counts are final goes into `rollup` instead of the
     /// Snapshot (which then holds only the others).
     pub(super) fn gather(
+        &self,
+        rel: &Path,
+        rollup: &mut Option<StatsBuilder>,
+        counting: Counting,
+    ) -> Result<Snapshot> {
+        self.whole(rel, || self.gather_now(rel, rollup, counting))
+    }
+
+    fn gather_now(
         &self,
         rel: &Path,
         rollup: &mut Option<StatsBuilder>,
@@ -81,7 +90,7 @@ impl Catalog {
             }
             return Ok(snapshot);
         }
-        let node = self.dir_node(&target.dir);
+        let node = self.dir_node(&target.dir).map_err(|e| Error::io(rel, &e))?;
         if let Some(preview) = &node.leaf {
             return Ok(Snapshot {
                 kind: NodeKind::Dataset,
@@ -106,6 +115,7 @@ impl Catalog {
                 .map(|budget| (std::time::Instant::now() + budget, budget)),
             checks: 0,
             counting,
+            failures_at_start: target.dir.is_remote().then(crate::error::remote_failures),
         };
         let walk_root = Arc::new(target.dir);
         // A remote tree's listings hold for the whole walk, however long.
@@ -215,21 +225,26 @@ impl Catalog {
     ) -> Result<Vec<WalkItem>> {
         let scan = self.dir_scan(dir)?;
         scan_warnings(&scan, rel, self.options.max_entries, &mut walk.warnings);
-        walk.truncated |= scan.truncated;
+        walk.truncated |= scan.truncated || scan.cut_by_store;
         self.prefetch(dir, &scan.children);
         self.walk_indexes(dir, rel, &scan.children, walk);
         let mut keyed = Vec::with_capacity(scan.children.len());
         for name in &scan.children {
             walk.check_deadline()?;
             let child_rel = join_rel(rel, name);
-            let Ok(child_meta) = dir.stat_at(name) else {
-                continue;
+            // As in a listing: a child the object store could not say
+            // anything of fails the walk, a vanished one is passed over.
+            let child_meta = match dir.stat_at(name) {
+                Ok(meta) => meta,
+                Err(e) if is_remote_failure(&e) => return Err(Error::io(&child_rel, &e)),
+                Err(_) => continue,
             };
             if child_meta.is_dir() {
                 // Another filesystem mounted below the warehouse, or a
                 // directory swapped away since the stat, is not entered.
                 let node = match self.child_node(dir, name, &child_meta) {
                     Ok(node) => node,
+                    Err(e) if is_remote_failure(&e) => return Err(Error::io(&child_rel, &e)),
                     Err(e) if unenterable(&e) => {
                         walk.warn(ErrorCode::Io, &child_rel, e.to_string());
                         continue;
@@ -453,6 +468,9 @@ struct Walk {
     deadline: Option<(std::time::Instant, std::time::Duration)>,
     /// Deadline checks made so far.
     checks: u32,
+    /// For a remote tree, the store's failures when the walk began (see
+    /// [`crate::error::remote_failures`]).
+    failures_at_start: Option<u64>,
 }
 
 impl Walk {
@@ -467,13 +485,24 @@ impl Walk {
         }
     }
 
-    /// Fails once the walk is past its time budget. Checked before each
-    /// child is classified and each source is taken, so a walk stops at
-    /// the first boundary after the budget (one big file is still read to
-    /// its end).
+    /// Fails once the walk is past its time budget, or its object store
+    /// failed. Checked before each child is classified and each source is
+    /// taken, so a walk stops at the first boundary after (one big file is
+    /// still read to its end).
     fn check_deadline(&mut self) -> Result<()> {
         // The clock is read every 64th check: on some virtual machines a
         // clock read is a system call, and a walk makes two checks a file.
+        // A remote walk stops at the first failure of its store: its answer
+        // would be refused at the end anyway (`Catalog::whole`).
+        if self
+            .failures_at_start
+            .is_some_and(|at_start| crate::error::remote_failures() != at_start)
+        {
+            return Err(Error::new(
+                ErrorCode::RemoteUnavailable,
+                "the object store failed during the walk, which was stopped",
+            ));
+        }
         self.checks = self.checks.wrapping_add(1);
         if !self.checks.is_multiple_of(64) {
             return Ok(());

@@ -198,10 +198,7 @@ pub fn run() -> ExitCode {
     }
 }
 
-/// Whether a path names a warehouse on object storage (`s3://…`).
-pub(crate) fn is_remote(path: &std::path::Path) -> bool {
-    path.as_os_str().as_encoded_bytes().starts_with(b"s3://")
-}
+pub(crate) use crate::warehouse::is_remote_path as is_remote;
 
 /// Refuses `command`, which writes, on an `s3://` path: object storage is
 /// only ever read.

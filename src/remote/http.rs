@@ -19,14 +19,23 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long an answer may stall: no byte for this long fails the
 /// request (which is then retried), however slow the link.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one request may take from start to its last byte: a block of
-/// 16 MiB at 60 KB/s, so a slow link that keeps sending still gets there.
+/// How long a ranged read may take from start to its last byte: a block
+/// of 16 MiB at 60 KB/s, so a slow link that keeps sending still gets
+/// there (other requests: [`SMALL_REQUEST_TIMEOUT`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a request for a few bytes may take (a page of a listing, a
+/// manifest, a `HEAD`): a server that sends them a byte at a time cannot
+/// hold a reader for [`REQUEST_TIMEOUT`].
+pub const SMALL_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most bytes an answer without a `Range` may carry (listing pages,
 /// manifests, pointers, `indexes.json`, Lance's metadata): a server
 /// cannot make the client hold more.
 pub const MAX_UNRANGED_BODY: u64 = 64 << 20;
+/// The most bytes a page of a listing may carry: a page holds at most
+/// 1,000 keys of at most 1,024 bytes each, with their sizes, dates and
+/// ETags, well under this.
+pub const MAX_LISTING_PAGE: u64 = 8 << 20;
 
 /// Requests sent to the object store, by kind (every attempt counts: a
 /// retried request is two).
@@ -149,11 +158,15 @@ impl HttpService for Service {
         self.requests.note(&request);
         let limit = body_limit(&request);
         let listing = is_listing(&request);
+        let ranged = request.headers().contains_key(http::header::RANGE);
         let (parts, body) = request.into_parts();
         let url = reqwest::Url::parse(&parts.uri.to_string())
             .map_err(|e| HttpError::new(HttpErrorKind::Request, e))?;
         let mut outgoing = reqwest::Request::new(parts.method, url);
         *outgoing.headers_mut() = parts.headers;
+        if !ranged {
+            *outgoing.timeout_mut() = Some(SMALL_REQUEST_TIMEOUT);
+        }
         let bytes = body
             .collect()
             .await
@@ -242,8 +255,12 @@ fn shown(keys: &[String]) -> String {
 }
 
 /// The most bytes the answer to `request` may hold: the length of its
-/// `Range` (`bytes=A-B`), else [`MAX_UNRANGED_BODY`].
+/// `Range` (`bytes=A-B`), [`MAX_LISTING_PAGE`] for a page of a listing,
+/// else [`MAX_UNRANGED_BODY`].
 fn body_limit(request: &HttpRequest) -> u64 {
+    if is_listing(request) {
+        return MAX_LISTING_PAGE;
+    }
     let range = request
         .headers()
         .get(http::header::RANGE)

@@ -115,14 +115,20 @@ fn append(key: &mut Option<String>, piece: Option<&str>) {
     }
 }
 
+/// The longest name a component may have: the longest a local file's
+/// can (`NAME_MAX`), which is what a program reading a mount expects.
+const NAME_MAX: usize = 255;
+
 /// Whether `key` is read back as itself: a path by `object_store`'s rules
 /// (one trailing `/` allowed, as a folder marker or a common prefix has
-/// it), without a leading `/`, and without the two line ends an XML 1.1
-/// page would turn into `\n`.
+/// it), without a leading `/`, without the two line ends an XML 1.1 page
+/// would turn into `\n`, and with no component longer than [`NAME_MAX`]
+/// bytes.
 fn is_path(key: &str) -> bool {
     !key.is_empty()
         && !key.starts_with('/')
         && !key.contains(['\u{85}', '\u{2028}'])
+        && key.split('/').all(|component| component.len() <= NAME_MAX)
         && object_store::path::Path::parse(key).is_ok()
 }
 
@@ -161,6 +167,8 @@ mod tests {
 
     #[test]
     fn keys_that_are_not_paths_are_cut_out_and_the_rest_kept_as_sent() {
+        let longest = format!("wh/{}", "n".repeat(NAME_MAX));
+        let long = format!("wh/{}/x", "n".repeat(NAME_MAX + 1));
         let bad = [
             "wh/a//b",
             "wh/..",
@@ -170,14 +178,15 @@ mod tests {
             "wh/nel\u{85}x",
             "/wh/x",
             "",
+            long.as_str(),
         ];
-        let mut contents = vec!["wh/good.jsonl"];
+        let mut contents = vec!["wh/good.jsonl", longest.as_str()];
         contents.extend(bad);
         let xml = page(&contents, &["wh/ok/", "wh/..//", "wh/&#x7f;/"]);
         let (kept, dropped) = drop_unusable_keys(xml.as_bytes()).unwrap();
         assert_eq!(
             String::from_utf8(kept).unwrap(),
-            page(&["wh/good.jsonl"], &["wh/ok/"])
+            page(&["wh/good.jsonl", longest.as_str()], &["wh/ok/"])
         );
         assert_eq!(dropped.len(), bad.len() + 2, "{dropped:?}");
         assert!(dropped.contains(&"wh/x\u{1}y".to_string()), "{dropped:?}");

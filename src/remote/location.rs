@@ -8,13 +8,7 @@ use crate::error::{Error, ErrorCode, Result};
 /// The scheme every remote warehouse is named with.
 pub const SCHEME: &str = "s3://";
 
-/// Whether `path` names a remote warehouse (`s3://…`). A local directory
-/// called `s3:` is reached as `./s3:/…`.
-pub fn is_remote(path: &Path) -> bool {
-    path.as_os_str()
-        .as_encoded_bytes()
-        .starts_with(SCHEME.as_bytes())
-}
+pub use crate::warehouse::is_remote_path as is_remote;
 
 /// A bucket and a key prefix in it (no leading or trailing `/`, possibly
 /// empty): the root of a remote warehouse, or a directory below it.
@@ -53,10 +47,27 @@ impl Location {
         {
             return Err(invalid("an empty, `.` or `..` component in the prefix"));
         }
+        if prefix.bytes().any(|b| b.is_ascii_control()) {
+            return Err(invalid("an ASCII control character in the prefix"));
+        }
         Ok(Location {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
         })
+    }
+
+    /// [`Location::parse`] of a path named from outside, which must be
+    /// UTF-8 (every key is): never read with a replacement character for
+    /// what it does not hold.
+    pub fn parse_path(path: &Path) -> Result<Location> {
+        let text = path.to_str().ok_or_else(|| {
+            Error::at(
+                ErrorCode::RemoteLocationInvalid,
+                path,
+                "not an s3:// location: it is not valid UTF-8",
+            )
+        })?;
+        Location::parse(text)
     }
 
     /// The location as it is written: `s3://bucket/prefix`.

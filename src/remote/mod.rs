@@ -8,9 +8,9 @@
 //! ([`Bucket::listing`]): the common prefixes are its subdirectories, the
 //! objects its files. A listing is kept for the listing TTL and then asked
 //! again; a directory's identity is the generation of its listing, which
-//! changes only when a new listing differs (a name, a size or an ETag), so
-//! everything the catalog derived from it stays valid across re-listings
-//! that find nothing new.
+//! changes only when a new listing differs (a name, a size, an ETag, a
+//! last-modified time), so everything the catalog derived from it stays
+//! valid across re-listings that find nothing new.
 //!
 //! A file's identity is its key, size and ETag: the inode number shown for
 //! it is derived from all three, and every read of it is a ranged `GET`
@@ -19,8 +19,9 @@
 //! pointers, `indexes.json`) are kept by ETag once read, so re-listing an
 //! unchanged warehouse reads no object again.
 //!
-//! A key that cannot be a path (an empty, `.` or `..` component, a
-//! control character, a leading `/`) is left out of its listing
+//! A key that cannot be a path (an empty, `.` or `..` component, an
+//! ASCII control character, a leading `/`, a component longer than a
+//! local name can be) is left out of its listing
 //! with a warning (`list_page.rs`), as a local name that cannot be shown
 //! is: a directory whose every key is such shows empty.
 //!
@@ -36,89 +37,46 @@ mod crypto;
 pub mod http;
 mod kept;
 mod list_page;
+mod listing;
 pub mod location;
 mod object;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
+use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as KeyPath;
 use object_store::{GetOptions, ObjectStore};
 use parking_lot::Mutex;
 
 pub use http::{RequestCounts, Requests};
 use kept::Kept;
+pub use listing::{
+    DEFAULT_LISTING_TTL, LISTED_BYTES_MAX, LISTED_MAX, LISTED_PAGES_MAX, LISTING_TIME_MAX, Listing,
+    WalkHold, hold_listings, set_listing_ttl,
+};
+use listing::{ENTRY_WEIGHT, Failed, LISTINGS_KEPT};
 pub use location::{Location, SCHEME, is_remote, join_key};
 pub use object::RemoteFile;
 
 use crate::error::RemoteFailure;
 use crate::warehouse::Stat;
 
-/// How long a listing is trusted before it is asked again, unless set
-/// with [`set_listing_ttl`] (a mount sets its attribute TTL).
-pub const DEFAULT_LISTING_TTL: Duration = Duration::from_secs(1);
-/// Bytes of listings kept per bucket (names, ETags and their maps).
-const LISTINGS_KEPT: u64 = 256 << 20;
 /// Bytes of small objects kept by ETag per bucket, and the largest kept.
 const CONTENTS_KEPT: u64 = 64 << 20;
 const CONTENT_KEPT_MAX: u64 = 1 << 20;
-/// The most names one listing holds (a directory of millions of keys
-/// costs a thousand pages, not thousands): the catalog's own bound on a
-/// directory is lower.
-pub const LISTED_MAX: usize = 200_000;
-/// The most pages one listing reads (a page holds at most 1,000 keys,
-/// those kept and those cut out).
-const LISTED_PAGES_MAX: usize = 250;
+/// The permissions every remote entry shows, owned by the user and group
+/// the process runs as: the store is read with this process's
+/// credentials, so through a mount shared with `--allow-other` only that
+/// user and group may read what those credentials reach, never everyone.
+pub const REMOTE_DIR_MODE: u32 = 0o550;
+pub const REMOTE_FILE_MODE: u32 = 0o440;
 /// Requests one operation sends at once (a listing's children's listings,
 /// their manifests).
 pub const FAN_OUT: usize = 16;
-
-static LISTING_TTL_MS: AtomicU64 = AtomicU64::new(DEFAULT_LISTING_TTL.as_millis() as u64);
-
-/// Sets how long a listing is trusted before it is asked again.
-pub fn set_listing_ttl(ttl: Duration) {
-    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-    LISTING_TTL_MS.store(ms, Ordering::Relaxed);
-}
-
-fn listing_ttl() -> Duration {
-    Duration::from_millis(LISTING_TTL_MS.load(Ordering::Relaxed))
-}
-
-/// The walks in progress, each with when it began (see [`hold_listings`]).
-static WALKS: Mutex<Vec<(u64, Instant)>> = Mutex::new(Vec::new());
-static WALK_IDS: AtomicU64 = AtomicU64::new(0);
-
-/// Listings held for one walk of a tree: while it lasts, a listing asked
-/// for since it began is trusted past the TTL, so a walk that takes longer
-/// than the TTL (a first `.stats` of a large warehouse) lists each prefix
-/// once, not again for its last part. A listing older than the walk is
-/// not held.
-#[derive(Debug)]
-pub struct WalkHold(u64);
-
-pub fn hold_listings() -> WalkHold {
-    let id = WALK_IDS.fetch_add(1, Ordering::Relaxed);
-    WALKS.lock().push((id, Instant::now()));
-    WalkHold(id)
-}
-
-impl Drop for WalkHold {
-    fn drop(&mut self) {
-        WALKS.lock().retain(|(id, _)| *id != self.0);
-    }
-}
-
-/// Whether a listing asked for at `fetched` is still trusted.
-fn is_fresh(fetched: Instant) -> bool {
-    fetched.elapsed() < listing_ttl() || WALKS.lock().iter().any(|(_, began)| *began <= fetched)
-}
 
 /// The runtime and the buckets of this process. A fork (a daemon going to
 /// the background) leaves the runtime's threads behind, so both are made
@@ -208,56 +166,12 @@ pub fn opened_bucket(name: &str) -> Option<Arc<Bucket>> {
 }
 
 /// What a listing says about one object.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
     pub size: u64,
     pub etag: Option<String>,
     /// Last modified, seconds and nanoseconds since the epoch.
     pub modified: (i64, i64),
-}
-
-/// One level of a prefix: its subdirectories and its files.
-#[derive(Debug)]
-pub struct Listing {
-    /// When it was asked for (its TTL counts from then).
-    fetched: Instant,
-    digest: u64,
-    /// Changes only when the content of the listing does.
-    pub generation: u64,
-    pub dirs: BTreeSet<String>,
-    pub files: BTreeMap<String, ObjectInfo>,
-    /// More names were there than [`LISTED_MAX`]: the listing holds the
-    /// first in key order.
-    pub truncated: bool,
-}
-
-/// What an entry of a cache weighs beyond its names and bytes (the maps'
-/// own nodes, the strings' headers).
-const ENTRY_WEIGHT: u64 = 128;
-
-impl Listing {
-    /// About the bytes the listing holds.
-    fn weight(&self) -> u64 {
-        let dirs: u64 = self
-            .dirs
-            .iter()
-            .map(|d| d.len() as u64 + ENTRY_WEIGHT)
-            .sum();
-        let files: u64 = self
-            .files
-            .iter()
-            .map(|(name, info)| {
-                let etag = info.etag.as_ref().map_or(0, String::len);
-                (name.len() + etag) as u64 + 2 * ENTRY_WEIGHT
-            })
-            .sum();
-        ENTRY_WEIGHT + dirs + files
-    }
-
-    /// Whether the listing holds anything at all.
-    pub fn is_empty(&self) -> bool {
-        self.dirs.is_empty() && self.files.is_empty()
-    }
 }
 
 /// One bucket: its store (shared with Lance), the requests sent to it,
@@ -272,8 +186,9 @@ pub struct Bucket {
     dev: u64,
     listings: Mutex<Kept<String, Arc<Listing>>>,
     contents: Mutex<Kept<(String, String), Bytes>>,
-    /// A lock per prefix being listed (see [`Bucket::listing`]).
-    flights: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// A turn per prefix being listed, holding the last failure (see
+    /// [`Bucket::listing`]).
+    flights: Mutex<HashMap<String, Arc<Mutex<Option<Failed>>>>>,
     generations: AtomicU64,
 }
 
@@ -305,186 +220,6 @@ impl Bucket {
         self.requests.snapshot()
     }
 
-    /// The listing of `prefix` (`""` for the bucket's root): kept for the
-    /// listing TTL, then asked again.
-    pub fn listing(&self, prefix: &str) -> io::Result<Arc<Listing>> {
-        let fresh = || {
-            let cached = self.listings.lock().get(prefix).cloned();
-            match cached {
-                Some(listing) if is_fresh(listing.fetched) => Ok(listing),
-                cached => Err(cached),
-            }
-        };
-        if let Ok(listing) = fresh() {
-            return Ok(listing);
-        }
-        // One request per prefix at a time: the readers that found the
-        // same listing expired wait for the first one's answer.
-        let flight = Arc::clone(self.flights.lock().entry(prefix.to_string()).or_default());
-        let result = {
-            let _turn = flight.lock();
-            fresh().or_else(|cached| {
-                let listing = self.fetch_listing(prefix, cached.as_deref())?;
-                self.keep_listing(prefix.to_string(), Arc::clone(&listing));
-                Ok(listing)
-            })
-        };
-        // The last reader out takes the lock away (the table holds one).
-        let mut flights = self.flights.lock();
-        drop(flight);
-        if flights
-            .get(prefix)
-            .is_some_and(|flight| Arc::strong_count(flight) == 1)
-        {
-            flights.remove(prefix);
-        }
-        result
-    }
-
-    /// Lists every prefix in `prefixes` not listed within the TTL, at most
-    /// [`FAN_OUT`] at once (errors are left for the caller's own listing
-    /// to meet).
-    pub fn prefetch_listings(&self, prefixes: Vec<String>) {
-        let stale: Vec<(String, Option<Arc<Listing>>)> = {
-            let mut listings = self.listings.lock();
-            prefixes
-                .into_iter()
-                .filter_map(|p| {
-                    let cached = listings.get(&p).cloned();
-                    match &cached {
-                        Some(l) if is_fresh(l.fetched) => None,
-                        _ => Some((p, cached)),
-                    }
-                })
-                .collect()
-        };
-        if stale.len() < 2 {
-            return;
-        }
-        // Each listing is kept as it comes, not all of them held first.
-        let _ = block_on(
-            futures::stream::iter(stale)
-                .map(|(prefix, cached)| async move {
-                    let result = self.list_once(&prefix).await;
-                    (prefix, cached, result)
-                })
-                .buffer_unordered(FAN_OUT)
-                .for_each(|(prefix, cached, result)| async move {
-                    if let Ok(raw) = result {
-                        let listing = Arc::new(self.settle(raw, cached.as_deref()));
-                        self.keep_listing(prefix, listing);
-                    }
-                }),
-        );
-    }
-
-    /// Keeps `listing` unless one asked for later is already kept (a slow
-    /// answer must not replace a newer one).
-    fn keep_listing(&self, prefix: String, listing: Arc<Listing>) {
-        let weight = listing.weight() + prefix.len() as u64;
-        let mut listings = self.listings.lock();
-        if listings
-            .get(&prefix)
-            .is_some_and(|kept| kept.fetched > listing.fetched)
-        {
-            return;
-        }
-        listings.put(prefix, listing, weight);
-    }
-
-    fn fetch_listing(&self, prefix: &str, cached: Option<&Listing>) -> io::Result<Arc<Listing>> {
-        let raw = block_on(self.list_once(prefix))??;
-        Ok(Arc::new(self.settle(raw, cached)))
-    }
-
-    /// One `LIST`: a page per thousand keys, up to [`LISTED_MAX`] names.
-    async fn list_once(&self, prefix: &str) -> io::Result<RawListing> {
-        use object_store::list::{PaginatedListOptions, PaginatedListStore};
-        let key = match prefix {
-            "" => None,
-            prefix => Some(key_path(prefix)?),
-        };
-        let below = key.as_ref().map(|k| format!("{k}/"));
-        let mut raw = RawListing {
-            asked: Instant::now(),
-            dirs: BTreeSet::new(),
-            files: BTreeMap::new(),
-            truncated: false,
-        };
-        let (mut page_token, mut pages) = (None, 0);
-        loop {
-            let options = PaginatedListOptions {
-                delimiter: Some("/".into()),
-                page_token: page_token.clone(),
-                ..PaginatedListOptions::default()
-            };
-            let page = self
-                .lister
-                .list_paginated(below.as_deref(), options)
-                .await
-                .map_err(|e| failure(prefix, e))?;
-            raw.add(key.as_ref(), page.result);
-            pages += 1;
-            let next = page.page_token;
-            if next.is_none() {
-                return Ok(raw);
-            }
-            // Keys cut out of pages (see `list_page.rs`) count too: the
-            // pages are bounded, not only the names kept. A server that
-            // hands the same token back is not listed forever.
-            if raw.dirs.len() + raw.files.len() >= LISTED_MAX
-                || pages >= LISTED_PAGES_MAX
-                || next == page_token
-            {
-                raw.truncated = true;
-                return Ok(raw);
-            }
-            page_token = next;
-        }
-    }
-
-    /// A fresh listing, keeping the generation of `cached` when nothing
-    /// in it changed.
-    fn settle(&self, raw: RawListing, cached: Option<&Listing>) -> Listing {
-        let digest = {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            raw.dirs.hash(&mut h);
-            raw.files.hash(&mut h);
-            raw.truncated.hash(&mut h);
-            h.finish()
-        };
-        let generation = match cached {
-            Some(c) if c.digest == digest => c.generation,
-            _ => self.generations.fetch_add(1, Ordering::Relaxed) + 1,
-        };
-        Listing {
-            fetched: raw.asked,
-            digest,
-            generation,
-            dirs: raw.dirs,
-            files: raw.files,
-            truncated: raw.truncated,
-        }
-    }
-
-    /// Forgets every listing at or below `prefix`, so the next question
-    /// lists again (a refresh).
-    pub fn forget_below(&self, prefix: &str) {
-        let mut listings = self.listings.lock();
-        let below: Vec<String> = listings
-            .keys()
-            .filter(|key| {
-                prefix.is_empty()
-                    || key.as_str() == prefix
-                    || key.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
-            })
-            .cloned()
-            .collect();
-        for key in below {
-            listings.pop(&key);
-        }
-    }
-
     /// The whole object `key`, as listed (`info`), at most `cap` bytes:
     /// from memory when this very version was read before. `Ok(None)`:
     /// larger than `cap`.
@@ -499,7 +234,8 @@ impl Bucket {
     }
 
     /// Reads the small objects `jobs` not yet kept, at most [`FAN_OUT`] at
-    /// once (errors are left for the caller's own read to meet).
+    /// once, until the store fails (an object replaced or gone since it was
+    /// listed is left for the caller's own read to meet).
     pub fn prefetch_small(&self, jobs: Vec<(String, ObjectInfo)>) {
         let jobs: Vec<_> = jobs
             .into_iter()
@@ -512,9 +248,17 @@ impl Bucket {
         if jobs.len() < 2 {
             return;
         }
-        let _ = fan_out(jobs, |(key, info)| async move {
-            let _ = self.fetch_small(&key, &info).await;
-        });
+        let _ = block_on(
+            futures::stream::iter(jobs)
+                .map(|(key, info)| async move {
+                    match self.fetch_small(&key, &info).await {
+                        Err(e) if crate::error::is_remote_failure(&e) => Err(e),
+                        _ => Ok(()),
+                    }
+                })
+                .buffer_unordered(FAN_OUT)
+                .try_for_each(|()| async { Ok(()) }),
+        );
     }
 
     /// The bytes of this very version of `key`, when kept.
@@ -530,7 +274,7 @@ impl Bucket {
             if_match: info.etag.clone(),
             ..GetOptions::default()
         };
-        let bytes = self.get(key, options).await?;
+        let bytes = self.get(key, info.size, options).await?;
         if bytes.len() as u64 != info.size {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
@@ -543,22 +287,36 @@ impl Bucket {
         Ok(bytes)
     }
 
-    /// One `GET` of `key` with `options`, its whole body.
-    async fn get(&self, key: &str, options: GetOptions) -> io::Result<Bytes> {
+    /// One `GET` of `key` with `options`, its whole body, refused
+    /// (`ESTALE`) unless the answer is of the version listed, `size` bytes
+    /// long in all and with the ETag asked for when it names one: a store
+    /// that ignores `If-Match` must not mix two versions of a file.
+    async fn get(&self, key: &str, size: u64, options: GetOptions) -> io::Result<Bytes> {
         let path = key_path(key)?;
-        async {
-            let result = self.store.get_opts(&path, options).await?;
-            result.bytes().await
+        let asked = options.if_match.clone();
+        let result = self
+            .store
+            .get_opts(&path, options)
+            .await
+            .map_err(|e| failure(key, e))?;
+        let answered = result.meta.e_tag.as_deref();
+        let same_etag = match (asked.as_deref(), answered) {
+            (Some(asked), Some(answered)) => bare_etag(asked) == bare_etag(answered),
+            _ => true,
+        };
+        if result.meta.size != size || !same_etag {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
-        .await
-        .map_err(|e| failure(key, e))
+        result.bytes().await.map_err(|e| failure(key, e))
     }
 
-    /// The bytes `range` of the object `key` in its version `etag`.
+    /// The bytes `range` of the object `key` in its version `etag`, `size`
+    /// bytes long in all.
     pub(crate) async fn read_range(
         &self,
         key: &str,
         etag: Option<&str>,
+        size: u64,
         range: std::ops::Range<u64>,
     ) -> io::Result<Bytes> {
         let expected = range.end - range.start;
@@ -567,13 +325,12 @@ impl Bucket {
             range: Some(object_store::GetRange::Bounded(range)),
             ..GetOptions::default()
         };
-        let bytes = self.get(key, options).await?;
+        let bytes = self.get(key, size, options).await?;
         if bytes.len() as u64 != expected {
-            return Err(RemoteFailure::Unavailable(format!(
+            return Err(RemoteFailure::unavailable(format!(
                 "{key}: {} bytes came back for a read of {expected}",
                 bytes.len()
-            ))
-            .into_io());
+            )));
         }
         Ok(bytes)
     }
@@ -591,7 +348,7 @@ impl Bucket {
         Stat {
             dev: self.dev,
             ino: inode_of(&[prefix.as_bytes(), b"/"]),
-            mode: libc::S_IFDIR | 0o555,
+            mode: libc::S_IFDIR | REMOTE_DIR_MODE,
             nlink: 2,
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
@@ -619,7 +376,7 @@ impl Bucket {
                 etag.as_bytes(),
                 &info.size.to_le_bytes(),
             ]),
-            mode: libc::S_IFREG | 0o444,
+            mode: libc::S_IFREG | REMOTE_FILE_MODE,
             nlink: 1,
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
@@ -632,47 +389,6 @@ impl Bucket {
             mtime_nsec: info.modified.1,
             ctime: info.modified.0,
             ctime_nsec: info.modified.1,
-        }
-    }
-}
-
-struct RawListing {
-    /// When the first page was asked for.
-    asked: Instant,
-    dirs: BTreeSet<String>,
-    files: BTreeMap<String, ObjectInfo>,
-    truncated: bool,
-}
-
-impl RawListing {
-    /// Adds one page of the listing of `key` (`None`: the bucket's root).
-    fn add(&mut self, key: Option<&KeyPath>, page: object_store::ListResult) {
-        for dir in page.common_prefixes {
-            if let Some(name) = dir.filename() {
-                self.dirs.insert(name.to_string());
-            }
-        }
-        for object in page.objects {
-            // A "folder" marker (the key `prefix/`) is the directory
-            // itself, not a file in it.
-            if key == Some(&object.location) {
-                continue;
-            }
-            let Some(name) = object.location.filename() else {
-                continue;
-            };
-            let modified = (
-                object.last_modified.timestamp(),
-                i64::from(object.last_modified.timestamp_subsec_nanos()),
-            );
-            self.files.insert(
-                name.to_string(),
-                ObjectInfo {
-                    size: object.size,
-                    etag: object.e_tag,
-                    modified,
-                },
-            );
         }
     }
 }
@@ -691,8 +407,14 @@ pub fn failure(key: &str, e: object_store::Error) -> io::Error {
     match e {
         object_store::Error::NotFound { .. } => io::Error::from(io::ErrorKind::NotFound),
         object_store::Error::Precondition { .. } => io::Error::from_raw_os_error(libc::ESTALE),
-        e => RemoteFailure::Unavailable(format!("{key}: {}", shown(&e.to_string()))).into_io(),
+        e => RemoteFailure::unavailable(format!("{key}: {}", shown(&e.to_string()))),
     }
+}
+
+/// An ETag without its quotes or weak mark (stores differ in how they
+/// write the same one in a listing and in an answer).
+fn bare_etag(etag: &str) -> &str {
+    etag.trim_start_matches("W/").trim_matches('"')
 }
 
 /// A message that carries a server's answer, for a terminal or a log: its
@@ -730,23 +452,6 @@ fn inode_of(parts: &[&[u8]]) -> u64 {
     let digest = hasher.finalize();
     let n = u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"));
     n.max(2)
-}
-
-/// Sends at most `FAN_OUT` of `jobs` at once and gives their results in
-/// the order of `jobs`.
-pub fn fan_out<T, F, Fut>(jobs: Vec<T>, each: F) -> io::Result<Vec<Fut::Output>>
-where
-    T: Send,
-    F: Fn(T) -> Fut + Send,
-    Fut: std::future::Future + Send,
-    Fut::Output: Send,
-{
-    block_on(
-        futures::stream::iter(jobs)
-            .map(each)
-            .buffered(FAN_OUT)
-            .collect::<Vec<_>>(),
-    )
 }
 
 #[cfg(test)]

@@ -168,6 +168,7 @@ impl RemoteFile {
                 let block = block_on(self.bucket.read_range(
                     &self.key,
                     self.etag.as_deref(),
+                    self.size,
                     range,
                 ))??;
                 (block, held)
@@ -179,17 +180,24 @@ impl RemoteFile {
             cache.next_len = (cache.next_len * 2).min(MAX_BLOCK);
         }
         let end = offset + block.len() as u64;
-        cache.current = Some((offset, block, held));
+        // Past the budget a block is not kept beyond the read that
+        // fetched it: however many files are open, what they keep between
+        // reads stays within HELD_MAX (each read then fetches again).
+        cache.current = if HELD.load(Ordering::Relaxed) <= HELD_MAX {
+            Some((offset, block, held))
+        } else {
+            None
+        };
         if sequential && end < self.size && cache.ahead.is_none() {
             let len = cache.next_len.min(self.size - end);
             if Held::fits(len) {
                 let (held, len) = Held::take(len);
                 let bucket = Arc::clone(&self.bucket);
-                let (key, etag) = (self.key.clone(), self.etag.clone());
+                let (key, etag, size) = (self.key.clone(), self.etag.clone(), self.size);
                 let task = super::with_registry(|r| {
                     Ok(r.runtime.spawn(async move {
                         bucket
-                            .read_range(&key, etag.as_deref(), end..end + len)
+                            .read_range(&key, etag.as_deref(), size, end..end + len)
                             .await
                     }))
                 })?;

@@ -380,9 +380,19 @@ pub fn lookup(cohort: &Path, key: &[String], values: &[String]) -> Result<Vec<Ve
     let rows = reader
         .rows(&encode_key(&values))
         .map_err(|f| corrupt(index, f))?;
-    let mut out = Vec::with_capacity(rows.len());
+    let mut out = Vec::with_capacity(rows.len().min(1 << 10));
+    // Distinct records never add up to more than the file: more is an
+    // index whose rows overlap, refused before it is read many times over.
+    let mut total = 0u64;
     for row in rows {
         let locator = reader.locator(row).map_err(|f| corrupt(index, f))?;
+        total += u64::from(locator.len);
+        if total > opened.cohort_stat.size {
+            return Err(corrupt(
+                index,
+                Corrupt("the rows found lie over one another".into()),
+            ));
+        }
         let mut record = vec![0u8; locator.len as usize];
         opened
             .cohort

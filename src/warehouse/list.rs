@@ -23,21 +23,32 @@ pub struct DirEntry {
     pub is_file: bool,
 }
 
+/// What a bounded listing found (see [`Dir::entries_up_to`]).
+#[derive(Debug)]
+pub struct Entries {
+    pub entries: Vec<DirEntry>,
+    /// More entries were there than the limit asked for.
+    pub more: bool,
+    /// A remote directory's listing stopped at the object store's own
+    /// bound (see [`crate::remote`]): names past it were never seen.
+    pub cut_by_store: bool,
+}
+
 impl Dir {
     /// The entries of this directory (without `.` and `..`), typed from
     /// `getdents`: symlinks, FIFOs, sockets and devices are neither
     /// directories nor files.
     pub fn entries(&self) -> io::Result<Vec<DirEntry>> {
-        self.entries_up_to(usize::MAX).map(|(entries, _)| entries)
+        self.entries_up_to(usize::MAX).map(|found| found.entries)
     }
 
     /// At most `limit` directory and regular-file entries of this
     /// directory (other types are skipped), and whether more were left:
     /// a directory of millions of names costs no more than `limit`.
-    pub fn entries_up_to(&self, limit: usize) -> io::Result<(Vec<DirEntry>, bool)> {
+    pub fn entries_up_to(&self, limit: usize) -> io::Result<Entries> {
         let mut entries = Vec::new();
         let mut more = false;
-        let cut_short = self.each_entry(|name, kind| {
+        let cut_by_store = self.each_entry(|name, kind| {
             let (is_dir, is_file) = (kind == FileType::Directory, kind == FileType::RegularFile);
             if !is_dir && !is_file {
                 return true;
@@ -53,7 +64,11 @@ impl Dir {
             });
             true
         })?;
-        Ok((entries, more || cut_short))
+        Ok(Entries {
+            entries,
+            more,
+            cut_by_store,
+        })
     }
 
     /// The name of the first entry that is not a regular file (nor, when

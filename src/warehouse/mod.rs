@@ -57,7 +57,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 
 pub use blob::{Blob, BlobReader, OwnedBlobReader};
-pub use list::DirEntry;
+pub use list::{DirEntry, Entries};
 pub use read::{
     COUNT_CACHE_CAP, CappedError, INDEX_MANIFEST_CAP, MANIFEST_CAP, POINTER_CAP, read_all_capped,
 };
@@ -103,6 +103,13 @@ fn dir_flags() -> OFlags {
 /// digests and random tokens).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `path` names a remote warehouse (`s3://…`), whether or not this
+/// build can read one. A local directory called `s3:` is reached as
+/// `./s3:/…`.
+pub fn is_remote_path(path: &Path) -> bool {
+    path.as_os_str().as_encoded_bytes().starts_with(b"s3://")
 }
 
 /// A single path component that names an entry of a directory: not empty,

@@ -43,7 +43,9 @@ impl std::fmt::Display for CappedError {
 impl CappedError {
     /// This failure as a coded error about the metadata file `path` (`what`
     /// it is, for the message): past the cap it is
-    /// `PCHRONICLE_METADATA_TOO_LARGE`; anything else is for `other` to say.
+    /// `PCHRONICLE_METADATA_TOO_LARGE`; an object store that could not be
+    /// reached is its own failure, never the file's; anything else is for
+    /// `other` to say.
     pub fn into_error(
         self,
         path: &Path,
@@ -56,6 +58,9 @@ impl CappedError {
                 path,
                 format!("larger than the {cap}-byte limit for {what}"),
             ),
+            CappedError::Io(e) if crate::error::is_remote_failure(&e) => {
+                crate::error::Error::io(path, &e)
+            }
             other_error => other(other_error),
         }
     }

@@ -40,7 +40,7 @@ impl RemoteDir {
             prefix: location.prefix.clone(),
         };
         let listing = dir.bucket.listing(&dir.prefix)?;
-        if listing.is_empty() && !dir.shown_by_parent() {
+        if listing.is_empty() && !dir.shown_by_parent()? {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no object has the prefix {}", location.url()),
@@ -58,17 +58,14 @@ impl RemoteDir {
     /// Whether the parent's listing shows this prefix as a directory,
     /// which it does when every key below it was skipped (see
     /// [`crate::remote`]: keys that cannot be paths).
-    fn shown_by_parent(&self) -> bool {
+    fn shown_by_parent(&self) -> io::Result<bool> {
         let Some((parent, name)) = self.prefix.rsplit_once('/').or(match self.prefix.as_str() {
             "" => None,
             prefix => Some(("", prefix)),
         }) else {
-            return false;
+            return Ok(false);
         };
-        // Any failure here leaves the answer at "not there".
-        self.bucket
-            .listing(parent)
-            .is_ok_and(|listing| listing.dirs.contains(name))
+        Ok(self.bucket.listing(parent)?.dirs.contains(name))
     }
 
     fn listing(&self) -> io::Result<Arc<Listing>> {
@@ -209,7 +206,9 @@ impl RemoteDir {
 
     /// Asks at once, within the fan-out bound, for what classifying the
     /// subdirectories among `names` asks of each: its listing, then the
-    /// `markers` in it (a file is read, a directory listed).
+    /// `markers` in it (a file is read, a directory listed). Stops at the
+    /// first failure: what was not asked ahead is asked by the reader that
+    /// needs it, which then meets the failure itself.
     pub(super) fn prefetch(&self, names: &[String], markers: &[&str]) {
         let Ok(listing) = self.listing() else { return };
         let children: Vec<String> = names
@@ -217,11 +216,13 @@ impl RemoteDir {
             .filter(|n| listing.dirs.contains(*n))
             .map(|n| join_key(&self.prefix, n))
             .collect();
-        self.bucket.prefetch_listings(children.clone());
+        if self.bucket.prefetch_listings(children.clone()).is_err() {
+            return;
+        }
         let (mut small, mut dirs) = (Vec::new(), Vec::new());
         for child in &children {
             let Ok(inside) = self.bucket.listing(child) else {
-                continue;
+                return;
             };
             for marker in markers {
                 if inside.dirs.contains(*marker) {
@@ -231,8 +232,9 @@ impl RemoteDir {
                 }
             }
         }
-        self.bucket.prefetch_listings(dirs);
-        self.bucket.prefetch_small(small);
+        if self.bucket.prefetch_listings(dirs).is_ok() {
+            self.bucket.prefetch_small(small);
+        }
     }
 
     /// Forgets what was listed at and below this directory.

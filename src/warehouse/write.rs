@@ -241,7 +241,7 @@ impl Dir {
         let mut prefix = b".".to_vec();
         prefix.extend_from_slice(name.as_bytes());
         prefix.extend_from_slice(b".tmp.");
-        let Ok((entries, _)) = self.entries_up_to(1 << 16) else {
+        let Ok(super::Entries { entries, .. }) = self.entries_up_to(1 << 16) else {
             return;
         };
         let now = std::time::SystemTime::now()

@@ -471,6 +471,55 @@ fn a_store_that_fails_gives_a_coded_error_promptly_and_retries_what_recovers() {
     assert_eq!(out(&remote(&server.endpoint(), &["cat", url])), expected);
 }
 
+#[test]
+fn a_request_that_fails_anywhere_fails_the_whole_answer() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("partial");
+    let local = leaves(&server, "partial", "wh", 6);
+    let local = local.path().join("wh");
+    let url = "s3://partial/wh";
+    // Storyline leaves are the even ones, compact-jsonl the odd ones.
+    // Each of these requests failing once would, if passed over, show a
+    // leaf as a plain directory or leave it out of the totals.
+    for failing in [
+        "wh/leaf-0002/chronicle.manifest",
+        "wh/leaf-0004/CURRENT",
+        "prefix=wh/leaf-0003/",
+        "prefix=wh/leaf-0001/_versions/",
+        "prefix=wh/leaf-0000/generations/",
+    ] {
+        server.set_fault(Fault::FailWhere(failing));
+        for command in ["ls", "stats"] {
+            let started = Instant::now();
+            let output = remote(&server.endpoint(), &[command, url]);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                !output.status.success() && stderr.contains("PCHRONICLE_REMOTE_UNAVAILABLE"),
+                "{command} with {failing:?} failing answered:\n{}\n{stderr}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{command} with {failing:?} failing: {:?}",
+                started.elapsed()
+            );
+        }
+    }
+    server.set_fault(Fault::None);
+    for command in ["ls", "stats"] {
+        assert_eq!(
+            out(&remote(&server.endpoint(), &[command, url])),
+            out(&remote(
+                &server.endpoint(),
+                &[command, local.to_str().unwrap()]
+            )),
+            "{command}"
+        );
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

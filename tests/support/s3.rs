@@ -48,6 +48,10 @@ pub enum Fault {
     /// Holds every request this long before passing it on (a store far
     /// away).
     Latency(std::time::Duration),
+    /// Answers `503 Slow Down` to every request whose request line holds
+    /// this text (`%2F` read as `/`): one object or prefix the store
+    /// keeps failing on while it answers the rest.
+    FailWhere(&'static str),
 }
 
 struct State {
@@ -454,10 +458,18 @@ fn serve(mut client: TcpStream, moto_port: u16, state: &Mutex<State>) {
             }
             fault
         };
+        let failing = match fault {
+            Fault::ServerErrors(_) => true,
+            Fault::FailWhere(text) => head
+                .lines()
+                .next()
+                .is_some_and(|line| line.replace("%2F", "/").contains(text)),
+            _ => false,
+        };
         match fault {
             Fault::Down => return,
             Fault::Latency(delay) => std::thread::sleep(delay),
-            Fault::ServerErrors(_) => {
+            _ if failing => {
                 let answer = "HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n";
                 if client.write_all(answer.as_bytes()).is_err() {
                     return;

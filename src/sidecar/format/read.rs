@@ -8,6 +8,9 @@ use std::fmt;
 use super::key::{KeyType, fnv1a64};
 use super::{LOCATOR_BYTES, Locator, MAGIC, MAX_BUCKETS, MAX_KEY_FIELDS, VERSION};
 
+/// The largest bucket a lookup reads (see [`IndexReader::rows`]).
+pub const BUCKET_MAX: u64 = 256 << 20;
+
 /// A structural fault in an index file, with where it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Corrupt(pub String);
@@ -193,12 +196,22 @@ impl<'a, R: ReadAt + ?Sized> IndexReader<'a, R> {
         Ok((start, end))
     }
 
-    /// The rows holding `key` (its canonical encoding), ascending.
+    /// The rows holding `key` (its canonical encoding), ascending. A
+    /// bucket is read whole, so one larger than [`BUCKET_MAX`] (which no
+    /// build writes: that is millions of rows under a few keys) is refused
+    /// rather than held in memory.
     pub fn rows(&self, key: &[u8]) -> Result<Vec<u64>, Corrupt> {
         let bucket = (fnv1a64(key) % u64::from(self.header.bucket_count)) as u32;
         let (start, end) = self.bucket_range(bucket)?;
-        let len =
-            usize::try_from(end - start).map_err(|_| Corrupt("a bucket is too large".into()))?;
+        let len = usize::try_from(end - start)
+            .ok()
+            .filter(|len| *len as u64 <= BUCKET_MAX)
+            .ok_or_else(|| {
+                Corrupt(format!(
+                    "bucket {bucket} holds {} bytes, more than the {BUCKET_MAX} a lookup reads",
+                    end - start
+                ))
+            })?;
         let mut data = vec![0u8; len];
         self.source
             .read_exact_at(&mut data, start)
@@ -227,6 +240,9 @@ impl<'a, R: ReadAt + ?Sized> IndexReader<'a, R> {
                         "bucket {bucket} names row {bad} of {}",
                         self.header.row_count
                     ));
+                }
+                if rows.windows(2).any(|pair| pair[0] >= pair[1]) {
+                    return corrupt(format!("bucket {bucket} names rows out of order"));
                 }
                 return Ok(rows);
             }

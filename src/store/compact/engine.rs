@@ -254,6 +254,36 @@ pub(super) fn uri_of(dir: &Path) -> Result<String> {
     })
 }
 
+/// A failure of Lance on the dataset `dir`. When it is the object store
+/// under a remote dataset that failed (not a missing object or a changed
+/// version), it is the store's failure, counted as one (see
+/// [`crate::error::remote_failures`]): the dataset is not at fault, and
+/// what was derived meanwhile must not be kept.
 pub(super) fn lance_error(dir: &Path, e: lance::Error) -> Error {
+    #[cfg(feature = "remote")]
+    if crate::warehouse::is_remote_path(dir) && store_failed(&e) {
+        let failure = crate::error::RemoteFailure::unavailable(format!("{}: {e}", dir.display()));
+        return Error::io(dir, &failure);
+    }
     Error::at(ErrorCode::Lance, dir, e.to_string())
+}
+
+/// Whether an object store's failure is behind `error`: neither a missing
+/// object nor a version that changed, which say something of the dataset.
+#[cfg(feature = "remote")]
+fn store_failed(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(store) = e.downcast_ref::<object_store::Error>() {
+            return !matches!(
+                store,
+                object_store::Error::NotFound { .. }
+                    | object_store::Error::Precondition { .. }
+                    | object_store::Error::NotModified { .. }
+                    | object_store::Error::AlreadyExists { .. }
+            );
+        }
+        cause = e.source();
+    }
+    false
 }
