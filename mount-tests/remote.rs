@@ -33,39 +33,21 @@ fn find(root: &Path) -> Vec<String> {
     lines
 }
 
-#[test]
-fn a_remote_mount_shows_what_a_mount_of_its_local_copy_shows_and_survives_the_store() {
-    let Some(server) = S3Server::start() else {
-        return;
-    };
-    server.create_bucket("mounted");
+/// The demo warehouse, its leaf manifests repaired locally (nothing is
+/// repaired remotely), and its copy in `bucket` under `demo/`.
+fn demo_in(server: &S3Server, bucket: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    server.create_bucket(bucket);
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("wh");
     run_ok(&["demo", root.to_str().unwrap()]);
-    // Leaf manifests repaired locally first: nothing is repaired remotely.
     run_ok(&["stats", root.to_str().unwrap()]);
-    server.mirror(&root, "mounted", "demo");
-    let env = S3Server::env_for(&server.endpoint());
-    let no_env: &[(&str, String)] = &[];
-    let Some(local) = Mounted::start_with_env(&root, &["--attr-ttl", "2s"], no_env) else {
-        return;
-    };
-    let remote =
-        Mounted::start_with_env(Path::new("s3://mounted/demo"), &["--attr-ttl", "2s"], &env)
-            .expect("mounted, since the local one was");
-    assert_eq!(find(&remote.mnt), find(&local.mnt));
-    for rel in [
-        ".stats",
-        ".sources",
-        "team/.stats",
-        "team/.sources",
-        "team/codex_jsonl/.records",
-        "team/codex_jsonl/.stats",
-        "team/planner/.records",
-        "sessions/agent-old.jsonl",
-        "runs/.stats",
-        "runs/.sources",
-    ] {
+    server.mirror(&root, bucket, "demo");
+    (tmp, root)
+}
+
+/// Asserts that `rels` read the same bytes through both mounts.
+fn same_bytes(local: &Mounted, remote: &Mounted, rels: &[&str]) {
+    for rel in rels {
         let (l, r) = (
             std::fs::read(local.at(rel)).unwrap(),
             std::fs::read(remote.at(rel)).unwrap(),
@@ -77,6 +59,39 @@ fn a_remote_mount_shows_what_a_mount_of_its_local_copy_shows_and_survives_the_st
             String::from_utf8_lossy(&r)
         );
     }
+}
+
+#[test]
+fn a_remote_mount_shows_what_a_mount_of_its_local_copy_shows_and_survives_the_store() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    let (_tmp, root) = demo_in(&server, "mounted");
+    let env = S3Server::env_for(&server.endpoint());
+    let no_env: &[(&str, String)] = &[];
+    let Some(local) = Mounted::start_with_env(&root, &["--attr-ttl", "2s"], no_env) else {
+        return;
+    };
+    let remote =
+        Mounted::start_with_env(Path::new("s3://mounted/demo"), &["--attr-ttl", "2s"], &env)
+            .expect("mounted, since the local one was");
+    assert_eq!(find(&remote.mnt), find(&local.mnt));
+    same_bytes(
+        &local,
+        &remote,
+        &[
+            ".stats",
+            ".sources",
+            "team/.stats",
+            "team/.sources",
+            "team/codex_jsonl/.records",
+            "team/codex_jsonl/.stats",
+            "team/planner/.records",
+            "sessions/agent-old.jsonl",
+            "runs/.stats",
+            "runs/.sources",
+        ],
+    );
 
     // A reader polling `.stats` within the TTL lists nothing again.
     let before = server.counts();
@@ -156,12 +171,7 @@ fn another_user_reads_nothing_of_a_remote_mount_shared_with_allow_other() {
     let Some(server) = S3Server::start() else {
         return;
     };
-    server.create_bucket("shared");
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("wh");
-    run_ok(&["demo", root.to_str().unwrap()]);
-    run_ok(&["stats", root.to_str().unwrap()]);
-    server.mirror(&root, "shared", "demo");
+    let _demo = demo_in(&server, "shared");
     let (uid, gid) = crate::hostile::test_user();
     let env = S3Server::env_for(&server.endpoint());
     let Some(remote) = Mounted::start_with_env(
@@ -208,12 +218,7 @@ fn a_remote_mount_answers_eio_while_one_request_fails_and_keeps_nothing_it_met_t
     let Some(server) = S3Server::start() else {
         return;
     };
-    server.create_bucket("flaky");
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("wh");
-    run_ok(&["demo", root.to_str().unwrap()]);
-    run_ok(&["stats", root.to_str().unwrap()]);
-    server.mirror(&root, "flaky", "demo");
+    let (_tmp, root) = demo_in(&server, "flaky");
     let no_env: &[(&str, String)] = &[];
     let Some(local) = Mounted::start_with_env(&root, &["--attr-ttl", "1s"], no_env) else {
         return;
@@ -230,16 +235,9 @@ fn a_remote_mount_answers_eio_while_one_request_fails_and_keeps_nothing_it_met_t
         assert_eq!(e.raw_os_error(), Some(libc::EIO), "{rel}: {e}");
     }
     server.set_fault(Fault::None);
-    for rel in [".stats", "team/.stats", ".sources", "team/.sources"] {
-        let (l, r) = (
-            std::fs::read(local.at(rel)).unwrap(),
-            std::fs::read(remote.at(rel)).unwrap(),
-        );
-        assert!(
-            l == r,
-            "{rel} differs:\n{}\n{}",
-            String::from_utf8_lossy(&l),
-            String::from_utf8_lossy(&r)
-        );
-    }
+    same_bytes(
+        &local,
+        &remote,
+        &[".stats", "team/.stats", ".sources", "team/.sources"],
+    );
 }

@@ -465,6 +465,10 @@ impl Catalog {
         }
         let scan = self.dir_scan(dir)?;
         scan_warnings(&scan, "", self.options.max_entries, &mut warnings);
+        // As a walk does: what the listing asks ahead for its children
+        // holds until it has classified them all, however many they are
+        // (asked ahead, the first could expire before they are used).
+        let _hold = dir.hold_listings();
         self.prefetch(dir, &scan.children);
         let mut entries = Vec::with_capacity(scan.children.len());
         let mut metas = Vec::with_capacity(scan.children.len());
