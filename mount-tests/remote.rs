@@ -241,3 +241,40 @@ fn a_remote_mount_answers_eio_while_one_request_fails_and_keeps_nothing_it_met_t
         &[".stats", "team/.stats", ".sources", "team/.sources"],
     );
 }
+
+#[test]
+fn a_store_that_ignores_if_match_never_passes_off_another_version() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("swapped");
+    let listed = crate::support::jsonl(2_000, 1_767_225_600);
+    let other = crate::support::jsonl(2_000, 1_767_225_700);
+    assert_eq!(listed.len(), other.len());
+    server.put("swapped", "wh/a.jsonl", listed.as_bytes());
+    server.put("swapped", "other/a.jsonl", other.as_bytes());
+    let env = S3Server::env_for(&server.endpoint());
+    let Some(remote) =
+        Mounted::start_with_env(Path::new("s3://swapped/wh"), &["--attr-ttl", "60s"], &env)
+    else {
+        return;
+    };
+    // The mount knows the listed version (not read yet); the store answers
+    // a read of it with another object of the same size, as a store that
+    // ignores `If-Match` would answer with a newer version.
+    assert_eq!(
+        std::fs::metadata(remote.at("a.jsonl")).unwrap().len(),
+        listed.len() as u64
+    );
+    server.set_fault(Fault::AnswerWith(
+        "/swapped/wh/a.jsonl",
+        "/swapped/other/a.jsonl",
+    ));
+    let e = std::fs::read(remote.at("a.jsonl")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
+    server.set_fault(Fault::None);
+    assert_eq!(
+        std::fs::read(remote.at("a.jsonl")).unwrap(),
+        listed.as_bytes()
+    );
+}

@@ -110,6 +110,8 @@ fn is_bucket_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
     use super::*;
 
     #[test]
@@ -130,6 +132,8 @@ mod tests {
             "s3://bucket/a/../b",
             "s3://bucket/./b",
             "s3://-bucket/x",
+            "s3://bucket/a\u{1}b",
+            "s3://bucket/line\nbreak",
             "file:///x",
         ] {
             let e = Location::parse(bad).unwrap_err();
@@ -137,5 +141,12 @@ mod tests {
         }
         assert!(is_remote(Path::new("s3://bucket/x")));
         assert!(!is_remote(Path::new("./s3:/bucket")));
+        // Other characters a listing shows are names too.
+        assert!(Location::parse("s3://bucket/a\u{9b}b c").is_ok());
+        let not_utf8 = std::ffi::OsStr::from_bytes(b"s3://bucket/a\xffb");
+        assert_eq!(
+            Location::parse_path(Path::new(not_utf8)).unwrap_err().code,
+            ErrorCode::RemoteLocationInvalid
+        );
     }
 }

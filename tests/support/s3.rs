@@ -52,6 +52,10 @@ pub enum Fault {
     /// this text (`%2F` read as `/`): one object or prefix the store
     /// keeps failing on while it answers the rest.
     FailWhere(&'static str),
+    /// Answers a request for the path `.0` (`/bucket/key`) with the object
+    /// at `.1`, whatever its `If-Match` says: a store that ignores the
+    /// condition and serves another version of the object.
+    AnswerWith(&'static str, &'static str),
 }
 
 struct State {
@@ -479,9 +483,19 @@ fn serve(mut client: TcpStream, moto_port: u16, state: &Mutex<State>) {
             _ => {}
         }
         // One upstream connection per request, closed after its answer.
+        let (dropped, head): (&[&str], String) = match fault {
+            Fault::AnswerWith(asked, other) => (
+                &["connection:", "if-match:"],
+                head.replacen(&format!(" {asked} "), &format!(" {other} "), 1),
+            ),
+            _ => (&["connection:"], head),
+        };
         let head = head
             .lines()
-            .filter(|l| !l.to_ascii_lowercase().starts_with("connection:") && !l.is_empty())
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                !l.is_empty() && !dropped.iter().any(|d| l.starts_with(d))
+            })
             .map(|l| format!("{l}\r\n"))
             .collect::<String>()
             + "Connection: close\r\n\r\n";

@@ -492,4 +492,21 @@ mod tests {
         let truncated = &good[..good.len() - 3];
         assert!(IndexReader::open(truncated, truncated.len() as u64).is_err());
     }
+
+    #[test]
+    fn rows_named_twice_or_out_of_order_are_a_fault() {
+        for rows in [vec![3, 1], vec![2, 2]] {
+            let mut content = sample(5);
+            let key = content.entries[0].0.clone();
+            content.entries[0].1 = rows.clone();
+            let bytes = encode_index(&content);
+            let reader = IndexReader::open(&bytes[..], bytes.len() as u64).unwrap();
+            let fault = reader.rows(&key).unwrap_err();
+            assert!(fault.0.contains("out of order"), "{rows:?}: {fault}");
+        }
+        let content = sample(5);
+        let bytes = encode_index(&content);
+        let reader = IndexReader::open(&bytes[..], bytes.len() as u64).unwrap();
+        assert_eq!(reader.rows(&content.entries[0].0).unwrap(), [0, 1]);
+    }
 }
