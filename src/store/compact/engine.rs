@@ -233,13 +233,15 @@ pub(super) fn uri_of(dir: &Path) -> Result<String> {
     if crate::remote::is_remote(dir) {
         // The URL of a remote leaf, as its directory shows it. Lance parses
         // it as a URL: a name holding `%`, `#` or `?` would name another
-        // key there (`%2e%2e` is `..`), so such a leaf is not opened.
+        // key there (`%2e%2e` is `..`), and a URL loses the spaces it ends
+        // with (`leaf ` would be `leaf`), so such a leaf is not opened.
         let url = dir.to_string_lossy().into_owned();
-        if url.contains(['%', '#', '?']) {
+        if url.contains(['%', '#', '?']) || url.ends_with(|c: char| c <= ' ') {
             return Err(Error::at(
                 ErrorCode::RemoteLocationInvalid,
                 dir,
-                "a remote compact-jsonl leaf's path may not hold `%`, `#` or `?` (Lance reads it as a URL)",
+                "a remote compact-jsonl leaf's path may not hold `%`, `#` or `?`, nor end in a \
+                 space (Lance reads it as a URL)",
             ));
         }
         return Ok(url);
@@ -286,4 +288,29 @@ fn store_failed(error: &(dyn std::error::Error + 'static)) -> bool {
         cause = e.source();
     }
     false
+}
+
+#[cfg(all(test, feature = "remote"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_leaf_path_a_url_would_read_as_another_is_refused() {
+        assert_eq!(
+            uri_of(Path::new("s3://b/wh/leaf")).unwrap(),
+            "s3://b/wh/leaf"
+        );
+        for other in [
+            "s3://b/wh/leaf ",
+            "s3://b/wh/a%2e",
+            "s3://b/wh/a#b",
+            "s3://b/wh/a?b",
+        ] {
+            assert_eq!(
+                uri_of(Path::new(other)).unwrap_err().code,
+                ErrorCode::RemoteLocationInvalid,
+                "{other:?}"
+            );
+        }
+    }
 }
