@@ -347,6 +347,23 @@ pub fn remote_failures() -> u64 {
     REMOTE_FAILURES.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Watches [`remote_failures`] from one moment: whether a request of the
+/// process failed since (never, for a watch of something local).
+#[derive(Debug, Clone, Copy)]
+pub struct FailureWatch(Option<u64>);
+
+impl FailureWatch {
+    /// Watches from now when `remote`; a local answer is never watched.
+    pub fn start(remote: bool) -> FailureWatch {
+        FailureWatch(remote.then(remote_failures))
+    }
+
+    /// Whether a request failed since the watch started.
+    pub fn failed(&self) -> bool {
+        self.0.is_some_and(|at_start| remote_failures() != at_start)
+    }
+}
+
 impl RemoteFailure {
     /// The store could not be reached about `what`: counted (see
     /// [`remote_failures`]) and given as the `io::Error` a warehouse

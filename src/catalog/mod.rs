@@ -422,12 +422,9 @@ impl Catalog {
     /// reader of the same listing, and an answer missing part of the tree
     /// must not pass for the whole of it.
     fn whole<T>(&self, rel: &Path, answer: impl FnOnce() -> Result<T>) -> Result<T> {
-        if !self.root_dir.is_remote() {
-            return answer();
-        }
-        let failures = crate::error::remote_failures();
+        let watch = crate::error::FailureWatch::start(self.root_dir.is_remote());
         let answer = answer()?;
-        if crate::error::remote_failures() != failures {
+        if watch.failed() {
             return Err(Error::at(
                 ErrorCode::RemoteUnavailable,
                 rel,

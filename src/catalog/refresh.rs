@@ -18,7 +18,7 @@ use super::cache::{FileId, Stamps};
 use super::classify::{DirNode, classify_dir};
 use super::counts::RenameIndex;
 use super::{Catalog, STATE_DIR, join_rel};
-use crate::error::{Error, RemoteFailure, Result};
+use crate::error::{Error, FailureWatch, RemoteFailure, Result};
 use crate::records::{RecordFormat, RecordStats, count_open};
 use crate::store::RecordCounter;
 use crate::store::manifest;
@@ -59,12 +59,12 @@ impl Catalog {
         if let Some(node) = self.nodes.get(&key, |stamps| stamps.hold(dir)) {
             return Ok(node);
         }
-        let failures = crate::error::remote_failures();
+        let watch = FailureWatch::start(dir.is_remote());
         // Stamps are taken before classifying, so a change made while
         // classifying invalidates the entry rather than hiding behind it.
         let stamps = self.node_stamps(dir);
         let node = Arc::new(classify_dir(dir, &self.stores, self.options.repair, self));
-        if dir.is_remote() && crate::error::remote_failures() != failures {
+        if watch.failed() {
             return Err(RemoteFailure::Unavailable(format!(
                 "{}: the object store failed while the directory was classified",
                 dir.path().display()

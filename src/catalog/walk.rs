@@ -115,7 +115,7 @@ impl Catalog {
                 .map(|budget| (std::time::Instant::now() + budget, budget)),
             checks: 0,
             counting,
-            failures_at_start: target.dir.is_remote().then(crate::error::remote_failures),
+            failures: crate::error::FailureWatch::start(target.dir.is_remote()),
         };
         let walk_root = Arc::new(target.dir);
         // A remote tree's listings hold for the whole walk, however long.
@@ -468,9 +468,8 @@ struct Walk {
     deadline: Option<(std::time::Instant, std::time::Duration)>,
     /// Deadline checks made so far.
     checks: u32,
-    /// For a remote tree, the store's failures when the walk began (see
-    /// [`crate::error::remote_failures`]).
-    failures_at_start: Option<u64>,
+    /// Whether the store of a remote tree failed since the walk began.
+    failures: crate::error::FailureWatch,
 }
 
 impl Walk {
@@ -494,10 +493,7 @@ impl Walk {
         // clock read is a system call, and a walk makes two checks a file.
         // A remote walk stops at the first failure of its store: its answer
         // would be refused at the end anyway (`Catalog::whole`).
-        if self
-            .failures_at_start
-            .is_some_and(|at_start| crate::error::remote_failures() != at_start)
-        {
+        if self.failures.failed() {
             return Err(Error::new(
                 ErrorCode::RemoteUnavailable,
                 "the object store failed during the walk, which was stopped",
