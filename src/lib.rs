@@ -8,7 +8,8 @@
 //!    the root, through open directories, never following a symlink),
 //!    [`atomic`] (replace-by-rename), [`records`] (record file formats and
 //!    counting), `remote` (warehouses on S3-compatible object storage,
-//!    behind the same directory surface);
+//!    behind the same directory surface), [`work`] (the budget and the
+//!    cancel every file read of a request's work honours);
 //! 1. [`sidecar`]: the point-lookup index of one record file;
 //! 2. [`store`]: the physical leaf layouts (compact-jsonl on Lance,
 //!    storyline) and the leaf manifest `chronicle.manifest`; [`shards`]:
@@ -40,6 +41,7 @@ pub mod shards;
 pub mod sidecar;
 pub mod store;
 pub mod warehouse;
+pub mod work;
 
 pub use error::{Error, ErrorCode, Result};
 
@@ -59,6 +61,7 @@ mod layering {
         ("logging", 0),
         ("records", 0),
         ("remote", 0),
+        ("work", 0),
         ("sidecar", 1),
         ("store", 2),
         ("shards", 2),

@@ -36,6 +36,8 @@ pub(super) fn count_segments_parallel(
     parts: usize,
 ) -> io::Result<RecordStats> {
     let cuts = cut_points(file, size, parts)?;
+    // Each range is part of the caller's work, under its budget.
+    let work = crate::work::current();
     std::thread::scope(|scope| {
         let workers: Vec<_> = cuts
             .windows(2)
@@ -45,7 +47,9 @@ pub(super) fn count_segments_parallel(
                     pos: w[0],
                     end: w[1],
                 };
-                scope.spawn(move || count_segments(range))
+                let work = work.clone();
+                scope
+                    .spawn(move || crate::work::within_opt(work.as_ref(), || count_segments(range)))
             })
             .collect();
         let mut total = RecordStats::default();

@@ -18,7 +18,10 @@ pub enum Blob {
 
 impl Blob {
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end.
+    /// Charged to the thread's current work ([`crate::work`]): a read of
+    /// work cancelled or past its budget fails instead.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        crate::work::charge(buf.len())?;
         match self {
             Blob::Local(file) => file.read_at(buf, offset),
             #[cfg(feature = "remote")]
@@ -28,6 +31,7 @@ impl Blob {
 
     /// Reads exactly `buf.len()` bytes at `offset`.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        crate::work::charge(buf.len())?;
         match self {
             Blob::Local(file) => file.read_exact_at(buf, offset),
             #[cfg(feature = "remote")]
