@@ -185,6 +185,18 @@ error_codes! {
     RequestFailed => "PCHRONICLE_REQUEST_FAILED",
         "a filesystem request failed inside the daemon (a bug, or a render past its time budget); it was answered with EIO and the daemon kept serving",
         "Retry the read; if it keeps failing, run the same path through `pchronicle stats PATH` to see the underlying error, and report the log line.";
+    AnswerLate => "PCHRONICLE_ANSWER_LATE",
+        "an answer of the mount (a render of `.stats`/`.sources`, a count, a read of `.records` or of a remote file) was not ready within its budget (`--render-timeout`); the request was answered with EIO, and the work it started goes on and is kept for the next reader",
+        "Read it again in a moment: what was rendered or counted meanwhile is kept. For a tree that really takes longer, raise `--render-timeout`; `pchronicle stats PATH` on the warehouse itself shows how long the answer takes.";
+    Busy => "PCHRONICLE_BUSY",
+        "every worker making slow answers (renders, counts, `.records`, remote reads) was busy and the queue waiting for them full; the request was answered with EAGAIN at once, so lookups, listings and reads of files elsewhere kept being answered",
+        "Retry in a moment. If it happens under normal load, raise `--workers`; the log's metrics (`--log-metrics`) show how long answers take.";
+    BeingCounted => "PCHRONICLE_BEING_COUNTED",
+        "the record count asked for (the `user.pchronicle.record_count` attribute) belongs to a large record file still being counted in the background; answered with EAGAIN instead of waiting",
+        "Ask again later: `.stats` lists the files still being counted (`counting`), and the count is kept once made (across restarts too).";
+    HandleLimit => "PCHRONICLE_HANDLE_LIMIT",
+        "one user holds as many open files and directories of the mount as one user may (`--max-handles-per-user`), or the daemon's own descriptors are nearly all in use; the open was refused with EMFILE (ENFILE for the daemon's limit) so other users and the daemon itself keep working",
+        "Close files you no longer need (`ls -l /proc/PID/fd` of your processes shows what is open); the operator can raise `--max-handles-per-user` or the daemon's descriptor limit (`LimitNOFILE=` in its unit).";
     LanceNotBuilt => "PCHRONICLE_LANCE_NOT_BUILT",
         "this pchronicle was built without the compact-jsonl feature (Lance, and with it DataFusion), so it cannot open, count, read or write a compact-jsonl dataset, nor run SQL",
         "Use a build with default features (`cargo build --release`); a build without them reads compact-jsonl leaves only through their manifests.";

@@ -202,6 +202,17 @@ fn preview(
                 ..unverified(format, manifest.as_ref())
             };
         }
+        // A record file of the leaf is being counted in the background: no
+        // counts (and no manifest written) until it is.
+        Err(e) if e.code == ErrorCode::BeingCounted => {
+            return DatasetPreview {
+                format,
+                counts: Counts::default(),
+                fingerprint: Some(physical),
+                trusted: false,
+                stats_origin: StatsOrigin::Counting,
+            };
+        }
         Err(e) => {
             warnings.push(NodeWarning::from_error(dir.path(), &e));
             return DatasetPreview {

@@ -18,6 +18,7 @@
 //! and serialise what they return.
 //!
 //! Layout: this file holds [`Catalog`] and its public methods;
+//! `roots.rs` opens a catalog for a path named from outside,
 //! `resolve.rs` turns a path into open directories, `refresh.rs` reuses or
 //! refills the refresh cache (listings, classifications, counts), and
 //! `walk.rs` is the directory walk behind `open` and `stats`. They share
@@ -31,6 +32,7 @@ pub mod hive;
 pub mod model;
 mod refresh;
 mod resolve;
+mod roots;
 mod walk;
 
 use std::ffi::OsStr;
@@ -41,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cache::{FileId, HitCount, StampedLru, Stamps};
 use classify::DirNode;
-use counts::{CacheFile, CountCache, Loaded};
+use counts::{BackgroundCounts, CacheFile, CountCache, Loaded};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
     Stats, StatsBuilder, StatsOrigin, Timestamp, Warning, pretty_json,
@@ -83,6 +85,11 @@ pub struct CatalogOptions {
     /// Longest one directory walk (`open`, `stats`) may take; a walk past
     /// it fails with `PCHRONICLE_REQUEST_FAILED`. `None`: no limit.
     pub walk_budget: Option<std::time::Duration>,
+    /// Record files at least this large that the count cache does not
+    /// know are counted in the background, and shown as being counted
+    /// meanwhile (a daemon's answers never wait for one). `None`: every
+    /// file is counted when it is met (the CLI).
+    pub background_count_bytes: Option<u64>,
 }
 
 /// Where a catalog persists its record-file counts.
@@ -108,6 +115,7 @@ impl Default for CatalogOptions {
             file_cache_entries: 262_144,
             count_cache: CountCachePlace::Memory,
             walk_budget: None,
+            background_count_bytes: None,
         }
     }
 }
@@ -154,6 +162,9 @@ pub struct Catalog {
     /// Shared by the views of one warehouse (see [`Catalog::viewed_by`]):
     /// a count is a fact of a file's bytes, whoever asks.
     files: Arc<CountCache>,
+    /// Counts large record files without anyone waiting; shared by the
+    /// views like `files`.
+    background: Option<Arc<BackgroundCounts>>,
     /// How loading the persisted count cache went.
     count_cache_loaded: Loaded,
     files_read: AtomicU64,
@@ -207,12 +218,18 @@ impl Catalog {
                 }
             },
         };
+        let progress_file = cache_file.as_ref().and_then(counts::progress_beside);
         let (files, count_cache_loaded) = CountCache::open(options.file_cache_entries, cache_file)?;
+        let files = Arc::new(files);
+        let background = options
+            .background_count_bytes
+            .map(|threshold| BackgroundCounts::new(threshold, &files, progress_file));
         Ok(Catalog {
             dirs: StampedLru::new(options.dir_cache_entries),
             nodes: StampedLru::new(options.node_cache_entries),
             handles: parking_lot::Mutex::new(lru::LruCache::new(HANDLES_KEPT)),
-            files: Arc::new(files),
+            files,
+            background,
             count_cache_loaded,
             files_read: AtomicU64::new(0),
             files_opened: AtomicU64::new(0),
@@ -221,70 +238,6 @@ impl Catalog {
             options,
             stores,
         })
-    }
-
-    /// A catalog for one path named from outside (a command line): rooted
-    /// at the path itself, or at its parent when it is a file, together
-    /// with the path to ask it for. The named path is resolved once, so it
-    /// may be a symlink; nothing below it is followed. A path inside a leaf
-    /// is refused like `resolve` refuses one, even though the leaf lies
-    /// above the root.
-    pub fn for_path(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
-        #[cfg(feature = "remote")]
-        if crate::remote::is_remote(path) {
-            return Catalog::for_remote(path, options);
-        }
-        let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
-        let stores = Stores::default();
-        refuse_inside_leaf(path, &canonical, &stores)?;
-        if canonical.is_dir() {
-            return Ok((
-                Catalog::with_stores(&canonical, options, stores)?,
-                PathBuf::from("."),
-            ));
-        }
-        match (canonical.parent(), canonical.file_name()) {
-            (Some(parent), Some(name)) => Ok((
-                Catalog::with_stores(parent, options, stores)?,
-                PathBuf::from(name),
-            )),
-            _ => Err(Error::at(
-                ErrorCode::PathInvalid,
-                path,
-                "not a file or directory",
-            )),
-        }
-    }
-
-    /// [`Catalog::for_path`] of an `s3://` location: rooted at the prefix
-    /// when it holds anything, else at its parent when the parent lists it
-    /// as a file.
-    #[cfg(feature = "remote")]
-    fn for_remote(path: &Path, options: CatalogOptions) -> Result<(Catalog, PathBuf)> {
-        let location = crate::remote::Location::parse_path(path)?;
-        let stores = Stores::default();
-        refuse_inside_leaf(path, Path::new(&location.url()), &stores)?;
-        let root = PathBuf::from(location.url());
-        match Catalog::with_stores(&root, options.clone(), stores) {
-            Ok(catalog) => Ok((catalog, PathBuf::from("."))),
-            Err(e) if e.code == ErrorCode::PathNotFound && !location.prefix.is_empty() => {
-                let (parent, name) = match location.prefix.rsplit_once('/') {
-                    Some((parent, name)) => (parent.to_string(), name.to_string()),
-                    None => (String::new(), location.prefix.clone()),
-                };
-                let parent = crate::remote::Location {
-                    bucket: location.bucket.clone(),
-                    prefix: parent,
-                };
-                let catalog =
-                    Catalog::with_stores(Path::new(&parent.url()), options, Stores::default())?;
-                match catalog.root_dir().probe(&name) {
-                    Ok(Some(meta)) if meta.is_file() => Ok((catalog, PathBuf::from(name))),
-                    _ => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        }
     }
 
     pub fn root(&self) -> &Path {
@@ -316,6 +269,7 @@ impl Catalog {
             nodes: StampedLru::new(self.options.node_cache_entries),
             handles: parking_lot::Mutex::new(lru::LruCache::new(HANDLES_KEPT)),
             files: Arc::clone(&self.files),
+            background: self.background.clone(),
             count_cache_loaded: self.count_cache_loaded.clone(),
             files_read: AtomicU64::new(0),
             files_opened: AtomicU64::new(0),
@@ -350,7 +304,11 @@ impl Catalog {
 
     /// Writes the persisted count cache if it changed; true when written.
     pub fn save_counts(&self) -> Result<bool> {
-        self.files.save()
+        let progressed = match &self.background {
+            Some(background) => background.save()?,
+            None => false,
+        };
+        Ok(self.files.save()? || progressed)
     }
 
     /// Drops every cached answer (the next call re-reads the warehouse).
@@ -599,7 +557,7 @@ impl Catalog {
 impl Drop for Catalog {
     /// Keeps what was counted for the next process.
     fn drop(&mut self) {
-        if let Err(e) = self.files.save() {
+        if let Err(e) = self.save_counts() {
             log::warn!("{}", e.render());
         }
     }
@@ -611,22 +569,6 @@ const _: () = {
     const fn shareable<T: Send + Sync>() {}
     shareable::<Catalog>();
 };
-
-/// Refuses `path` (named from outside, resolved to `resolved`) when it lies
-/// inside a dataset leaf, like `resolve` refuses one.
-fn refuse_inside_leaf(path: &Path, resolved: &Path, stores: &Stores) -> Result<()> {
-    match classify::enclosing_leaf(resolved, stores) {
-        Some(leaf) => Err(Error::at(
-            ErrorCode::PathNotFound,
-            path,
-            format!(
-                "the path is inside the dataset leaf {}, whose interior is not listed",
-                leaf.display()
-            ),
-        )),
-        None => Ok(()),
-    }
-}
 
 fn file_entry(name: &str, file_name: &OsStr, meta: &Stat) -> Entry {
     let file_name = file_name.to_str().unwrap_or(name);

@@ -58,6 +58,9 @@ pub enum StatsOrigin {
     /// Not counted: the source was gathered to read its records, and its
     /// counts were not in the count cache.
     Uncounted,
+    /// Being counted in the background (a large record file a daemon met
+    /// for the first time): no counts yet; a later answer has them.
+    Counting,
 }
 
 /// A timestamp, serialised as RFC 3339 UTC.
@@ -222,6 +225,9 @@ pub struct FormatTotals {
     pub failed_count: u64,
 }
 
+/// Sources being counted that `.stats` names, at most.
+pub const COUNTING_LISTED: usize = 64;
+
 /// A Snapshot rolled up: the content of `.stats`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Stats {
@@ -238,8 +244,14 @@ pub struct Stats {
     /// Sources whose counts are not known to match their data
     /// (`unverified` or `unavailable`).
     pub untrusted_sources: u64,
-    /// Sources with no counts at all (left out of the totals).
+    /// Sources with no counts at all (left out of the totals), those
+    /// being counted aside.
     pub unreadable_sources: u64,
+    /// Sources still being counted in the background (left out of the
+    /// totals until they are counted; see `counting`).
+    pub counting_sources: u64,
+    /// The `_file_` of the first [`COUNTING_LISTED`] of them.
+    pub counting: Vec<String>,
     pub formats: BTreeMap<String, FormatTotals>,
     /// As in [`Snapshot::indexes`].
     pub indexes: Vec<IndexInfo>,
@@ -280,6 +292,8 @@ impl StatsBuilder {
                 max_timestamp: None,
                 untrusted_sources: 0,
                 unreadable_sources: 0,
+                counting_sources: 0,
+                counting: Vec::new(),
                 formats: BTreeMap::new(),
                 indexes: Vec::new(),
                 truncated: false,
@@ -298,6 +312,18 @@ impl StatsBuilder {
         match source.kind {
             SourceKind::Dataset => stats.datasets += 1,
             SourceKind::File => stats.files += 1,
+        }
+        if source.stats_origin == StatsOrigin::Counting {
+            stats.counting_sources += 1;
+            if stats.counting.len() < COUNTING_LISTED {
+                stats.counting.push(source.file.clone());
+            }
+            stats
+                .formats
+                .entry(source.format.clone())
+                .or_default()
+                .sources += 1;
+            return;
         }
         if !source.trusted {
             stats.untrusted_sources += 1;

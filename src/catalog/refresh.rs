@@ -16,10 +16,10 @@ use std::sync::atomic::Ordering;
 
 use super::cache::{FileId, Stamps};
 use super::classify::{DirNode, classify_dir};
-use super::counts::RenameIndex;
-use super::{Catalog, STATE_DIR, join_rel};
+use super::counts::{Background, RenameIndex};
+use super::{Catalog, STATE_DIR, StatsOrigin, join_rel};
 use crate::error::{Error, FailureWatch, RemoteFailure, Result};
-use crate::records::{RecordFormat, RecordStats, count_open};
+use crate::records::{CountingLater, RecordFormat, RecordStats, count_open};
 use crate::store::RecordCounter;
 use crate::store::manifest;
 use crate::warehouse::{Dir, Stat};
@@ -45,6 +45,9 @@ pub(super) enum Counted {
     Adopted,
     /// The file itself.
     Read,
+    /// Handed to the background counter, which has not finished it: no
+    /// counts yet.
+    Later,
 }
 
 impl Catalog {
@@ -71,7 +74,13 @@ impl Catalog {
             ))
             .into_io());
         }
-        if !stamps.racy() {
+        // A leaf still being counted is classified again at its next use,
+        // when its counts may be known.
+        let counting = node
+            .leaf
+            .as_ref()
+            .is_some_and(|leaf| leaf.stats_origin == StatsOrigin::Counting);
+        if !stamps.racy() && !counting {
             self.nodes.put(key, stamps, Arc::clone(&node));
         }
         Ok(node)
@@ -184,7 +193,8 @@ impl Catalog {
     /// Counts the record file `name` of `dir`, whose identity the caller
     /// just read: from the cache by path, else (given a rename index slot,
     /// filled on first need) taken over from a renamed file's entry, else
-    /// by reading it.
+    /// (when `later` allows and the catalog counts in the background, for
+    /// a file large enough) by the background counter, else by reading it.
     pub(super) fn count_identified(
         &self,
         dir: &Dir,
@@ -192,6 +202,7 @@ impl Catalog {
         meta: &Stat,
         format: RecordFormat,
         renames: Option<&mut Option<RenameIndex>>,
+        later: bool,
     ) -> io::Result<(RecordStats, Counted)> {
         let id = FileId::of(meta);
         if let Some(key) = self.cache_key(dir, name) {
@@ -206,6 +217,18 @@ impl Catalog {
                 if let Some(stats) = self.files.adopt_rename(index, &key, id, live) {
                     return Ok((stats, Counted::Adopted));
                 }
+            }
+            let background = self
+                .background
+                .as_ref()
+                .filter(|b| later && id.size >= b.threshold());
+            if let Some(background) = background {
+                let open = || dir.open_seen(name, meta).map(|(blob, _)| blob);
+                return match background.request(&key, id, format, open) {
+                    Background::Counted(stats) => Ok((stats, Counted::Read)),
+                    Background::Counting { .. } => Ok((RecordStats::default(), Counted::Later)),
+                    Background::Failed(why) => Err(io::Error::other(why)),
+                };
             }
         }
         self.read_counts(dir, name, meta, format)
@@ -252,7 +275,12 @@ impl RecordCounter for Catalog {
     fn count(&self, dir: &Dir, name: &str, format: RecordFormat) -> io::Result<RecordStats> {
         let meta = dir.stat_at(name)?;
         dir.check_readable(&meta)?;
-        self.count_identified(dir, name, &meta, format, None)
-            .map(|(stats, _)| stats)
+        // A daemon's leaf is not counted while someone waits either: a
+        // file left to the background makes the leaf's counts unknown
+        // for now (see `classify`).
+        match self.count_identified(dir, name, &meta, format, None, true)? {
+            (_, Counted::Later) => Err(io::Error::other(CountingLater)),
+            (stats, _) => Ok(stats),
+        }
     }
 }

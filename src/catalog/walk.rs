@@ -177,12 +177,16 @@ impl Catalog {
                         walk.counting,
                     );
                     let adopted = counted == Counted::Adopted;
-                    if counted != Counted::Cached {
+                    if !matches!(counted, Counted::Cached | Counted::Later) {
                         walk.new_files
                             .note(FileId::of(&meta), walk.sources.len(), adopted);
                     }
                     walk.add(source, adopted);
                     walk.warnings.extend(warnings);
+                    // A count stopped by the budget of the work this walk
+                    // is part of must not pass for an unreadable file.
+                    crate::work::check_current()
+                        .map_err(|e| Error::new(ErrorCode::AnswerLate, format!("{rel}: {e}")))?;
                 }
                 WalkItem::Dir {
                     parent,
@@ -343,8 +347,15 @@ impl Catalog {
             // count, cached or not.
             let counted = dir
                 .check_readable(meta)
-                .and_then(|()| self.count_identified(dir, name, meta, format, Some(renames)));
+                .and_then(|()| self.count_identified(dir, name, meta, format, Some(renames), true));
             match counted {
+                Ok((_, Counted::Later)) => (
+                    Counts::default(),
+                    false,
+                    StatsOrigin::Counting,
+                    Vec::new(),
+                    Counted::Later,
+                ),
                 Ok((stats, counted)) => (
                     Counts::from(stats),
                     true,

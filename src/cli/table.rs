@@ -155,6 +155,13 @@ pub fn stats(stats: &Stats) -> String {
             stats.untrusted_sources, stats.unreadable_sources
         );
     }
+    if stats.counting_sources > 0 {
+        let _ = writeln!(
+            out,
+            "counting    {} (left out of the totals until counted)",
+            stats.counting_sources
+        );
+    }
     if !stats.formats.is_empty() {
         let rows: Vec<Vec<String>> = stats
             .formats

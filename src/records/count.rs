@@ -68,6 +68,18 @@ impl RecordStats {
     }
 }
 
+/// The failure of a count handed to the background: the file's counts
+/// are not known yet (a later answer has them).
+#[derive(Debug, thiserror::Error)]
+#[error("the file is being counted in the background; ask again later")]
+pub struct CountingLater;
+
+/// Whether `err` is a count left to the background ([`CountingLater`]).
+pub fn is_counting_later(err: &io::Error) -> bool {
+    err.get_ref()
+        .is_some_and(|inner| inner.is::<CountingLater>())
+}
+
 /// Counts the records of the file at `path` (a path named from outside).
 pub fn count_file(path: &Path, format: RecordFormat) -> io::Result<RecordStats> {
     count_open(Blob::Local(File::open(path)?), format)

@@ -14,6 +14,8 @@
 //!   segments, including those too large to buffer;
 //! - `count`: counting a file's records, failures and timestamp span;
 //! - `parallel`: counting one large file in ranges on several threads;
+//! - `steps`: counting one file a bounded step at a time, resumable (the
+//!   background count of a file too large to count while someone waits);
 //! - `document`: `.json` documents;
 //! - [`read`]: reading the records back out, each as stored, resumable
 //!   after any record;
@@ -33,11 +35,14 @@ pub mod read;
 mod read_parallel;
 pub mod scan;
 mod segments;
+mod steps;
 mod structural;
 pub mod timestamp;
 mod validate;
 
-pub use count::{RecordStats, count_file, count_open, count_segments};
+pub use count::{
+    CountingLater, RecordStats, count_file, count_open, count_segments, is_counting_later,
+};
 pub use document::split_json_array;
 pub use format::RecordFormat;
 pub(crate) use parallel::{RangeReader, cut_points, threads_for};
@@ -45,4 +50,5 @@ pub use segments::{
     OversizeSegment, ProbedSegment, RECORD_SEPARATOR, SegmentVisitor, for_each_segment,
     for_each_segment_sized,
 };
+pub use steps::{CountProgress, count_step};
 pub use validate::probe_stream;

@@ -189,6 +189,13 @@ fn record_files(generation: &Dir) -> Result<Vec<(String, RecordFormat)>> {
 }
 
 fn unreadable(generation: &Dir, file_name: &str, e: std::io::Error) -> Error {
+    if crate::records::is_counting_later(&e) {
+        return Error::at(
+            ErrorCode::BeingCounted,
+            generation.path().join(file_name),
+            e.to_string(),
+        );
+    }
     Error::reading(
         ErrorCode::RecordFileUnreadable,
         generation.path().join(file_name),

@@ -118,6 +118,7 @@ fn stats_json_shape() {
             "record_count": 2, "failed_count": 1,
             "min_timestamp": "2026-01-01T00:00:00Z", "max_timestamp": "2026-01-01T00:00:00Z",
             "untrusted_sources": 0, "unreadable_sources": 0,
+            "counting_sources": 0, "counting": [],
             "formats": {"jsonl": {"sources": 1, "record_count": 2, "failed_count": 1}},
             "indexes": [
                 {"file": "p=1/a.jsonl", "index": "p=1/a.jsonl.44ad63f60af0f6db.idx",

@@ -13,9 +13,14 @@
 //! whose path has vanished, is a rename: it takes over that entry without
 //! being read. When several new paths (within one walk) or several vanished
 //! entries share an identity the match is ambiguous and the file is read.
+//!
+//! A daemon counts large files in the background (`background.rs`), so no
+//! answer waits for one.
 
+mod background;
 mod entries;
 mod persisted;
+mod progress;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -30,7 +35,9 @@ use super::cache::{FileId, HitCount, HitCounter};
 use crate::error::Result;
 use crate::records::RecordStats;
 
+pub use background::{Background, BackgroundCounts};
 pub use persisted::{CacheFile, DEFAULT_DIR, DEFAULT_NAME, SCHEMA};
+pub use progress::beside as progress_beside;
 
 /// `(size, mtime_ns)`: what identifies a file across restarts and renames.
 type Identity = (u64, i64);
