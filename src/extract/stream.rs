@@ -14,7 +14,12 @@
 //! Producers are threads, so how many run at once is bounded
 //! ([`Producers`]): starting one past the bound stops the least recently
 //! used one of another stream, which restarts from its checkpoints when
-//! it is read again.
+//! it is read again. A producer whose stream is not read for [`IDLE`] is
+//! stopped the same way, and one whose stream is closed stops at once:
+//! each runs within a [`Work`] that is cancelled then, so it stops at its
+//! next file read even while it reads on without sending anything (a long
+//! run of invalid bytes that it skips), never later. It never runs ahead
+//! of its reader by more than the two pieces of its channel.
 //!
 //! The bytes are the same on every restart because the plan reads a
 //! snapshot: a record file up to the size it had when the plan was made,
@@ -32,6 +37,7 @@ use parking_lot::Mutex;
 use super::{Output, Plan, Position};
 use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode, Result};
+use crate::work::{self, Work};
 
 /// Output bytes per piece handed from a producer to readers.
 const PIECE: usize = 128 << 10;
@@ -48,6 +54,9 @@ const KEPT_BEHIND: usize = 1 << 20;
 /// ahead, or over a leaf whose records are all left out, must not hold a
 /// serving thread for good.
 pub const READ_BUDGET: Duration = Duration::from_secs(30);
+/// A producer whose stream is not read for this long is stopped (and
+/// resumes from its checkpoint when read again).
+pub const IDLE: Duration = Duration::from_secs(3);
 
 /// What a producer sends.
 enum Piece {
@@ -68,10 +77,50 @@ pub struct Producers {
 
 impl Producers {
     pub fn new(limit: usize) -> Arc<Producers> {
-        Arc::new(Producers {
+        let producers = Arc::new(Producers {
             limit: limit.max(1),
             running: Mutex::new(VecDeque::new()),
-        })
+        });
+        let sweeping = Arc::downgrade(&producers);
+        let spawned = std::thread::Builder::new()
+            .name("pchronicle-idle-records".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(IDLE / 3);
+                    match sweeping.upgrade() {
+                        Some(producers) => producers.stop_idle(),
+                        None => return,
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("idle `.records` producers will not be stopped: {e}");
+        }
+        producers
+    }
+
+    /// Stops the producers of streams nobody read for [`IDLE`].
+    fn stop_idle(&self) {
+        let mut running = self.running.lock();
+        running.retain(|stream| {
+            let Some(stream) = stream.upgrade() else {
+                return false;
+            };
+            // A stream being read right now is not idle.
+            let Some(mut state) = stream.try_lock() else {
+                return true;
+            };
+            if state.read_at.elapsed() < IDLE {
+                return true;
+            }
+            state.pause();
+            false
+        });
+    }
+
+    /// Streams with a producer running.
+    pub fn running(&self) -> usize {
+        self.running.lock().len()
     }
 
     /// Notes that `state` (locked by the caller) starts or uses a
@@ -120,6 +169,8 @@ struct State {
     /// position that resumes there: kept as a checkpoint when the producer
     /// is paused, so it resumes where it was.
     latest: Option<(u64, Position)>,
+    /// When the stream was last read.
+    read_at: Instant,
 }
 
 struct Producer {
@@ -129,6 +180,15 @@ struct Producer {
     /// Output offset just past the last byte received.
     reached: u64,
     done: bool,
+    /// The producer thread's work, cancelled when this goes.
+    work: Arc<Work>,
+}
+
+impl Drop for Producer {
+    /// Stops the producer thread at its next read, whatever it is doing.
+    fn drop(&mut self) {
+        self.work.cancel();
+    }
 }
 
 impl RecordsStream {
@@ -143,6 +203,7 @@ impl RecordsStream {
                 spacing: CHECKPOINT_EVERY,
                 end: None,
                 latest: None,
+                read_at: Instant::now(),
             })),
         }
     }
@@ -150,6 +211,7 @@ impl RecordsStream {
     /// Up to `size` bytes at `offset` (fewer only at the end).
     pub fn read(&self, offset: u64, size: usize) -> Result<Vec<u8>> {
         let mut state = self.state.lock();
+        state.read_at = Instant::now();
         if state.end.is_some_and(|end| offset >= end) {
             return Ok(Vec::new());
         }
@@ -241,9 +303,11 @@ impl RecordsStream {
         let (sender, pieces) = sync_channel(2);
         let plan = Arc::clone(&self.plan);
         let catalog = Arc::clone(&self.catalog);
+        let work = Work::cancellable("producing `.records`");
+        let producing = Arc::clone(&work);
         let spawned = std::thread::Builder::new()
             .name("pchronicle-records".into())
-            .spawn(move || produce(&plan, &catalog, position, sender));
+            .spawn(move || work::within(&producing, || produce(&plan, &catalog, position, sender)));
         if let Err(e) = spawned {
             let (failed, pieces) = sync_channel(1);
             let _ = failed.send(Piece::Failed(Error::io(
@@ -255,6 +319,7 @@ impl RecordsStream {
                 window: VecDeque::new(),
                 reached: at,
                 done: false,
+                work,
             };
         }
         Producer {
@@ -262,6 +327,7 @@ impl RecordsStream {
             window: VecDeque::new(),
             reached: at,
             done: false,
+            work,
         }
     }
 }
