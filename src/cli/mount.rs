@@ -11,7 +11,8 @@ use clap::Args;
 use super::WalkArgs;
 use crate::catalog::{CatalogOptions, CountCachePlace};
 use crate::error::Result;
-use crate::fs::{FsOptions, MountConfig, Mounted};
+use crate::fs::handles::HandleLimits;
+use crate::fs::{FsOptions, MountConfig, Mounted, WorkerOptions};
 
 // The flags of `mount`.
 #[derive(Args, Debug)]
@@ -60,11 +61,39 @@ pub(super) struct MountArgs {
     /// listings elsewhere.
     #[arg(long, value_name = "N", default_value_t = 4, help_heading = "Serving")]
     threads: usize,
-    /// Longest a `.stats`/`.sources` render may walk (`60s`, `5m`; a bare
-    /// number is seconds); a longer one is answered with EIO (and
-    /// logged) instead of holding a serving thread.
+    /// Longest a slow answer may take (`60s`, `5m`; a bare number is
+    /// seconds): a `.stats`/`.sources` render, a count, a read of
+    /// `.records` or of a remote file. Past it the request is answered
+    /// with EIO (and logged); what was counted meanwhile is kept.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration_s, help_heading = "Serving")]
     render_timeout: Duration,
+    /// Threads making the answers that may be slow (renders, counts,
+    /// `.records`, remote reads), so the serving threads never wait for
+    /// one; requests past 256 waiting for them are answered EAGAIN.
+    #[arg(long, value_name = "N", default_value_t = 8, help_heading = "Serving")]
+    workers: usize,
+    /// Record files at least this large (MiB) that were never counted
+    /// are counted in the background, one step at a time; meanwhile
+    /// `.stats` and `.sources` show them as being counted (`counting`)
+    /// instead of waiting. 0 counts every file in the background.
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 256,
+        help_heading = "Serving"
+    )]
+    count_in_background_mib: u64,
+    /// Open files and directories of the mount one user may hold at once
+    /// (past it, EMFILE), so one user cannot take the daemon's
+    /// descriptors from the others. Kept below half of what the daemon's
+    /// descriptor limit leaves after its own reserve.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4096,
+        help_heading = "Access"
+    )]
+    max_handles_per_user: usize,
     /// Log a line of metrics this often (`10s`, `1m`; a bare number is
     /// seconds): request counts and latencies per operation, renders,
     /// cache hit rates, resident memory (see docs/operations.md).
@@ -109,14 +138,19 @@ impl MountArgs {
             options,
             threads,
             render_timeout,
+            workers,
+            count_in_background_mib,
+            max_handles_per_user,
             log,
             log_metrics,
             no_passthrough,
             walk,
             cache,
         } = self;
+        let budget = render_timeout.max(Duration::from_secs(1));
         let catalog = CatalogOptions {
-            walk_budget: Some(render_timeout.max(Duration::from_secs(1))),
+            walk_budget: Some(budget),
+            background_count_bytes: Some(count_in_background_mib.saturating_mul(1 << 20)),
             ..cache.apply(walk.options())
         };
         // A remote warehouse is listed again at most once per attribute
@@ -137,11 +171,21 @@ impl MountArgs {
                 render_cache_bytes: cache.render_cache_mib.saturating_mul(1 << 20),
                 // Set by the mount from who may read it.
                 shared: false,
+                // Set by the daemon from its descriptor limit.
+                handle_limits: HandleLimits {
+                    per_user: max_handles_per_user.max(1),
+                    ..HandleLimits::default()
+                },
             },
             foreground,
             allow_other,
             options,
             threads,
+            workers: WorkerOptions {
+                threads: workers.max(1),
+                budget,
+                ..WorkerOptions::default()
+            },
             log,
             passthrough: !no_passthrough && !remote,
             log_metrics,

@@ -191,6 +191,10 @@ fn spawn_log_rotation(dir: Dir) {
     let spawned = std::thread::Builder::new()
         .name("log-rotation".into())
         .spawn(move || {
+            // A failed rotation (a full disk, a state directory made
+            // unsafe) is tried again at every check: the log must not grow
+            // for good. Said once per run of failures.
+            let mut failing = false;
             loop {
                 std::thread::sleep(LOG_ROTATE_CHECK);
                 let stderr = std::io::stderr();
@@ -199,14 +203,17 @@ fn spawn_log_rotation(dir: Dir) {
                 }) {
                     Ok(false) => {}
                     Ok(true) => {
+                        failing = false;
                         log::info!("started a new {LOG_NAME}; the last one is {LOG_NAME}.1")
                     }
-                    Err(e) => {
+                    Err(e) if !failing => {
+                        failing = true;
                         log::warn!(
-                            "could not start a new {LOG_NAME}: {e}; it is no longer rotated"
+                            "could not start a new {LOG_NAME}: {e}; trying again every {} s",
+                            LOG_ROTATE_CHECK.as_secs()
                         );
-                        return;
                     }
+                    Err(_) => {}
                 }
             }
         });

@@ -17,6 +17,7 @@ pub use super::background::READY_FD_VAR;
 use super::background::{DaemonLog, ReadyPipe, daemon_log, spawn_daemon};
 use super::filesystem::{FsOptions, WarehouseFs};
 use super::fuse::FuseAdapter;
+use super::handles::HandleLimits;
 use super::mountpoint::{self, FS_NAME, MountState};
 use super::notify::Notifier;
 use crate::catalog::{Catalog, CatalogOptions};
@@ -37,6 +38,9 @@ pub struct MountConfig {
     pub options: Vec<String>,
     /// Request-serving threads.
     pub threads: usize,
+    /// The workers that make slow answers (renders, counts, `.records`,
+    /// remote reads), and their budget.
+    pub workers: super::WorkerOptions,
     /// Where a background daemon's log goes (discarded when `None`).
     pub log: Option<PathBuf>,
     /// Let the kernel read warehouse files itself where it offers
@@ -497,10 +501,14 @@ fn serve(
     crate::records::read::limit_threads(1);
     let fs_options = FsOptions {
         shared: acl == SessionACL::All,
+        handle_limits: HandleLimits::for_daemon(config.fs.handle_limits.per_user),
         ..config.fs.clone()
     };
-    let mut filesystem =
-        FuseAdapter::new(WarehouseFs::new(catalog, fs_options), config.passthrough);
+    let mut filesystem = FuseAdapter::new(
+        WarehouseFs::new(catalog, fs_options),
+        config.passthrough,
+        config.workers,
+    );
     let invalidations = filesystem.kernel();
     let observed = config
         .log_metrics

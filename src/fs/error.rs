@@ -61,7 +61,10 @@ impl FsError {
             || self.code().is_some_and(|code| {
                 matches!(
                     code,
-                    ErrorCode::PathNotFound | ErrorCode::PathInvalid | ErrorCode::NameNotUtf8
+                    ErrorCode::PathNotFound
+                        | ErrorCode::PathInvalid
+                        | ErrorCode::NameNotUtf8
+                        | ErrorCode::BeingCounted
                 )
             })
     }
@@ -101,6 +104,8 @@ impl From<Error> for FsError {
             (None, ErrorCode::PathNotFound | ErrorCode::PathInvalid | ErrorCode::NameNotUtf8) => {
                 Errno::ENOENT as i32
             }
+            (None, ErrorCode::BeingCounted) => Errno::EAGAIN as i32,
+            (None, ErrorCode::HandleLimit) => Errno::EMFILE as i32,
             (None, _) => Errno::EIO as i32,
         };
         FsError {

@@ -1,10 +1,16 @@
 //! The kernel protocol: a thin `fuser::Filesystem` over [`WarehouseFs`].
 //!
 //! Each operation decodes the request, makes one call into the
-//! filesystem and replies; [`answer!`] turns a failure into its errno and
-//! logs it with its stable code. A panic in a handler (a bug; no input
-//! should cause one) is caught, logged and answered `EIO` instead of
-//! ending the serving thread.
+//! filesystem and replies ([`serve!`]); a failure is turned into its errno
+//! and logged with its stable code, and a panic in a handler (a bug; no
+//! input should cause one) is caught, logged and answered `EIO` instead of
+//! ending the thread ([`super::requests`]).
+//!
+//! Serving threads only serve: an operation whose answer may take long (a
+//! render, a count, `.records`, a remote warehouse) is handed with its
+//! reply to the workers ([`super::workers`]), which answer it within its
+//! budget, and the serving thread reads the next request at once. What
+//! is slow is decided per request, from what its inode or handle is.
 //!
 //! Write-type operations are not implemented one by one: the mount is
 //! read-only (`MS_RDONLY`), so the kernel answers `EROFS` to every write,
@@ -26,74 +32,128 @@ use fuser::{
 use super::FsError;
 use super::control;
 use super::filesystem::{DirEntry, DirectoryReplier, Forget, Opened, WarehouseFs, XattrData};
+use super::invalidations::Invalidations;
 use super::metrics::{Metrics, Op};
-use super::passthrough::{Passthrough, Route};
+use super::passthrough::Route;
+use super::requests::Core;
+pub use super::requests::FAILURES_LOGGED_PER_MINUTE;
 use super::views::Caller;
-use crate::error::ErrorCode;
+use super::workers::{LateHook, Workers};
 
-/// Runs one request's handler: `$call` is the one call into the
-/// filesystem; its success is replied with `$ok`, its failure with its
-/// errno, logged with the operation, the inode and the error's code.
-/// Counted with its latency when the mount logs metrics.
+/// Answers one request here, on the serving thread: `$call` (with
+/// `$core` the shared [`Core`]) is the one call into the filesystem,
+/// `$ok` replies its success; a failure is replied with its errno.
 macro_rules! answer {
-    ($adapter:expr, $op:expr, $ino:expr, $reply:ident, $call:expr, |$value:pat_param| $ok:expr) => {{
+    ($adapter:expr, $op:expr, $ino:expr, $reply:ident, |$core:ident| $call:expr, |$value:pat_param| $ok:expr) => {{
         let op: Op = $op;
-        let started = $adapter.metrics.as_ref().map(|_| Instant::now());
-        // A panic counts as a failure.
-        let mut failed = true;
-        guarded(op.name(), || {
-            let result = $call;
-            match result {
-                Ok($value) => {
-                    failed = false;
-                    $ok
-                }
-                Err(error) => {
-                    $adapter.failed(op.name(), $ino, &error);
-                    $reply.error(Errno::from_i32(error.raw_errno()))
-                }
-            }
-        });
-        if let (Some(metrics), Some(started)) = (&$adapter.metrics, started) {
-            metrics.record(op, started.elapsed(), failed);
+        let ino: u64 = $ino;
+        let started = Instant::now();
+        let $core = &$adapter.core;
+        let answer = $core.call(op, ino, || $call);
+        $core.counted(op, started, matches!(answer, Some(Ok(_))));
+        match answer {
+            Some(Ok($value)) => super::requests::guarded(op.name(), || $ok),
+            Some(Err(errno)) => $reply.error(errno),
+            // A panic: the reply goes unsent (EIO).
+            None => drop($reply),
         }
     }};
 }
 
+/// Answers one request like [`answer!`], but when `$slow` on a worker,
+/// within the request's budget (so `$call` and `$ok` may only use what
+/// they own), and the serving thread goes on at once.
+macro_rules! serve {
+    ($adapter:expr, $slow:expr, $op:expr, $ino:expr, $reply:ident, |$core:ident| $call:expr, |$value:pat_param| $ok:expr) => {{
+        if $slow {
+            let op: Op = $op;
+            let ino: u64 = $ino;
+            let started = Instant::now();
+            let $core = Arc::clone(&$adapter.core);
+            $adapter
+                .workers
+                .submit(op.name(), ino, $reply, move |slot| {
+                    // Every file read of the answer stops at its deadline.
+                    let work = crate::work::Work::until("the answer", slot.deadline());
+                    let answer = crate::work::within(&work, || $core.call(op, ino, || $call));
+                    $core.counted(op, started, matches!(answer, Some(Ok(_))));
+                    // None: the watchdog answered it already.
+                    if let (Some(answer), Some($reply)) = (answer, slot.take()) {
+                        match answer {
+                            Ok($value) => super::requests::guarded(op.name(), || $ok),
+                            Err(errno) => $reply.error(errno),
+                        }
+                    }
+                });
+        } else {
+            answer!($adapter, $op, $ino, $reply, |$core| $call, |$value| $ok)
+        }
+    }};
+}
+
+/// How the workers making slow answers are sized.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerOptions {
+    /// Worker threads.
+    pub threads: usize,
+    /// Requests waiting for a worker, at most; past it, `EAGAIN`.
+    pub queue: usize,
+    /// Longest a request waits for its answer; past it, `EIO`.
+    pub budget: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            threads: 8,
+            queue: 256,
+            budget: Duration::from_secs(60),
+        }
+    }
+}
+
 /// The protocol adapter the FUSE session serves.
 pub struct FuseAdapter {
-    fs: Arc<WarehouseFs>,
+    core: Arc<Core>,
     /// Ask the kernel to read warehouse files itself where it can.
     wants_passthrough: bool,
-    passthrough: Passthrough,
-    failures_logged: LogBudget,
     /// The session's way to tell the kernel what to forget, once the
     /// session exists (see [`FuseAdapter::kernel`]).
     kernel: Arc<OnceLock<fuser::Notifier>>,
     invalidations: Invalidations,
-    /// Request counts and latencies, when the mount logs metrics.
-    metrics: Option<Arc<Metrics>>,
+    workers: Workers,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: WarehouseFs, wants_passthrough: bool) -> FuseAdapter {
+    pub fn new(fs: WarehouseFs, wants_passthrough: bool, workers: WorkerOptions) -> FuseAdapter {
+        let core = Arc::new(Core::new(fs));
+        // Weak: the watchdog must not keep the filesystem (whose catalog
+        // writes the counts when dropped) alive past the session.
+        let hook_core = Arc::downgrade(&core);
+        let late: LateHook = Arc::new(move |what| {
+            if let Some(core) = hook_core.upgrade() {
+                core.late(what);
+            }
+        });
         FuseAdapter {
-            fs: Arc::new(fs),
+            core,
             wants_passthrough,
-            passthrough: Passthrough::default(),
-            failures_logged: LogBudget::new(),
             kernel: Arc::default(),
             invalidations: Invalidations::default(),
-            metrics: None,
+            workers: Workers::new(workers.threads, workers.queue, workers.budget, late),
         }
     }
 
     /// Counts every request from now on; returns the counts and the
     /// filesystem for a reporter (which must not keep the filesystem
     /// alive past the session: its catalog writes the counts when dropped).
+    /// Called before the session starts, while nothing else holds the
+    /// adapter's state.
     pub fn observe(&mut self) -> (Arc<Metrics>, std::sync::Weak<WarehouseFs>) {
-        let metrics = Arc::clone(self.metrics.get_or_insert_with(Arc::default));
-        (metrics, Arc::downgrade(&self.fs))
+        let core =
+            Arc::get_mut(&mut self.core).expect("observe is called before any request is served");
+        let metrics = Arc::clone(core.metrics.get_or_insert_with(Arc::default));
+        (metrics, Arc::downgrade(&core.fs))
     }
 
     /// Where the session's notifier is put once the session is made:
@@ -102,13 +162,19 @@ impl FuseAdapter {
         Arc::clone(&self.kernel)
     }
 
+    fn fs(&self) -> &WarehouseFs {
+        &self.core.fs
+    }
+
     /// Hands the kernel's side of a refresh to the invalidation thread;
     /// the ticket [`control::REFRESH_DONE`] asks about.
     fn invalidate(&self, forget: Forget) -> u64 {
         self.invalidations
             .submit(forget, || self.kernel.get().cloned())
     }
+}
 
+impl Core {
     /// Replies to a successful open: a warehouse file through kernel
     /// passthrough where the mount uses it, else read by the daemon.
     fn opened(&self, ino: u64, opened: Opened, reply: ReplyOpen) {
@@ -148,204 +214,6 @@ fn open_flags(opened: Opened) -> FopenFlags {
         flags |= FopenFlags::FOPEN_DIRECT_IO;
     }
     flags
-}
-
-impl FuseAdapter {
-    /// Logs a failed request once, with the operation, the path it was
-    /// about and the error's code and cause: expected answers (a name that
-    /// is not there) at debug, everything else as a warning, within
-    /// [`FAILURES_LOGGED_PER_MINUTE`].
-    fn failed(&self, op: &str, ino: u64, error: &FsError) {
-        let about = || self.fs.describe(ino);
-        if error.is_expected() {
-            if log::log_enabled!(log::Level::Debug) {
-                log::debug!("{op} of {}: {error}", about());
-            }
-            return;
-        }
-        let (admitted, unlogged) = self.failures_logged.admit();
-        if unlogged > 0 {
-            log::warn!(
-                "error[{}]: {unlogged} more failed requests were not logged in the last minute",
-                ErrorCode::RequestFailed
-            );
-        }
-        if !admitted {
-            return;
-        }
-        let line = match error.code() {
-            Some(_) => format!("{op} of {}: {error}", about()),
-            None => format!(
-                "error[{}]: {op} of {}: {error}",
-                ErrorCode::RequestFailed,
-                about()
-            ),
-        };
-        log::warn!("{}", capped(line, FAILURE_LINE_BYTES));
-    }
-}
-
-/// The longest failure line logged: a path and a message may each be
-/// 4 KiB and more, escaped, and 60 of them a minute must stay small.
-const FAILURE_LINE_BYTES: usize = 1024;
-
-/// `line` cut to at most `max` bytes (at a character boundary), saying how
-/// much was left out.
-fn capped(line: String, max: usize) -> String {
-    if line.len() <= max {
-        return line;
-    }
-    let mut end = max;
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} more bytes)", &line[..end], line.len() - end)
-}
-
-/// The kernel's side of refreshes, sent from one thread of its own, in
-/// the order asked: no serving thread ever waits for it. (Invalidating a
-/// name waits for its directory's lock, which a lookup there holds while
-/// it waits for a serving thread: a serving thread that waited too could
-/// stall the mount.) Each refresh gets a ticket; the client asks whether
-/// its ticket is done.
-#[derive(Default)]
-struct Invalidations {
-    queue: parking_lot::Mutex<Option<std::sync::mpsc::Sender<(u64, Forget)>>>,
-    issued: std::sync::atomic::AtomicU64,
-    done: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Invalidations {
-    /// Queues `forget` for the kernel (reached through `kernel`, once the
-    /// session exists; before, there is nothing to invalidate); its ticket.
-    fn submit(&self, forget: Forget, kernel: impl FnOnce() -> Option<fuser::Notifier>) -> u64 {
-        use std::sync::atomic::Ordering;
-        let mut queue = self.queue.lock();
-        // Numbered under the lock, so tickets reach the thread in order.
-        let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
-        if queue.is_none() {
-            match kernel() {
-                Some(kernel) => *queue = self.start(kernel),
-                None => {
-                    self.done.fetch_max(ticket, Ordering::SeqCst);
-                    return ticket;
-                }
-            }
-        }
-        let sent = queue
-            .as_ref()
-            .is_some_and(|q| q.send((ticket, forget)).is_ok());
-        if !sent {
-            // No thread to send to: said done, the daemon's caches are.
-            log::warn!("the kernel's caches were not invalidated: no invalidation thread");
-            self.done.fetch_max(ticket, Ordering::SeqCst);
-        }
-        ticket
-    }
-
-    /// Whether every refresh up to `ticket` reached the kernel.
-    fn is_done(&self, ticket: u64) -> bool {
-        self.done.load(std::sync::atomic::Ordering::SeqCst) >= ticket
-    }
-
-    fn start(&self, kernel: fuser::Notifier) -> Option<std::sync::mpsc::Sender<(u64, Forget)>> {
-        let (queue, jobs) = std::sync::mpsc::channel::<(u64, Forget)>();
-        let done = Arc::clone(&self.done);
-        let spawned = std::thread::Builder::new()
-            .name("invalidations".into())
-            .spawn(move || {
-                for (ticket, forget) in jobs {
-                    // An ENOENT (the kernel does not hold it) is no failure.
-                    for (parent, name) in &forget.entries {
-                        if let Err(e) = kernel.inval_entry(INodeNo(*parent), OsStr::new(name)) {
-                            log::debug!("invalidating {name:?} in inode {parent}: {e}");
-                        }
-                    }
-                    for ino in &forget.inodes {
-                        if let Err(e) = kernel.inval_inode(INodeNo(*ino), 0, 0) {
-                            log::debug!("invalidating inode {ino}: {e}");
-                        }
-                    }
-                    done.fetch_max(ticket, std::sync::atomic::Ordering::SeqCst);
-                }
-            });
-        match spawned {
-            Ok(_) => Some(queue),
-            Err(e) => {
-                log::warn!("no invalidation thread: {e}");
-                None
-            }
-        }
-    }
-}
-
-/// Failed requests logged a minute at most: a hostile tree can make every
-/// request fail, and must not fill the disk the log is on. The rest are
-/// counted, and the count is logged with the next failure after the
-/// minute.
-pub const FAILURES_LOGGED_PER_MINUTE: u32 = 60;
-
-/// How many failed requests may still be logged this minute.
-struct LogBudget {
-    state: parking_lot::Mutex<Budget>,
-}
-
-struct Budget {
-    started: Instant,
-    logged: u32,
-    dropped: u64,
-}
-
-impl LogBudget {
-    fn new() -> LogBudget {
-        LogBudget {
-            state: parking_lot::Mutex::new(Budget {
-                started: Instant::now(),
-                logged: 0,
-                dropped: 0,
-            }),
-        }
-    }
-
-    /// Whether one more failure may be logged now, and how many were not
-    /// logged in the minute that just ended (to be said once, outside the
-    /// lock).
-    fn admit(&self) -> (bool, u64) {
-        let mut budget = self.state.lock();
-        let mut unlogged = 0;
-        if budget.started.elapsed() >= Duration::from_secs(60) {
-            unlogged = budget.dropped;
-            *budget = Budget {
-                started: Instant::now(),
-                logged: 0,
-                dropped: 0,
-            };
-        }
-        if budget.logged < FAILURES_LOGGED_PER_MINUTE {
-            budget.logged += 1;
-            (true, unlogged)
-        } else {
-            budget.dropped += 1;
-            (false, unlogged)
-        }
-    }
-}
-
-/// Runs one request's handler, answering `EIO` if it panics: the reply the
-/// handler owned is dropped unsent, which the kernel receives as `EIO`.
-fn guarded(op: &'static str, handler: impl FnOnce()) {
-    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler)) {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        log::error!(
-            "error[{}]: {op} panicked and was answered with EIO: {}",
-            ErrorCode::RequestFailed,
-            what.escape_debug()
-        );
-    }
 }
 
 struct Plain<'a>(&'a mut ReplyDirectory);
@@ -399,12 +267,12 @@ impl Filesystem for FuseAdapter {
             && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(2).is_ok()
         {
-            self.passthrough.enable();
+            self.core.passthrough.enable();
         }
         log::info!(
             "serving {} (kernel passthrough {})",
-            self.fs.catalog().root().display(),
-            if self.passthrough.is_on() {
+            self.fs().catalog().root().display(),
+            if self.core.passthrough.is_on() {
                 "on"
             } else {
                 "off"
@@ -414,37 +282,42 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        answer!(
+        let (caller, name) = (caller(req), name.to_os_string());
+        serve!(
             self,
+            self.fs().slow_lookup(&name),
             Op::Lookup,
             parent.0,
             reply,
-            self.fs.lookup(&caller(req), parent.0, name),
+            |core| core.fs.lookup(&caller, parent.0, &name),
             |e| reply.entry_with_ttls(&e.attr_ttl, &e.entry_ttl, &e.attr, Generation(0))
         )
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let fh = fh.map(|fh| fh.0);
-        answer!(
+        let (caller, fh) = (caller(req), fh.map(|fh| fh.0));
+        serve!(
             self,
+            self.fs().slow_inode(ino.0),
             Op::Getattr,
             ino.0,
             reply,
-            self.fs.getattr(&caller(req), ino.0, fh),
+            |core| core.fs.getattr(&caller, ino.0, fh),
             |(attr, ttl)| reply.attr(&ttl, &attr)
         )
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let writes = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        answer!(
+        let caller = caller(req);
+        serve!(
             self,
+            self.fs().slow_inode(ino.0),
             Op::Open,
             ino.0,
             reply,
-            self.fs.open(&caller(req), ino.0, writes),
-            |opened| self.opened(ino.0, opened, reply)
+            |core| core.fs.open(&caller, ino.0, writes),
+            |opened| core.opened(ino.0, opened, reply)
         )
     }
 
@@ -459,12 +332,13 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        answer!(
+        serve!(
             self,
+            self.fs().slow_handle(fh.0),
             Op::Read,
             ino.0,
             reply,
-            self.fs.read(fh.0, offset, size),
+            |core| core.fs.read(fh.0, offset, size),
             |data| reply.data(data.as_slice())
         )
     }
@@ -479,8 +353,8 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.passthrough.release(fh.0);
-        self.fs.release(fh.0);
+        self.core.passthrough.release(fh.0);
+        self.fs().release(fh.0);
         reply.ok();
     }
 
@@ -497,13 +371,15 @@ impl Filesystem for FuseAdapter {
         reply.error(Errno::ENOSYS);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        answer!(
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let caller = caller(req);
+        serve!(
             self,
+            self.fs().is_remote(),
             Op::Opendir,
             ino.0,
             reply,
-            self.fs.opendir(ino.0),
+            |core| core.fs.opendir(&caller, ino.0),
             |opened| {
                 let flags = open_flags(opened) | FopenFlags::FOPEN_CACHE_DIR;
                 reply.opened(FileHandle(opened.fh), flags)
@@ -524,7 +400,7 @@ impl Filesystem for FuseAdapter {
             Op::Readdir,
             ino.0,
             reply,
-            self.fs.readdir(ino.0, fh.0, offset, &mut Plain(&mut reply)),
+            |core| core.fs.readdir(ino.0, fh.0, offset, &mut Plain(&mut reply)),
             |()| reply.ok()
         )
     }
@@ -542,7 +418,8 @@ impl Filesystem for FuseAdapter {
             Op::Readdirplus,
             ino.0,
             reply,
-            self.fs
+            |core| core
+                .fs
                 .readdirplus(ino.0, fh.0, offset, &mut Plus(&mut reply)),
             |()| reply.ok()
         )
@@ -556,17 +433,22 @@ impl Filesystem for FuseAdapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.fs.release(fh.0);
+        self.fs().release(fh.0);
         reply.ok();
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+        self.fs().forget(ino.0, nlookup);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        answer!(self, Op::Statfs, ino.0, reply, self.fs.statfs(), |s| reply
-            .statfs(
+        answer!(
+            self,
+            Op::Statfs,
+            ino.0,
+            reply,
+            |core| core.fs.statfs(),
+            |s| reply.statfs(
                 s.blocks,
                 s.blocks_free,
                 s.blocks_available,
@@ -575,27 +457,32 @@ impl Filesystem for FuseAdapter {
                 s.block_size,
                 s.name_max,
                 s.fragment_size,
-            ))
+            )
+        )
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        answer!(
+        let (caller, name) = (caller(req), name.to_os_string());
+        serve!(
             self,
+            true,
             Op::Getxattr,
             ino.0,
             reply,
-            self.fs.getxattr(&caller(req), ino.0, name, size),
+            |core| core.fs.getxattr(&caller, ino.0, &name, size),
             |data| reply_xattr(reply, data)
         )
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        answer!(
+        let caller = caller(req);
+        serve!(
             self,
+            true,
             Op::Listxattr,
             ino.0,
             reply,
-            self.fs.listxattr(&caller(req), ino.0, size),
+            |core| core.fs.listxattr(&caller, ino.0, size),
             |data| reply_xattr(reply, data)
         )
     }
@@ -607,7 +494,7 @@ impl Filesystem for FuseAdapter {
             Op::Access,
             ino.0,
             reply,
-            self.fs.access(ino.0, writes),
+            |core| core.fs.access(ino.0, writes),
             |()| reply.ok()
         )
     }
@@ -631,7 +518,7 @@ impl Filesystem for FuseAdapter {
                 Op::Refresh,
                 ino.0,
                 reply,
-                asked.map_err(|_| FsError::from(nix::errno::Errno::EINVAL)),
+                |_core| asked.map_err(|_| FsError::from(nix::errno::Errno::EINVAL)),
                 |ticket| {
                     let done = u64::from(self.invalidations.is_done(ticket));
                     reply.ioctl(0, &done.to_ne_bytes())
@@ -649,9 +536,9 @@ impl Filesystem for FuseAdapter {
             Op::Refresh,
             ino.0,
             reply,
-            control::decode(in_data)
+            |core| control::decode(in_data)
                 .map_err(FsError::from)
-                .and_then(|name| self.fs.refresh(&caller(req), ino.0, name)),
+                .and_then(|name| core.fs.refresh(&caller(req), ino.0, name)),
             |forget| {
                 let ticket = self.invalidate(forget);
                 reply.ioctl(0, &ticket.to_ne_bytes())
@@ -664,17 +551,5 @@ fn reply_xattr(reply: ReplyXattr, data: XattrData) {
     match data {
         XattrData::Size(size) => reply.size(size),
         XattrData::Data(bytes) => reply.data(&bytes),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn long_failure_lines_are_cut_at_a_character_boundary() {
-        assert_eq!(super::capped("short".into(), 10), "short");
-        let line = "é".repeat(600);
-        let cut = super::capped(line.clone(), 1023);
-        assert!(cut.starts_with(&"é".repeat(511)), "{cut}");
-        assert!(cut.ends_with("… (178 more bytes)"), "{cut}");
     }
 }

@@ -15,7 +15,10 @@
 //! mounts, serves and stops, `background` starts the daemon, and
 //! [`notify`] tells a service manager when the mount is ready;
 //! [`control`] carries `pchronicle refresh` to a running mount;
-//! [`metrics`] counts requests for `--log-metrics`. What each operation returns is
+//! [`metrics`] counts requests for `--log-metrics`. Serving threads only
+//! serve: [`workers`] makes the answers that may be slow, within a budget,
+//! and `requests` is what every answer goes through wherever it is made;
+//! `invalidations` tells the kernel what a refresh made the daemon forget. What each operation returns is
 //! documented in `docs/filesystem.md`.
 
 pub mod attributes;
@@ -27,12 +30,15 @@ pub mod filesystem;
 pub mod fuse;
 pub mod handles;
 pub mod inodes;
+mod invalidations;
 pub mod metrics;
 pub mod mountpoint;
 pub mod notify;
 mod passthrough;
 pub mod render;
+mod requests;
 pub mod views;
+pub mod workers;
 pub mod xattrs;
 
 pub use daemon::{MountConfig, Mounted, mount};
@@ -41,6 +47,7 @@ pub use filesystem::{
     DirEntry, DirectoryReplier, Entry, Forget, FsOptions, FsStats, Opened, ReadData, WarehouseFs,
     XattrData,
 };
+pub use fuse::WorkerOptions;
 pub use inodes::ROOT;
 pub use mountpoint::unmount;
 pub use views::Caller;

@@ -6,24 +6,25 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use super::FsError;
-use crate::catalog::{Catalog, Entry, NodeKind};
+use crate::catalog::{Catalog, Entry, NodeKind, StatsOrigin};
 use crate::records::RecordFormat;
 
 /// The extended-attribute namespace pchronicle answers in.
 const XATTR_PREFIX: &str = "user.pchronicle.";
 
+/// Attributes by full name, with their values; `None`: a value still
+/// being made (a record count being counted in the background), which a
+/// read of it answers `EAGAIN` for.
+pub type Attrs = Vec<(String, Option<String>)>;
+
 /// The attributes of a synthetic file.
-pub fn of_synthetic() -> Vec<(String, String)> {
+pub fn of_synthetic() -> Attrs {
     vec![xattr("kind", "synthetic")]
 }
 
 /// The attributes of the node at `rel` (of kind `kind`), as `catalog`
 /// sees it, by full name.
-pub fn of_node(
-    catalog: &Catalog,
-    rel: &Path,
-    kind: NodeKind,
-) -> Result<Vec<(String, String)>, FsError> {
+pub fn of_node(catalog: &Catalog, rel: &Path, kind: NodeKind) -> Result<Attrs, FsError> {
     let mut out = vec![xattr("kind", kind_name(kind))];
     match kind {
         NodeKind::Directory => {}
@@ -42,7 +43,9 @@ pub fn of_node(
                 let snapshot = catalog.open(rel)?;
                 if let Some(source) = snapshot.sources.first() {
                     out.push(xattr("format", &source.format));
-                    if let Some(n) = source.counts.record_count {
+                    if source.stats_origin == StatsOrigin::Counting {
+                        out.push((format!("{XATTR_PREFIX}record_count"), None));
+                    } else if let Some(n) = source.counts.record_count {
                         out.push(xattr("record_count", &n.to_string()));
                     }
                 }
@@ -52,8 +55,8 @@ pub fn of_node(
     Ok(out)
 }
 
-fn xattr(name: &str, value: &str) -> (String, String) {
-    (format!("{XATTR_PREFIX}{name}"), value.to_string())
+fn xattr(name: &str, value: &str) -> (String, Option<String>) {
+    (format!("{XATTR_PREFIX}{name}"), Some(value.to_string()))
 }
 
 fn kind_name(kind: NodeKind) -> &'static str {

@@ -26,7 +26,7 @@ fn handles_live_from_open_to_release() {
     assert_eq!(fs.open_handles(), 0);
     let a = fs.open(&ROOT_CALLER, file, false).unwrap();
     let b = fs.open(&ROOT_CALLER, ino(&fs, "d/.stats"), false).unwrap();
-    let d = fs.opendir(ino(&fs, "d")).unwrap();
+    let d = fs.opendir(&ROOT_CALLER, ino(&fs, "d")).unwrap();
     assert_eq!(fs.open_handles(), 3);
     assert!(a.fh != b.fh && b.fh != d.fh);
     // A handle keeps reading the file it opened after it is removed.
@@ -88,7 +88,7 @@ fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
     wh.file("d/b.txt", "x");
     let fs = fs_with_ttl(&wh, Duration::ZERO);
     let dir = ino(&fs, "d");
-    let handle = fs.opendir(dir).unwrap();
+    let handle = fs.opendir(&ROOT_CALLER, dir).unwrap();
     let mut first = Buffer::with_room(5);
     fs.readdir(dir, handle.fh, 0, &mut first).unwrap();
     wh.file("d/c.txt", "x");
@@ -283,7 +283,7 @@ fn an_unchanged_file_keeps_its_page_cache_and_a_changed_one_drops_it() {
     // and settled.
     let d = ino(&fs, "d");
     let opendir = |fs: &pchronicle::fs::WarehouseFs| {
-        let opened = fs.opendir(d).unwrap();
+        let opened = fs.opendir(&ROOT_CALLER, d).unwrap();
         fs.release(opened.fh);
         opened.keep_cache
     };

@@ -80,7 +80,7 @@ fn names_the_mount_does_not_show_are_not_found() {
         errno(fs.getattr(&ROOT_CALLER, 999_999, None)),
         Errno::ENOENT
     );
-    assert_eq!(errno(fs.opendir(readme)), Errno::ENOTDIR);
+    assert_eq!(errno(fs.opendir(&ROOT_CALLER, readme)), Errno::ENOTDIR);
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn directory_reads_continue_at_their_offset_in_any_buffer_size() {
         );
     }
     // Offsets past the end return nothing.
-    let handle = fs.opendir(dir).unwrap();
+    let handle = fs.opendir(&ROOT_CALLER, dir).unwrap();
     let mut buffer = Buffer::with_room(10);
     fs.readdir(dir, handle.fh, 0, &mut buffer).unwrap();
     let mut past = Buffer::with_room(10);
@@ -218,7 +218,7 @@ fn writes_are_refused_and_handles_are_checked() {
     fs.access(readme, false).unwrap();
     assert_eq!(errno(fs.access(424_242, false)), Errno::ENOENT);
     assert_eq!(errno(fs.read(424_242, 0, 10)), Errno::EBADF);
-    let dir = fs.opendir(ROOT).unwrap();
+    let dir = fs.opendir(&ROOT_CALLER, ROOT).unwrap();
     assert_eq!(errno(fs.read(dir.fh, 0, 10)), Errno::EISDIR);
     let file = fs.open(&ROOT_CALLER, readme, false).unwrap();
     let mut buffer = Buffer::with_room(5);

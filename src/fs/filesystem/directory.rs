@@ -3,7 +3,7 @@
 //! it is read; `readdirplus` hands the kernel one reference per entry.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Instant, SystemTime};
 
 use fuser::{FileAttr, INodeNo};
@@ -17,6 +17,7 @@ use crate::fs::FsError;
 use crate::fs::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
 use crate::fs::handles::{DirItem, Handle};
 use crate::fs::inodes::{Synthetic, Target};
+use crate::fs::views::Caller;
 
 impl WarehouseFs {
     /// Opens the directory `ino`. The kernel may cache its entries; they
@@ -28,7 +29,7 @@ impl WarehouseFs {
     /// attributes (`readdirplus`), which renews every entry it holds in one
     /// request instead of one `lookup` per name (`ls -l` of a polled
     /// directory).
-    pub fn opendir(&self, ino: u64) -> Result<Opened, FsError> {
+    pub fn opendir(&self, caller: &Caller, ino: u64) -> Result<Opened, FsError> {
         let node = match self.target(ino)?.0 {
             Target::Path(rel) => self.dir_node(&rel)?,
             Target::Synthetic { .. } => return Err(Errno::ENOTDIR.into()),
@@ -51,7 +52,9 @@ impl WarehouseFs {
             keep
         };
         Ok(Opened {
-            fh: self.handles.add(ino, Handle::Dir(Mutex::new(None))),
+            fh: self
+                .handles
+                .add(ino, caller.uid, Handle::Dir(Mutex::new(None)))?,
             keep_cache,
             direct_io: false,
             file: None,
@@ -229,10 +232,53 @@ impl WarehouseFs {
                 let Target::Path(rel) = target else {
                     return Err(Errno::ENOTDIR.into());
                 };
-                let items = Arc::new(self.dir_items(ino, parent, &rel)?);
+                let items = self.shared_snapshot(ino, parent, &rel)?;
                 *slot = Some(Arc::clone(&items));
                 Ok(items)
             }
         }
     }
+
+    /// The entries of the directory `ino` as of now: the snapshot another
+    /// handle took when it was taken within the TTL and the directory's
+    /// kind and stat identity are still those it was taken from (what the
+    /// kernel itself would keep for as long), else a new one.
+    fn shared_snapshot(
+        &self,
+        ino: u64,
+        parent: u64,
+        rel: &Path,
+    ) -> Result<Arc<Vec<DirItem>>, FsError> {
+        let node = self.dir_node(rel)?;
+        let (kind, id) = (node.kind, FileId::of(&node.meta));
+        let ttl = self.options.attr_ttl;
+        let reused = self.snapshots.lock().get(&ino).and_then(|shared| {
+            let fresh = (shared.kind, shared.id) == (kind, id)
+                && shared.at.elapsed() < ttl
+                && !id.is_racy();
+            shared.items.upgrade().filter(|_| fresh)
+        });
+        if let Some(items) = reused {
+            return Ok(items);
+        }
+        let at = Instant::now();
+        let items = Arc::new(self.dir_items(ino, parent, rel)?);
+        let shared = Shared {
+            kind,
+            id,
+            at,
+            items: Arc::downgrade(&items),
+        };
+        self.snapshots.lock().insert(ino, shared);
+        Ok(items)
+    }
+}
+
+/// A directory snapshot handles share (see `shared_snapshot`); held only
+/// by the handles reading it.
+pub(super) struct Shared {
+    kind: NodeKind,
+    id: FileId,
+    at: Instant,
+    items: Weak<Vec<DirItem>>,
 }

@@ -42,7 +42,7 @@ use nix::errno::Errno;
 use parking_lot::Mutex;
 
 use super::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
-use super::handles::{Handle, Handles, pread};
+use super::handles::{Handle, HandleLimits, Handles, pread};
 use super::inodes::{InodeTable, Synthetic, Target};
 use super::render::{BIG_RENDER, RenderCounts, Renders, give_back_freed_memory};
 use super::views::{Caller, View, Views};
@@ -50,6 +50,7 @@ use super::{FsError, xattrs};
 
 mod answers;
 mod directory;
+mod extras;
 mod refresh;
 mod versions;
 
@@ -86,6 +87,9 @@ pub struct FsOptions {
     /// see different bytes in one synthetic file, which is then never
     /// served from the shared page cache.
     pub shared: bool,
+    /// How many handles one user, and all of them holding descriptors,
+    /// may have open.
+    pub handle_limits: HandleLimits,
 }
 
 impl Default for FsOptions {
@@ -96,6 +100,7 @@ impl Default for FsOptions {
             render_cache_entries: 256,
             render_cache_bytes: 4 << 20,
             shared: false,
+            handle_limits: HandleLimits::default(),
         }
     }
 }
@@ -120,6 +125,10 @@ pub struct WarehouseFs {
     /// and its own stat identity), so an unchanged directory's entries can
     /// stay in the kernel's cache across `opendir`s.
     listed: Mutex<HashMap<u64, Listed>>,
+    /// Per directory inode: the entries last read from offset 0, shared
+    /// by every handle that reads it again within the TTL while the
+    /// directory is unchanged (one copy, however many handles hold it).
+    snapshots: Mutex<HashMap<u64, directory::Shared>>,
     /// Per synthetic file inode: the one content it holds (see `versions`).
     versions: versions::Versions,
     /// The names the kernel was told do not exist, most recent ones (see
@@ -154,12 +163,13 @@ impl WarehouseFs {
                 options.render_cache_entries,
                 options.render_cache_bytes,
             ),
+            handles: Handles::new(options.handle_limits),
             options,
-            handles: Handles::new(),
             producers: Producers::new(RECORDS_PRODUCERS),
             shown: Mutex::new(HashMap::new()),
             pruned_at: AtomicU64::new(0),
             listed: Mutex::new(HashMap::new()),
+            snapshots: Mutex::new(HashMap::new()),
             negatives: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(NEGATIVES_KEPT).expect("not zero"),
             )),
@@ -398,7 +408,9 @@ impl WarehouseFs {
                     // checked again after a refresh.
                     let version = self.checked(&view, ino, which, &rel, version)?;
                     return Ok(Opened {
-                        fh: self.handles.add(ino, Handle::Bytes(version.bytes)),
+                        fh: self
+                            .handles
+                            .add(ino, caller.uid, Handle::Bytes(version.bytes))?,
                         keep_cache: true,
                         direct_io: false,
                         file: None,
@@ -441,7 +453,7 @@ impl WarehouseFs {
             }
         };
         Ok(Opened {
-            fh: self.handles.add(ino, handle),
+            fh: self.handles.add(ino, caller.uid, handle)?,
             keep_cache,
             direct_io,
             file,
@@ -481,90 +493,10 @@ impl WarehouseFs {
     pub fn forget(&self, ino: u64, nlookup: u64) {
         if self.inodes.forget(ino, nlookup) {
             self.listed.lock().remove(&ino);
+            self.snapshots.lock().remove(&ino);
             self.shown.lock().remove(&ino);
             self.versions.forget(ino);
         }
-    }
-
-    /// `statvfs` of the warehouse root.
-    pub fn statfs(&self) -> Result<FsStats, FsError> {
-        if self.catalog().root_dir().is_remote() {
-            // Object storage has no capacity to report: nothing free, and
-            // names as long as a key component may be.
-            return Ok(FsStats {
-                blocks: 0,
-                blocks_free: 0,
-                blocks_available: 0,
-                files: 0,
-                files_free: 0,
-                block_size: 4096,
-                name_max: 1024,
-                fragment_size: 4096,
-            });
-        }
-        let s = nix::sys::statvfs::statvfs(self.catalog().root())?;
-        Ok(FsStats {
-            blocks: s.blocks(),
-            blocks_free: s.blocks_free(),
-            blocks_available: s.blocks_available(),
-            files: s.files(),
-            files_free: s.files_free(),
-            block_size: s.block_size() as u32,
-            name_max: s.name_max() as u32,
-            fragment_size: s.fragment_size() as u32,
-        })
-    }
-
-    /// The extended attribute `name` of `ino` (only `user.pchronicle.*` are
-    /// kept; other namespaces are `EOPNOTSUPP`, so `ls -l` stops asking for
-    /// ACLs and labels after the first file).
-    pub fn getxattr(
-        &self,
-        caller: &Caller,
-        ino: u64,
-        name: &OsStr,
-        size: u32,
-    ) -> Result<XattrData, FsError> {
-        let name = name
-            .to_str()
-            .filter(|n| n.starts_with("user."))
-            .ok_or(Errno::EOPNOTSUPP)?;
-        let attrs = self.xattrs(caller, ino)?;
-        let (_, value) = attrs
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .ok_or(Errno::ENODATA)?;
-        XattrData::sized(value.into_bytes(), size)
-    }
-
-    /// The names of `ino`'s extended attributes, each NUL-terminated.
-    pub fn listxattr(&self, caller: &Caller, ino: u64, size: u32) -> Result<XattrData, FsError> {
-        let mut names = Vec::new();
-        for (name, _) in self.xattrs(caller, ino)? {
-            names.extend_from_slice(name.as_bytes());
-            names.push(0);
-        }
-        XattrData::sized(names, size)
-    }
-
-    /// Whether `ino` may be accessed (`writes`: write access was asked,
-    /// which is `EROFS`).
-    pub fn access(&self, ino: u64, writes: bool) -> Result<(), FsError> {
-        if writes {
-            return Err(Errno::EROFS.into());
-        }
-        self.target(ino)?;
-        Ok(())
-    }
-
-    fn xattrs(&self, caller: &Caller, ino: u64) -> Result<Vec<(String, String)>, FsError> {
-        let (target, _) = self.target(ino)?;
-        let view = self.views.of(caller)?;
-        let Target::Path(rel) = target else {
-            return Ok(xattrs::of_synthetic());
-        };
-        let node = self.node(&rel)?;
-        xattrs::of_node(&view.catalog, &rel, node.kind)
     }
 
     fn target(&self, ino: u64) -> Result<(Target, u64), FsError> {
@@ -609,6 +541,7 @@ impl WarehouseFs {
         if self.pruned_at.swap(sweeps, Ordering::Relaxed) != sweeps {
             self.inodes.retain_held(&mut self.shown.lock());
             self.inodes.retain_held(&mut self.listed.lock());
+            self.inodes.retain_held(&mut self.snapshots.lock());
         }
     }
 

@@ -100,8 +100,10 @@ impl WarehouseFs {
         self.mark_stale(&forget.inodes);
         {
             let mut listed = self.listed.lock();
+            let mut snapshots = self.snapshots.lock();
             for ino in &forget.inodes {
                 listed.remove(ino);
+                snapshots.remove(ino);
             }
         }
         self.views.forget_below(&scope);
