@@ -18,6 +18,7 @@ mod reads;
 mod records;
 #[cfg(feature = "remote")]
 mod remote;
+mod responsive;
 #[cfg(feature = "remote")]
 #[path = "../tests/support/s3.rs"]
 mod s3;
