@@ -147,13 +147,9 @@ impl FuseAdapter {
     /// Counts every request from now on; returns the counts and the
     /// filesystem for a reporter (which must not keep the filesystem
     /// alive past the session: its catalog writes the counts when dropped).
-    /// Called before the session starts, while nothing else holds the
-    /// adapter's state.
     pub fn observe(&mut self) -> (Arc<Metrics>, std::sync::Weak<WarehouseFs>) {
-        let core =
-            Arc::get_mut(&mut self.core).expect("observe is called before any request is served");
-        let metrics = Arc::clone(core.metrics.get_or_insert_with(Arc::default));
-        (metrics, Arc::downgrade(&core.fs))
+        let metrics = Arc::clone(self.core.metrics.get_or_init(Arc::default));
+        (metrics, Arc::downgrade(&self.core.fs))
     }
 
     /// Where the session's notifier is put once the session is made:

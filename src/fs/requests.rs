@@ -16,13 +16,19 @@ use super::passthrough::Passthrough;
 use super::workers::Late;
 use crate::error::ErrorCode;
 
+/// Where requests' failures are logged, whichever thread answered them:
+/// the protocol layer's name, which operators filter on
+/// (`RUST_LOG=pchronicle::fs::fuse=debug`, see docs/operations.md).
+const LOG_TARGET: &str = "pchronicle::fs::fuse";
+
 /// The state a request's answer needs, wherever it is made.
 pub struct Core {
     pub fs: Arc<WarehouseFs>,
     pub passthrough: Passthrough,
     failures_logged: LogBudget,
-    /// Request counts and latencies, when the mount logs metrics.
-    pub metrics: Option<Arc<Metrics>>,
+    /// Request counts and latencies, when the mount logs metrics (set
+    /// once, before the session serves).
+    pub metrics: std::sync::OnceLock<Arc<Metrics>>,
 }
 
 impl Core {
@@ -31,7 +37,7 @@ impl Core {
             fs: Arc::new(fs),
             passthrough: Passthrough::default(),
             failures_logged: LogBudget::new(),
-            metrics: None,
+            metrics: std::sync::OnceLock::new(),
         }
     }
 
@@ -59,7 +65,7 @@ impl Core {
     /// Counts one request answered (successfully or not) with its latency
     /// from `started`, when the mount logs metrics.
     pub fn counted(&self, op: Op, started: Instant, ok: bool) {
-        if let Some(metrics) = &self.metrics {
+        if let Some(metrics) = self.metrics.get() {
             metrics.record(op, started.elapsed(), !ok);
         }
     }
@@ -94,12 +100,13 @@ impl Core {
         let (admitted, unlogged) = self.failures_logged.admit();
         if unlogged > 0 {
             log::warn!(
+                target: LOG_TARGET,
                 "error[{}]: {unlogged} more failed requests were not logged in the last minute",
                 ErrorCode::RequestFailed
             );
         }
         if admitted {
-            log::warn!("{}", capped(line, FAILURE_LINE_BYTES));
+            log::warn!(target: LOG_TARGET, "{}", capped(line, FAILURE_LINE_BYTES));
         }
     }
 }
@@ -116,8 +123,8 @@ impl Core {
     pub fn failed(&self, op: &str, ino: u64, error: &FsError) {
         let about = || self.fs.describe(ino);
         if error.is_expected() {
-            if log::log_enabled!(log::Level::Debug) {
-                log::debug!("{op} of {}: {error}", about());
+            if log::log_enabled!(target: LOG_TARGET, log::Level::Debug) {
+                log::debug!(target: LOG_TARGET, "{op} of {}: {error}", about());
             }
             return;
         }
@@ -212,6 +219,7 @@ pub fn guarded(op: &'static str, handler: impl FnOnce()) {
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         log::error!(
+            target: LOG_TARGET,
             "error[{}]: {op} panicked and was answered with EIO: {}",
             ErrorCode::RequestFailed,
             what.escape_debug()

@@ -121,27 +121,32 @@ impl Read for RangeReader<'_> {
     }
 }
 
+/// `n` records with timestamps, a torn one every 997th and a packed
+/// separator every third: what ranges and steps must count alike.
+#[cfg(test)]
+pub(super) fn mixed_records(n: u64) -> Vec<u8> {
+    let mut data = Vec::new();
+    for i in 0..n {
+        if i % 997 == 0 {
+            data.extend_from_slice(b"{\"torn\":\n");
+        }
+        data.extend_from_slice(format!("{{\"i\":{i},\"ts\":{}}}\n", 1_700_000_000 + i).as_bytes());
+        if i % 3 == 0 {
+            data.push(super::RECORD_SEPARATOR);
+        }
+    }
+    data
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::RECORD_SEPARATOR;
 
     #[test]
     fn parallel_ranges_match_serial_count() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big.jsonl");
-        let mut data = Vec::new();
-        for i in 0..20_000u64 {
-            if i % 997 == 0 {
-                data.extend_from_slice(b"{\"torn\":\n");
-            }
-            data.extend_from_slice(
-                format!("{{\"i\":{i},\"ts\":{}}}\n", 1_700_000_000 + i).as_bytes(),
-            );
-            if i % 3 == 0 {
-                data.push(RECORD_SEPARATOR);
-            }
-        }
+        let data = mixed_records(20_000);
         std::fs::write(&path, &data).unwrap();
         let serial = count_segments(&data[..]).unwrap();
         let file = Blob::Local(std::fs::File::open(&path).unwrap());

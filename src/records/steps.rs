@@ -161,7 +161,6 @@ fn prefix_fails(file: &Blob, start: u64, end: u64) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::RECORD_SEPARATOR;
 
     fn blob(bytes: &[u8]) -> (tempfile::TempDir, Blob) {
         let dir = tempfile::tempdir().unwrap();
@@ -190,18 +189,7 @@ mod tests {
 
     #[test]
     fn steps_add_up_to_the_whole_count() {
-        let mut data = Vec::new();
-        for i in 0..60_000u64 {
-            if i % 997 == 0 {
-                data.extend_from_slice(b"{\"torn\":\n");
-            }
-            data.extend_from_slice(
-                format!("{{\"i\":{i},\"ts\":{}}}\n", 1_700_000_000 + i).as_bytes(),
-            );
-            if i % 3 == 0 {
-                data.push(RECORD_SEPARATOR);
-            }
-        }
+        let data = crate::records::parallel::mixed_records(60_000);
         let whole = count_segments(&data[..]).unwrap();
         let (stats, steps) = stepped(&data, BLOCK as u64);
         assert_eq!(stats, whole);
