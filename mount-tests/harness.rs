@@ -241,6 +241,16 @@ pub fn within(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Durati
     }
 }
 
+/// Every mount, of any type, at `dir` or below it.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountpoint::parse_mountinfo(&table)
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|at| at.starts_with(dir))
+        .collect()
+}
+
 /// `getxattr(2)` of `name` on `path`, as text; `Err(errno)` on failure.
 pub fn getxattr(path: &Path, name: &str) -> Result<String, i32> {
     let p = CString::new(path.as_os_str().as_bytes()).unwrap();

@@ -19,9 +19,10 @@ pub(super) struct MountArgs {
     /// The warehouse directory to show: local, or `s3://BUCKET/PREFIX`
     /// (read only; endpoint and credentials from the AWS environment).
     warehouse: PathBuf,
-    /// An empty directory outside the warehouse, or `/dev/fd/N`: an open
-    /// `/dev/fuse` descriptor already mounted by the caller (a container
-    /// runtime), served in this process.
+    /// An empty directory outside the warehouse (not a symlink: its own
+    /// name is never followed), or `/dev/fd/N`: an open `/dev/fuse`
+    /// descriptor already mounted by the caller (a container runtime),
+    /// served in this process.
     mountpoint: PathBuf,
     /// Serve in this process until unmounted or interrupted (for
     /// tests and service managers).
@@ -193,7 +194,8 @@ const REMOTE_LISTING_TTL_MIN: Duration = Duration::from_secs(1);
 // The flags of `umount`.
 #[derive(Args, Debug)]
 pub(super) struct UmountArgs {
-    /// The directory given to `pchronicle mount`.
+    /// The directory given to `pchronicle mount` (a symlink is refused,
+    /// never followed).
     mountpoint: PathBuf,
     /// Detach now even if the mount is busy; the kernel finishes when
     /// the last user leaves.
