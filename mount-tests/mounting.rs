@@ -1,6 +1,7 @@
-//! Where a mount lands: a mount point replaced by a
+//! Where a mount lands and what it lets run: a mount point replaced by a
 //! symlink (root mounting at a path a user controls) is refused, never
-//! followed, by `mount` and `umount` alike, as root and as a user.
+//! followed, by `mount` and `umount` alike, as root and as a user; and a
+//! mount runs no program from the warehouse unless `-o exec` asks for it.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use pchronicle::fs::mountpoint::{self, MountState};
 
 use crate::harness::{
-    Mounted, bin, empty_mount_point, fuse_usable, mounts_under, wait_with_timeout,
+    Mounted, bin, empty_mount_point, fuse_usable, mount_options, mounts_under, wait_with_timeout,
 };
 use crate::hostile::{as_user, test_user};
 use crate::support::{Warehouse, jsonl};
@@ -140,4 +141,52 @@ fn a_symlink_at_a_users_mount_point_is_refused_too() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains(SYMLINK_REFUSED), "{said}");
     assert_eq!(mounts_under(dir.path()), Vec::<PathBuf>::new(), "{said}");
+}
+
+#[test]
+fn mounts_are_noexec_unless_exec_is_asked_for() {
+    let wh = small_warehouse();
+    let Some(m) = Mounted::start(wh.path(), &[]) else {
+        return;
+    };
+    let options = mount_options(&m.mnt).expect("in the mount table");
+    for wanted in ["ro", "nosuid", "nodev", "noexec"] {
+        assert!(options.iter().any(|o| o == wanted), "{wanted}: {options:?}");
+    }
+    drop(m);
+    let m = Mounted::start(wh.path(), &["-o", "exec"]).unwrap();
+    let options = mount_options(&m.mnt).expect("in the mount table");
+    assert!(!options.iter().any(|o| o == "noexec"), "{options:?}");
+    for wanted in ["ro", "nosuid", "nodev"] {
+        assert!(options.iter().any(|o| o == wanted), "{wanted}: {options:?}");
+    }
+}
+
+/// A warehouse with an executable script at its top level.
+fn warehouse_with_a_program() -> Warehouse {
+    let wh = small_warehouse();
+    wh.file("tool", "#!/bin/sh\necho ran\n");
+    fs::set_permissions(wh.abs("tool"), fs::Permissions::from_mode(0o755)).unwrap();
+    wh
+}
+
+#[test]
+fn a_writers_program_does_not_run_from_a_default_mount() {
+    let wh = warehouse_with_a_program();
+    let Some(m) = Mounted::start(wh.path(), &[]) else {
+        return;
+    };
+    let tool = m.at("tool");
+    // Executable by its mode: what refuses is the mount.
+    let mode = fs::metadata(&tool).unwrap().permissions().mode();
+    assert_eq!(mode & 0o111, 0o111, "{mode:o}");
+    let err = Command::new(&tool)
+        .output()
+        .expect_err("a program on a noexec mount does not start");
+    assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
+    drop(m);
+
+    let m = Mounted::start(wh.path(), &["-o", "exec"]).unwrap();
+    let out = Command::new(m.at("tool")).output().expect("it runs");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
 }

@@ -54,7 +54,8 @@ pub(super) struct MountArgs {
     negative_ttl: Duration,
     /// Mount options, comma-separated, fuse style: ro, allow_other,
     /// allow_root, default_permissions, nodev, nosuid, noexec, exec,
-    /// noatime, atime. The mount is always read-only.
+    /// noatime, atime. The mount is always read-only, nodev and nosuid,
+    /// and noexec unless `exec` is given.
     #[arg(short = 'o', value_name = "OPTIONS", help_heading = "Access")]
     options: Vec<String>,
     /// Threads serving requests, so one slow `.stats` does not hold up

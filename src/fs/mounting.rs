@@ -16,6 +16,11 @@
 //! still lead to the checked directory. `fusermount3` then looks the name
 //! up once more, refuses a symlink there itself, and mounts only where
 //! the user may write, `nosuid,nodev`; that second look is the window left.
+//!
+//! Whatever the mount shows was written by the warehouse's writers, so a
+//! mount is `nosuid,nodev,noexec` unless `-o exec` asks for programs to
+//! run from it: a mount over a directory in someone's `PATH` must not run
+//! a writer's executable as that someone.
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -195,7 +200,8 @@ fn is_within(dir: &OwnedFd, root: (u64, u64)) -> std::io::Result<bool> {
 /// Mounts a new `/dev/fuse` descriptor on the checked `mount_point`
 /// itself, typed `fuse.pchronicle` (what `/etc/fstab`, `findmnt -t` and
 /// `umount -t` name; fuser mounts plain `fuse`), always read-only, without
-/// devices or set-id bits, with the kernel checking permissions; `None`
+/// devices or set-id bits, without programs unless `options` hold
+/// [`MountOption::Exec`], with the kernel checking permissions; `None`
 /// when this process may not mount (not root), for fuser to mount through
 /// fusermount3 at [`MountPoint::path_if_unchanged`].
 ///
@@ -231,12 +237,11 @@ pub(super) fn mount_device(
         data.push_str(",allow_other");
     }
     let mut flags = MsFlags::MS_RDONLY | MsFlags::MS_NODEV | MsFlags::MS_NOSUID;
-    for option in options {
-        flags |= match option {
-            MountOption::NoExec => MsFlags::MS_NOEXEC,
-            MountOption::NoAtime => MsFlags::MS_NOATIME,
-            _ => MsFlags::empty(),
-        };
+    if !options.contains(&MountOption::Exec) {
+        flags |= MsFlags::MS_NOEXEC;
+    }
+    if options.contains(&MountOption::NoAtime) {
+        flags |= MsFlags::MS_NOATIME;
     }
     let fs_type = format!("fuse.{FS_NAME}");
     let onto = Path::new("/proc/self/fd").join(target.as_raw_fd().to_string());
@@ -303,7 +308,8 @@ const FUSE_DEVICE: (u64, u64) = (10, 229);
 
 /// The fuser mount options for `-o` options as given (each may hold
 /// several, comma-separated) and `--allow-other`: always read-only, with
-/// the kernel checking permissions, and with no devices or set-id bits.
+/// the kernel checking permissions, with no devices or set-id bits, and
+/// `noexec` unless `exec` is asked for.
 pub(super) fn fuse_options(
     given: &[String],
     allow_other: bool,
@@ -373,6 +379,9 @@ pub(super) fn fuse_options(
     if options.contains(&MountOption::Atime) && options.contains(&MountOption::NoAtime) {
         return Err(invalid("atime,noatime", "they contradict each other"));
     }
+    if !options.contains(&MountOption::Exec) && !options.contains(&MountOption::NoExec) {
+        options.push(MountOption::NoExec);
+    }
     Ok((options, acl))
 }
 
@@ -382,6 +391,37 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
+
+    fn options(given: &[&str]) -> Result<Vec<MountOption>> {
+        let given: Vec<String> = given.iter().map(|o| o.to_string()).collect();
+        Ok(fuse_options(&given, false)?.0)
+    }
+
+    #[test]
+    fn a_mount_is_noexec_unless_exec_is_asked_for() {
+        let plain = options(&[]).unwrap();
+        for wanted in [
+            MountOption::RO,
+            MountOption::NoDev,
+            MountOption::NoSuid,
+            MountOption::NoExec,
+        ] {
+            assert!(plain.contains(&wanted), "{wanted:?} in {plain:?}");
+        }
+        let exec = options(&["noatime,exec"]).unwrap();
+        assert!(exec.contains(&MountOption::Exec), "{exec:?}");
+        assert!(!exec.contains(&MountOption::NoExec), "{exec:?}");
+        assert!(options(&["noexec"]).unwrap().contains(&MountOption::NoExec));
+        for refused in [
+            &["exec", "noexec"][..],
+            &["exec,noexec"],
+            &["suid"],
+            &["rw"],
+        ] {
+            let err = options(refused).unwrap_err();
+            assert_eq!(err.code, ErrorCode::MountOptionInvalid, "{refused:?}");
+        }
+    }
 
     /// A temporary directory, canonical (a temp dir may be reached through
     /// a symlink), holding an empty `target` directory.
