@@ -462,7 +462,7 @@ mod tests {
         let err = checked.path_if_unchanged().unwrap_err();
         assert_eq!(err.code, ErrorCode::MountPointSymlink, "{err}");
         let held = rustix::fs::fstat(&checked.dir).unwrap();
-        let moved = rustix::fs::stat(&root.join("moved")).unwrap();
+        let moved = rustix::fs::stat(root.join("moved")).unwrap();
         assert_eq!((held.st_dev, held.st_ino), (moved.st_dev, moved.st_ino));
         // Replaced by another directory: refused too.
         fs::remove_file(root.join("target")).unwrap();
