@@ -241,6 +241,34 @@ pub fn within(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Durati
     }
 }
 
+/// The options of the mount at `mnt` (the per-mount field of
+/// `/proc/self/mountinfo`: `ro`, `nosuid`, `noexec`, ...); `None` when
+/// nothing is mounted there.
+pub fn mount_options(mnt: &Path) -> Option<Vec<String>> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let escaped = mnt.to_str().unwrap().replace(' ', "\\040");
+    let line = table
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(escaped.as_str()))?;
+    Some(
+        line.split(' ')
+            .nth(5)?
+            .split(',')
+            .map(String::from)
+            .collect(),
+    )
+}
+
+/// Every mount, of any type, at `dir` or below it.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountpoint::parse_mountinfo(&table)
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|at| at.starts_with(dir))
+        .collect()
+}
+
 /// `getxattr(2)` of `name` on `path`, as text; `Err(errno)` on failure.
 pub fn getxattr(path: &Path, name: &str) -> Result<String, i32> {
     let p = CString::new(path.as_os_str().as_bytes()).unwrap();

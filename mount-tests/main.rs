@@ -14,6 +14,7 @@ mod freshness;
 mod harness;
 mod hostile;
 mod lifecycle;
+mod mounting;
 mod reads;
 mod records;
 #[cfg(feature = "remote")]

@@ -100,8 +100,10 @@ fn daemon_of(mnt: &Path) -> Option<u32> {
     })
 }
 
-/// Checks the mount at `mnt` is ours, read-only, answers, and reads the
-/// warehouse; then `umount` takes it down and its daemon leaves.
+/// Checks the mount at `mnt` is ours, read-only, without devices, set-id
+/// bits or programs (mount(8) passes no `exec`: it is its default),
+/// answers, and reads the warehouse; then `umount` takes it down and its
+/// daemon leaves.
 fn serves_then_umounts(mnt: &Path) {
     assert_eq!(mountpoint::state(mnt), MountState::Live);
     let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -110,7 +112,7 @@ fn serves_then_umounts(mnt: &Path) {
         .find(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()))
         .expect("in the mount table");
     let options = line.split(' ').nth(5).unwrap();
-    for wanted in ["ro", "nosuid", "nodev"] {
+    for wanted in ["ro", "nosuid", "nodev", "noexec"] {
         assert!(options.split(',').any(|o| o == wanted), "{wanted}: {line}");
     }
     // The type fstab names, so `umount -t fuse.pchronicle` finds it too.

@@ -122,6 +122,9 @@ error_codes! {
     MountPointInsideWarehouse => "PCHRONICLE_MOUNT_POINT_INSIDE_WAREHOUSE",
         "the mount point lies inside the warehouse it would show, so the mount would contain itself",
         "Mount onto a directory outside the warehouse, e.g. `pchronicle mount WAREHOUSE /tmp/wh-mnt`.";
+    MountPointSymlink => "PCHRONICLE_MOUNT_POINT_SYMLINK",
+        "the mount point is a symlink; its last name is never followed, so that whoever can write the directory holding it cannot redirect the mount (or an unmount) elsewhere",
+        "Name the directory itself (`readlink -f MNT` shows where the link leads, if you trust it), or replace the link with an empty directory.";
     MountOptionInvalid => "PCHRONICLE_MOUNT_OPTION_INVALID",
         "a `-o` mount option is unknown or cannot be honoured (the mount is always read-only)",
         "Use only the options `pchronicle mount --help` lists (e.g. `-o allow_other,noatime`); drop `rw`.";

@@ -20,9 +20,10 @@ pub(super) struct MountArgs {
     /// The warehouse directory to show: local, or `s3://BUCKET/PREFIX`
     /// (read only; endpoint and credentials from the AWS environment).
     warehouse: PathBuf,
-    /// An empty directory outside the warehouse, or `/dev/fd/N`: an open
-    /// `/dev/fuse` descriptor already mounted by the caller (a container
-    /// runtime), served in this process.
+    /// An empty directory outside the warehouse (not a symlink: its own
+    /// name is never followed), or `/dev/fd/N`: an open `/dev/fuse`
+    /// descriptor already mounted by the caller (a container runtime),
+    /// served in this process.
     mountpoint: PathBuf,
     /// Serve in this process until unmounted or interrupted (for
     /// tests and service managers).
@@ -54,7 +55,8 @@ pub(super) struct MountArgs {
     negative_ttl: Duration,
     /// Mount options, comma-separated, fuse style: ro, allow_other,
     /// allow_root, default_permissions, nodev, nosuid, noexec, exec,
-    /// noatime, atime. The mount is always read-only.
+    /// noatime, atime. The mount is always read-only, nodev and nosuid,
+    /// and noexec unless `exec` is given.
     #[arg(short = 'o', value_name = "OPTIONS", help_heading = "Access")]
     options: Vec<String>,
     /// Threads serving requests, so one slow `.stats` does not hold up
@@ -237,7 +239,8 @@ const REMOTE_LISTING_TTL_MIN: Duration = Duration::from_secs(1);
 // The flags of `umount`.
 #[derive(Args, Debug)]
 pub(super) struct UmountArgs {
-    /// The directory given to `pchronicle mount`.
+    /// The directory given to `pchronicle mount` (a symlink is refused,
+    /// never followed).
     mountpoint: PathBuf,
     /// Detach now even if the mount is busy; the kernel finishes when
     /// the last user leaves.

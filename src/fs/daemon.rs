@@ -1,13 +1,16 @@
-//! The mount's lifecycle: checks before mounting, the daemon going to the
-//! background only once the mount answers, and a clean unmount on
-//! SIGINT, SIGTERM or SIGHUP.
+//! The mount's lifecycle: the warehouse and mount point checked before
+//! mounting, the daemon going to the background only once the mount
+//! answers, and a clean unmount on SIGINT, SIGTERM or SIGHUP.
 //!
-//! Going to the background is [`super::background`]'s: the daemon is this
-//! program run again with the command's own arguments, so a mount flag
-//! reaches it without being listed twice.
+//! Checking the mount point and making the mount itself are
+//! [`super::mounting`]'s. Going to the background is
+//! [`super::background`]'s: the daemon is this program run again with the
+//! command's own arguments, so a mount flag reaches it without being
+//! listed twice; it checks the mount point again itself, and mounts on
+//! the directory its own check opened.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -18,7 +21,8 @@ use super::background::{DaemonLog, ReadyPipe, daemon_log, spawn_daemon};
 use super::filesystem::{FsOptions, WarehouseFs};
 use super::fuse::FuseAdapter;
 use super::handles::HandleLimits;
-use super::mountpoint::{self, FS_NAME, MountState};
+use super::mounting::{MountPoint, fuse_descriptor, fuse_options, mount_device};
+use super::mountpoint;
 use super::notify::Notifier;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
@@ -74,7 +78,7 @@ pub struct Mounted {
 pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> {
     let daemon_of = ReadyPipe::from_env()?;
     bound_heap();
-    let (options, acl) = fuse_options(config)?;
+    let (options, acl) = fuse_options(&config.options, config.allow_other)?;
     let catalog = Catalog::new(&config.warehouse, config.catalog.clone())?;
     if !catalog.root_dir().is_remote() {
         std::fs::read_dir(catalog.root()).map_err(|e| Error::io(catalog.root(), &e))?;
@@ -113,10 +117,11 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
         )?;
         return Ok(mounted);
     }
-    let mount_point = check_mount_point(&config.mount_point, catalog.root())?;
+    let local = !catalog.root_dir().is_remote();
+    let mount_point = MountPoint::check(&config.mount_point, local.then(|| catalog.root()))?;
     let mounted = Mounted {
         warehouse: catalog.root().to_path_buf(),
-        mount_point: mount_point.clone(),
+        mount_point: mount_point.path().to_path_buf(),
         pid: std::process::id(),
         owner_unmounts: false,
     };
@@ -144,7 +149,7 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
         config,
         catalog,
         &mounted,
-        Kernel::Mount(options),
+        Kernel::Mount(options, mount_point),
         acl,
         announce,
     )?;
@@ -153,8 +158,8 @@ pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> 
 
 /// How the kernel reaches the filesystem served.
 enum Kernel {
-    /// Mounted here, at the mount point, with these options.
-    Mount(Vec<MountOption>),
+    /// Mounted here, on the checked mount point, with these options.
+    Mount(Vec<MountOption>, MountPoint),
     /// An open `/dev/fuse` someone else already mounted (a mount point
     /// given as `/dev/fd/N`, as container runtimes pass it).
     Descriptor(OwnedFd),
@@ -185,243 +190,6 @@ impl Drop for OwnMount {
             }
         }
     }
-}
-
-/// Mounts a new `/dev/fuse` descriptor at `mount_point` itself, typed
-/// `fuse.pchronicle` (what `/etc/fstab`, `findmnt -t` and `umount -t` name;
-/// fuser mounts plain `fuse`), always read-only, without devices or set-id
-/// bits, with the kernel checking permissions; `None` when this process
-/// may not mount (not root), for fuser to mount through fusermount3.
-///
-/// The mount point is opened first without following any symlink, and the
-/// mount made onto that open directory: a user who can rename a directory
-/// on the way cannot swap in another place between the checks and the
-/// mount.
-fn mount_device(
-    mount_point: &Path,
-    options: &[MountOption],
-    acl: SessionACL,
-) -> std::io::Result<Option<OwnedFd>> {
-    use nix::mount::MsFlags;
-    // Only root may mount(2); a user mounts through the setuid
-    // fusermount3, which opens /dev/fuse itself.
-    if !rustix::process::geteuid().is_root() {
-        return Ok(None);
-    }
-    let target = mountpoint::Pinned::of(mount_point)?.open(rustix::fs::OFlags::PATH)?;
-    let root_mode = rustix::fs::fstat(&target)?.st_mode & libc::S_IFMT;
-    // Opened close-on-exec.
-    let device: OwnedFd = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")?
-        .into();
-    let mut data = format!(
-        "fd={},rootmode={root_mode:o},user_id={},group_id={},default_permissions",
-        device.as_raw_fd(),
-        rustix::process::getuid().as_raw(),
-        rustix::process::getgid().as_raw()
-    );
-    if acl != SessionACL::Owner {
-        data.push_str(",allow_other");
-    }
-    let mut flags = MsFlags::MS_RDONLY | MsFlags::MS_NODEV | MsFlags::MS_NOSUID;
-    for option in options {
-        flags |= match option {
-            MountOption::NoExec => MsFlags::MS_NOEXEC,
-            MountOption::NoAtime => MsFlags::MS_NOATIME,
-            _ => MsFlags::empty(),
-        };
-    }
-    let fs_type = format!("fuse.{FS_NAME}");
-    let onto = Path::new("/proc/self/fd").join(target.as_raw_fd().to_string());
-    match nix::mount::mount(
-        Some(FS_NAME),
-        &onto,
-        Some(fs_type.as_str()),
-        flags,
-        Some(data.as_str()),
-    ) {
-        Ok(()) => Ok(Some(device)),
-        Err(nix::errno::Errno::EPERM) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The `/dev/fuse` descriptor a mount point of the form `/dev/fd/N`
-/// names, taken over by this process; `None` for any other mount point.
-/// Refused unless `N` is open on the FUSE device.
-fn fuse_descriptor(mount_point: &Path) -> Result<Option<OwnedFd>> {
-    let Some(number) = mount_point
-        .to_str()
-        .and_then(|p| p.strip_prefix("/dev/fd/"))
-    else {
-        return Ok(None);
-    };
-    let refused = |why: String| {
-        Error::at(
-            ErrorCode::MountFailed,
-            mount_point,
-            format!(
-                "{why}; a /dev/fd/N mount point names an open /dev/fuse descriptor that is already mounted"
-            ),
-        )
-    };
-    let fd: RawFd = number
-        .parse()
-        .ok()
-        .filter(|fd| *fd >= 0)
-        .ok_or_else(|| refused(format!("`{number}` is not a descriptor number")))?;
-    // SAFETY: F_GETFD only asks whether the number is an open descriptor.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(refused(format!("descriptor {fd} is not open")));
-    }
-    // SAFETY: `fd` was just found open, and nothing closes it while it is
-    // borrowed for the `fstat`.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    let stat = nix::sys::stat::fstat(borrowed).map_err(|e| refused(format!("fstat: {e}")))?;
-    let is_char = stat.st_mode & libc::S_IFMT == libc::S_IFCHR;
-    let rdev = stat.st_rdev;
-    if !is_char || (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev)) != FUSE_DEVICE {
-        return Err(refused(format!("descriptor {fd} is not /dev/fuse")));
-    }
-    // SAFETY: the descriptor is open and this process owns it from here:
-    // nothing else in it refers to the number given on the command line.
-    let device = unsafe { OwnedFd::from_raw_fd(fd) };
-    rustix::io::fcntl_setfd(&device, rustix::io::FdFlags::CLOEXEC)
-        .map_err(|e| refused(format!("descriptor {}: {e}", device.as_raw_fd())))?;
-    Ok(Some(device))
-}
-
-/// The FUSE device's (major, minor) numbers (see devices.txt).
-const FUSE_DEVICE: (u64, u64) = (10, 229);
-
-/// The fuser mount options for a configuration: always read-only, with
-/// the kernel checking permissions, and with no devices or set-id bits.
-fn fuse_options(config: &MountConfig) -> Result<(Vec<MountOption>, SessionACL)> {
-    let mut options = vec![
-        MountOption::FSName(FS_NAME.into()),
-        MountOption::Subtype(FS_NAME.into()),
-        MountOption::RO,
-        MountOption::DefaultPermissions,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-    ];
-    let mut acl = if config.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    let invalid = |option: &str, why: &str| {
-        Error::new(ErrorCode::MountOptionInvalid, format!("-o {option}: {why}"))
-    };
-    for option in config.options.iter().flat_map(|o| o.split(',')) {
-        let extra = match option.trim() {
-            "" | "ro" | "default_permissions" | "nodev" | "nosuid" => None,
-            "allow_other" => {
-                acl = SessionACL::All;
-                None
-            }
-            "allow_root" => {
-                if acl == SessionACL::Owner {
-                    acl = SessionACL::RootAndOwner;
-                }
-                None
-            }
-            "noexec" => Some(MountOption::NoExec),
-            "exec" => Some(MountOption::Exec),
-            "noatime" => Some(MountOption::NoAtime),
-            "atime" => Some(MountOption::Atime),
-            "rw" => return Err(invalid(option, "the mount is always read-only")),
-            "dev" | "suid" => {
-                return Err(invalid(
-                    option,
-                    "device files and set-id bits are never honoured",
-                ));
-            }
-            other if other.starts_with("fsname=") || other.starts_with("subtype=") => {
-                return Err(invalid(
-                    option,
-                    "the name is fixed so `pchronicle umount` can recognise the mount",
-                ));
-            }
-            _ => {
-                return Err(invalid(
-                    option,
-                    "unknown; supported: ro, allow_other, allow_root, default_permissions, nodev, nosuid, noexec, exec, noatime, atime",
-                ));
-            }
-        };
-        if let Some(extra) = extra {
-            if !options.contains(&extra) {
-                options.push(extra);
-            }
-        }
-    }
-    if options.contains(&MountOption::Exec) && options.contains(&MountOption::NoExec) {
-        return Err(invalid("exec,noexec", "they contradict each other"));
-    }
-    if options.contains(&MountOption::Atime) && options.contains(&MountOption::NoAtime) {
-        return Err(invalid("atime,noatime", "they contradict each other"));
-    }
-    Ok((options, acl))
-}
-
-/// Checks that `path` can take the mount: an empty directory outside the
-/// warehouse with nothing live mounted on it. A dead pchronicle mount
-/// there is cleared first.
-fn check_mount_point(path: &Path, warehouse: &Path) -> Result<PathBuf> {
-    let abs = mountpoint::absolute(path)
-        .map_err(|e| Error::at(ErrorCode::MountPointMissing, path, e.message))?;
-    match mountpoint::state(&abs) {
-        MountState::Live => {
-            return Err(Error::at(
-                ErrorCode::MountPointInUse,
-                path,
-                "a pchronicle mount is already serving here",
-            ));
-        }
-        MountState::Dead => {
-            log::info!("clearing the dead mount at {}", abs.display());
-            mountpoint::detach(&abs, true).map_err(|e| {
-                Error::at(
-                    ErrorCode::UnmountFailed,
-                    path,
-                    format!("a dead mount is in the way and could not be cleared: {e}"),
-                )
-            })?;
-        }
-        MountState::NotMounted => {}
-    }
-    let meta = std::fs::metadata(&abs)
-        .map_err(|e| Error::at(ErrorCode::MountPointMissing, path, e.to_string()))?;
-    if !meta.is_dir() {
-        return Err(Error::at(
-            ErrorCode::MountPointMissing,
-            path,
-            "the mount point is not a directory",
-        ));
-    }
-    let canonical = std::fs::canonicalize(&abs).map_err(|e| Error::io(path, &e))?;
-    if canonical.starts_with(warehouse) {
-        return Err(Error::at(
-            ErrorCode::MountPointInsideWarehouse,
-            path,
-            format!(
-                "the mount point is inside the warehouse {}",
-                warehouse.display()
-            ),
-        ));
-    }
-    let mut entries = std::fs::read_dir(&canonical).map_err(|e| Error::io(path, &e))?;
-    if entries.next().is_some() {
-        return Err(Error::at(
-            ErrorCode::MountPointNotEmpty,
-            path,
-            "the mount point is not empty",
-        ));
-    }
-    Ok(canonical)
 }
 
 /// The status line a service manager shows for a mount.
@@ -522,8 +290,8 @@ fn serve(
         )
     };
     let (session, mut own_mount) = match kernel {
-        Kernel::Mount(options) => {
-            match mount_device(mount_point, &options, acl).map_err(refused)? {
+        Kernel::Mount(options, checked) => {
+            match mount_device(&checked, &options, acl).map_err(refused)? {
                 Some(device) => {
                     let own = OwnMount {
                         at: mount_point.to_path_buf(),
@@ -535,8 +303,9 @@ fn serve(
                     )
                 }
                 None => {
+                    let path = checked.path_if_unchanged()?;
                     fuse_config.mount_options = options;
-                    (Session::new(filesystem, mount_point, &fuse_config), None)
+                    (Session::new(filesystem, path, &fuse_config), None)
                 }
             }
         }

@@ -11,8 +11,9 @@
 //! synthetic files; [`views`] answers other users with what they could
 //! read natively; [`attributes`] and [`xattrs`] say what a node looks
 //! like; `passthrough` hands warehouse files to the kernel to read;
-//! [`mountpoint`] reads the mount table and unmounts; [`daemon`]
-//! mounts, serves and stops, `background` starts the daemon, and
+//! [`mountpoint`] reads the mount table and unmounts; `mounting` checks
+//! the mount point and makes the mount; [`daemon`] serves and stops,
+//! `background` starts the daemon, and
 //! [`notify`] tells a service manager when the mount is ready;
 //! [`control`] carries `pchronicle refresh` to a running mount;
 //! [`metrics`] counts requests for `--log-metrics`. Serving threads only
@@ -32,6 +33,7 @@ pub mod handles;
 pub mod inodes;
 mod invalidations;
 pub mod metrics;
+mod mounting;
 pub mod mountpoint;
 pub mod notify;
 mod passthrough;

@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
 use nix::errno::Errno;
 use nix::mount::MntFlags;
@@ -179,8 +179,12 @@ fn statfs_magic(abs: &Path) -> io::Result<FsType> {
 /// Unmounts the pchronicle mount at `path`. A dead mount, or any mount
 /// when `lazy` is set, is detached lazily. Refuses paths that hold no
 /// pchronicle mount.
+///
+/// Like mounting, it never follows the path's last name: a symlink there
+/// is refused (`PCHRONICLE_MOUNT_POINT_SYMLINK`), whatever it points to.
 pub fn unmount(path: &Path, lazy: bool) -> Result<()> {
     let abs = absolute(path)?;
+    refuse_symlink(path, &abs)?;
     let lazy = match state(&abs) {
         MountState::NotMounted => {
             return Err(Error::at(
@@ -199,6 +203,23 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<()> {
             format!("the kernel refused to unmount: {e}"),
         )
     })
+}
+
+/// Refuses `abs` (given as `path`) when its last name is a symlink. A
+/// name that cannot be stat'ed (gone, or a dead mount answering
+/// `ENOTCONN`) is left to the caller's own checks.
+fn refuse_symlink(path: &Path, abs: &Path) -> Result<()> {
+    let is_symlink = Pinned::of(abs)
+        .and_then(|pinned| pinned.stat())
+        .is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Symlink);
+    if is_symlink {
+        return Err(Error::at(
+            ErrorCode::MountPointSymlink,
+            path,
+            "the mount point is a symlink, which is never followed",
+        ));
+    }
+    Ok(())
 }
 
 /// `umount2(2)` on `abs`, falling back to the setuid `fusermount3 -u`
@@ -274,6 +295,27 @@ impl Pinned {
             Mode::empty(),
         )?)
     }
+
+    /// Whatever the pinned name is now, a symlink included, opened
+    /// `O_PATH` without following it: what it is is then asked of the
+    /// descriptor, never of the path again.
+    pub fn open_entry(&self) -> io::Result<OwnedFd> {
+        Ok(rustix::fs::openat(
+            &self.parent,
+            &self.name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
+    /// The pinned name's `lstat`: a symlink is described, not followed.
+    pub fn stat(&self) -> io::Result<rustix::fs::Stat> {
+        Ok(rustix::fs::statat(
+            &self.parent,
+            &self.name,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?)
+    }
 }
 
 /// The absolute directory `path` opened `O_PATH`, refusing any symlink on
@@ -340,7 +382,12 @@ mod tests {
         // the directory it opened, and its last name is never followed.
         fs::rename(real.join("a"), real.join("b")).unwrap();
         std::os::unix::fs::symlink("/etc", real.join("a")).unwrap();
+        let kind = |pinned: &Pinned| {
+            let entry = pinned.open_entry().unwrap();
+            FileType::from_raw_mode(rustix::fs::fstat(&entry).unwrap().st_mode)
+        };
         assert!(pinned.open(OFlags::PATH).is_ok());
+        assert_eq!(kind(&pinned), FileType::Directory);
         assert_eq!(fs::canonicalize(pinned.path()).unwrap(), real.join("b/mnt"));
         // A symlink on the way is refused when pinning.
         assert!(Pinned::of(&real.join("a/passwd")).is_err());
@@ -349,6 +396,27 @@ mod tests {
         assert!(
             pinned.open(OFlags::PATH).is_err(),
             "the last name is not followed"
+        );
+        assert_eq!(kind(&pinned), FileType::Symlink);
+        assert_eq!(
+            FileType::from_raw_mode(pinned.stat().unwrap().st_mode),
+            FileType::Symlink
+        );
+    }
+
+    #[test]
+    fn unmounting_through_a_symlink_is_refused_with_its_code() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join("mnt")).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("mnt"), &link).unwrap();
+        let err = unmount(&link, false).unwrap_err();
+        assert_eq!(err.code, ErrorCode::MountPointSymlink);
+        // Dangling: the same.
+        fs::remove_dir(tmp.path().join("mnt")).unwrap();
+        assert_eq!(
+            unmount(&link, true).unwrap_err().code,
+            ErrorCode::MountPointSymlink
         );
     }
 
