@@ -6,7 +6,8 @@
 //!
 //! 0. [`error`] (the stable error codes), [`warehouse`] (every access below
 //!    the root, through open directories, never following a symlink),
-//!    [`atomic`] (replace-by-rename), [`records`] (record file formats and
+//!    [`atomic`] (replace-by-rename), [`logbudget`] (warnings logged within
+//!    a budget a minute), [`records`] (record file formats and
 //!    counting), `remote` (warehouses on S3-compatible object storage,
 //!    behind the same directory surface);
 //! 1. [`sidecar`]: the point-lookup index of one record file;
@@ -31,6 +32,7 @@ pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod fs;
+pub mod logbudget;
 pub mod logging;
 pub mod query;
 pub mod records;
@@ -56,6 +58,7 @@ mod layering {
         ("error", 0),
         ("warehouse", 0),
         ("atomic", 0),
+        ("logbudget", 0),
         ("logging", 0),
         ("records", 0),
         ("remote", 0),

@@ -14,7 +14,7 @@
 
 use std::ffi::OsStr;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -30,6 +30,7 @@ use super::metrics::{Metrics, Op};
 use super::passthrough::{Passthrough, Route};
 use super::views::Caller;
 use crate::error::ErrorCode;
+use crate::logbudget::{LogBudget, warn_limited};
 
 /// Runs one request's handler: `$call` is the one call into the
 /// filesystem; its success is replied with `$ok`, its failure with its
@@ -81,7 +82,11 @@ impl FuseAdapter {
             fs: Arc::new(fs),
             wants_passthrough,
             passthrough: Passthrough::default(),
-            failures_logged: LogBudget::new(),
+            failures_logged: LogBudget::new(
+                FAILURES_LOGGED_PER_MINUTE,
+                Some(ErrorCode::RequestFailed),
+                "failed requests",
+            ),
             kernel: Arc::default(),
             invalidations: Invalidations::default(),
             metrics: None,
@@ -163,17 +168,7 @@ impl FuseAdapter {
             }
             return;
         }
-        let (admitted, unlogged) = self.failures_logged.admit();
-        if unlogged > 0 {
-            log::warn!(
-                "error[{}]: {unlogged} more failed requests were not logged in the last minute",
-                ErrorCode::RequestFailed
-            );
-        }
-        if !admitted {
-            return;
-        }
-        let line = match error.code() {
+        let line = || match error.code() {
             Some(_) => format!("{op} of {}: {error}", about()),
             None => format!(
                 "error[{}]: {op} of {}: {error}",
@@ -181,7 +176,11 @@ impl FuseAdapter {
                 about()
             ),
         };
-        log::warn!("{}", capped(line, FAILURE_LINE_BYTES));
+        warn_limited!(
+            budget: self.failures_logged,
+            "{}",
+            capped(line(), FAILURE_LINE_BYTES)
+        );
     }
 }
 
@@ -282,54 +281,8 @@ impl Invalidations {
 /// Failed requests logged a minute at most: a hostile tree can make every
 /// request fail, and must not fill the disk the log is on. The rest are
 /// counted, and the count is logged with the next failure after the
-/// minute.
+/// minute (see [`LogBudget`]).
 pub const FAILURES_LOGGED_PER_MINUTE: u32 = 60;
-
-/// How many failed requests may still be logged this minute.
-struct LogBudget {
-    state: parking_lot::Mutex<Budget>,
-}
-
-struct Budget {
-    started: Instant,
-    logged: u32,
-    dropped: u64,
-}
-
-impl LogBudget {
-    fn new() -> LogBudget {
-        LogBudget {
-            state: parking_lot::Mutex::new(Budget {
-                started: Instant::now(),
-                logged: 0,
-                dropped: 0,
-            }),
-        }
-    }
-
-    /// Whether one more failure may be logged now, and how many were not
-    /// logged in the minute that just ended (to be said once, outside the
-    /// lock).
-    fn admit(&self) -> (bool, u64) {
-        let mut budget = self.state.lock();
-        let mut unlogged = 0;
-        if budget.started.elapsed() >= Duration::from_secs(60) {
-            unlogged = budget.dropped;
-            *budget = Budget {
-                started: Instant::now(),
-                logged: 0,
-                dropped: 0,
-            };
-        }
-        if budget.logged < FAILURES_LOGGED_PER_MINUTE {
-            budget.logged += 1;
-            (true, unlogged)
-        } else {
-            budget.dropped += 1;
-            (false, unlogged)
-        }
-    }
-}
 
 /// Runs one request's handler, answering `EIO` if it panics: the reply the
 /// handler owned is dropped unsent, which the kernel receives as `EIO`.

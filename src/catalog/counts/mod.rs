@@ -28,6 +28,7 @@ use entries::{Entries, SlotRef};
 
 use super::cache::{FileId, HitCount, HitCounter};
 use crate::error::Result;
+use crate::logbudget::warn_limited;
 use crate::records::RecordStats;
 
 pub use persisted::{CacheFile, DEFAULT_DIR, DEFAULT_NAME, SCHEMA};
@@ -176,7 +177,7 @@ impl CountCache {
         };
         inner.dirty = false;
         if let (Loaded::Unusable(why), Some(file)) = (&loaded, &file) {
-            log::warn!(
+            warn_limited!(
                 "ignoring the count cache {}: {why}; it will be rebuilt",
                 file.path().display()
             );
