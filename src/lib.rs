@@ -7,7 +7,8 @@
 //! 0. [`error`] (the stable error codes), [`warehouse`] (every access below
 //!    the root, through open directories, never following a symlink),
 //!    [`atomic`] (replace-by-rename), [`logbudget`] (warnings logged within
-//!    a budget a minute), [`records`] (record file formats and
+//!    a budget a minute), [`terminal`] (text shown escaped, never
+//!    interpreted by a terminal), [`records`] (record file formats and
 //!    counting), `remote` (warehouses on S3-compatible object storage,
 //!    behind the same directory surface);
 //! 1. [`sidecar`]: the point-lookup index of one record file;
@@ -41,6 +42,7 @@ pub mod remote;
 pub mod shards;
 pub mod sidecar;
 pub mod store;
+pub mod terminal;
 pub mod warehouse;
 
 pub use error::{Error, ErrorCode, Result};
@@ -61,6 +63,7 @@ mod layering {
         ("logbudget", 0),
         ("logging", 0),
         ("records", 0),
+        ("terminal", 0),
         ("remote", 0),
         ("sidecar", 1),
         ("store", 2),
