@@ -36,6 +36,9 @@ pub(super) fn count_segments_parallel(
     parts: usize,
 ) -> io::Result<RecordStats> {
     let cuts = cut_points(file, size, parts)?;
+    // The workers read for the answer this thread builds (a failure of
+    // an object store there is that answer's).
+    let answer = crate::error::Answer::current();
     std::thread::scope(|scope| {
         let workers: Vec<_> = cuts
             .windows(2)
@@ -45,7 +48,11 @@ pub(super) fn count_segments_parallel(
                     pos: w[0],
                     end: w[1],
                 };
-                scope.spawn(move || count_segments(range))
+                let answer = answer.clone();
+                scope.spawn(move || {
+                    let _in = answer.enter();
+                    count_segments(range)
+                })
             })
             .collect();
         let mut total = RecordStats::default();
