@@ -278,3 +278,53 @@ fn a_store_that_ignores_if_match_never_passes_off_another_version() {
         listed.as_bytes()
     );
 }
+
+#[test]
+fn a_remote_mount_answers_eacces_for_an_object_the_store_refuses_and_serves_the_rest() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("refusing");
+    let readable = crate::support::jsonl(7, 1_767_225_600);
+    server.put("refusing", "wh/a.jsonl", readable.as_bytes());
+    server.put(
+        "refusing",
+        "wh/archived.jsonl",
+        crate::support::jsonl(5, 1_767_225_600).as_bytes(),
+    );
+    // An archived object: the store refuses every read of it.
+    server.set_fault(Fault::DenyWhere(
+        "/refusing/wh/archived.jsonl ",
+        403,
+        "InvalidObjectState",
+    ));
+    let env = S3Server::env_for(&server.endpoint());
+    let Some(remote) =
+        Mounted::start_with_env(Path::new("s3://refusing/wh"), &["--attr-ttl", "1s"], &env)
+    else {
+        return;
+    };
+    let names: Vec<String> = std::fs::read_dir(&remote.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.contains(&"archived.jsonl".to_string()), "{names:?}");
+    let e = std::fs::read(remote.at("archived.jsonl")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+    assert_eq!(
+        std::fs::read(remote.at("a.jsonl")).unwrap(),
+        readable.as_bytes()
+    );
+    let stats: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(remote.at(".stats")).unwrap()).unwrap();
+    assert_eq!(stats["record_count"], 7, "{stats}");
+    assert_eq!(stats["unreadable_sources"], 1, "{stats}");
+    let warned = stats["warnings"].as_array().unwrap();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w["code"] == "PCHRONICLE_RECORD_FILE_UNREADABLE"
+                && w["path"] == "archived.jsonl"),
+        "{stats}"
+    );
+}

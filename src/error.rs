@@ -225,7 +225,7 @@ error_codes! {
         "a running mount refused `pchronicle refresh` or could not finish it: the caller is neither root nor the user the daemon runs as, the path cannot be named in the mount, or the daemon is older than the refresh request",
         "Run it as root or as the user that mounted, name a path relative to the mount point (`pchronicle refresh MNT team/runs`), and remount with this pchronicle if the daemon predates it; the TTLs still bring every change within their time.";
     RemoteUnavailable => "PCHRONICLE_REMOTE_UNAVAILABLE",
-        "the object store holding an `s3://` warehouse could not be reached or kept failing (connection refused, timeouts, 5xx answers after the retries, credentials refused, a body cut short); an answer built while a request of the process failed (a listing, a walk for `.stats`) fails whole rather than show part of the tree, and a mount answers it with EIO and keeps serving",
+        "the object store holding an `s3://` warehouse could not be reached or kept failing (connection refused, timeouts, 5xx answers after the retries, credentials refused, a body cut short); an answer built while one of its own requests failed (a listing, a walk for `.stats`) fails whole rather than show part of the tree, and a mount answers it with EIO and keeps serving (an object the store refuses to read, 403 or 400, is no such failure: that object is unreadable, PCHRONICLE_IO)",
         "Check the endpoint and credentials (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_PROFILE` or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`; see docs/remote.md) and that the server answers; a mount recovers by itself once the store does.";
     RemoteReadOnly => "PCHRONICLE_REMOTE_READ_ONLY",
         "an `s3://` warehouse is read only: `append`, `import`, `index build`, `index drop` and manifest repairs never write to object storage",
@@ -290,7 +290,8 @@ impl Error {
 
     /// An I/O failure on `path`, classified: a missing file is
     /// `PathNotFound`, an entry refused for its type `NotRegularFile`, a
-    /// remote store's failure its own code, anything else `Io`.
+    /// remote store that could not be reached its own code, anything else
+    /// (an object the store refused to read included) `Io`.
     pub fn io(path: impl AsRef<Path>, err: &std::io::Error) -> Self {
         let remote = err
             .get_ref()
@@ -304,7 +305,7 @@ impl Error {
             _ => ErrorCode::Io,
         };
         let mut error = Error::at(code, path, err.to_string());
-        error.os_error = err.raw_os_error();
+        error.os_error = os_error(err);
         error
     }
 
@@ -312,7 +313,7 @@ impl Error {
     /// number (which the FUSE adapter answers with).
     pub fn reading(code: ErrorCode, path: impl AsRef<Path>, err: &std::io::Error) -> Self {
         let mut error = Error::at(code, path, err.to_string());
-        error.os_error = err.raw_os_error();
+        error.os_error = os_error(err);
         error
     }
 
@@ -326,6 +327,20 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The system error number `err` stands for: its own, or `EACCES` for an
+/// object the store refused to read.
+pub fn os_error(err: &std::io::Error) -> Option<i32> {
+    let denied = matches!(
+        err.get_ref()
+            .and_then(|e| e.downcast_ref::<RemoteFailure>()),
+        Some(RemoteFailure::Denied(_))
+    );
+    match err.raw_os_error() {
+        None if denied => Some(libc::EACCES),
+        raw => raw,
+    }
+}
 
 /// Whether `err` says the object store could not be reached (see
 /// [`RemoteFailure::Unavailable`]): nothing about the entry it was for.
@@ -344,59 +359,158 @@ pub enum RemoteFailure {
     /// The store could not be reached or kept failing.
     #[error("{0}")]
     Unavailable(String),
+    /// The store answered, but refused to read one object (`403`, `400`:
+    /// an archived storage class, SSE-C, a missing KMS grant, a policy):
+    /// that object is unreadable, like a local file without permission;
+    /// the store is not at fault.
+    #[error("{0}")]
+    Denied(String),
     /// A write was asked of a remote warehouse.
     #[error("an s3:// warehouse is read only")]
     ReadOnly,
 }
 
-/// Object-store failures met by this process so far (see
-/// [`remote_failures`]).
-static REMOTE_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many requests to an object store failed for good (after their
-/// retries), by any thread of this process, so far: an answer built while
-/// this moved may lack what a failed request would have added, whether or
-/// not the failure reached it. A failure handed on (to readers that waited
-/// for the same listing) counts once.
-pub fn remote_failures() -> u64 {
-    REMOTE_FAILURES.load(std::sync::atomic::Ordering::SeqCst)
-}
-
-/// Watches [`remote_failures`] from one moment: whether a request of the
-/// process failed since (never, for a watch of something local).
-#[derive(Debug, Clone, Copy)]
-pub struct FailureWatch(Option<u64>);
-
-impl FailureWatch {
-    /// Watches from now when `remote`; a local answer is never watched.
-    pub fn start(remote: bool) -> FailureWatch {
-        FailureWatch(remote.then(remote_failures))
-    }
-
-    /// Whether a request failed since the watch started.
-    pub fn failed(&self) -> bool {
-        self.0.is_some_and(|at_start| remote_failures() != at_start)
-    }
-}
-
 impl RemoteFailure {
-    /// The store could not be reached about `what`: counted (see
-    /// [`remote_failures`]) and given as the `io::Error` a warehouse
-    /// operation returns.
+    /// The store could not be reached about `what`: counted for the answer
+    /// being built (see [`FailureWatch`]) and given as the `io::Error` a
+    /// warehouse operation returns.
     pub fn unavailable(what: String) -> std::io::Error {
-        REMOTE_FAILURES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        answer::note_failure();
         RemoteFailure::Unavailable(what).into_io()
     }
-}
 
-impl RemoteFailure {
+    /// The store refused to read one object: `PermissionDenied`, answered
+    /// `EACCES`, and no failure of the store.
+    pub fn denied(what: String) -> std::io::Error {
+        RemoteFailure::Denied(what).into_io()
+    }
+
     /// The failure as the `io::Error` a warehouse operation returns.
     pub fn into_io(self) -> std::io::Error {
         let kind = match self {
             RemoteFailure::Unavailable(_) => std::io::ErrorKind::Other,
+            RemoteFailure::Denied(_) => std::io::ErrorKind::PermissionDenied,
             RemoteFailure::ReadOnly => std::io::ErrorKind::ReadOnlyFilesystem,
         };
         std::io::Error::new(kind, self)
+    }
+}
+
+pub use answer::{Answer, FailureWatch};
+
+/// Which object-store failures an answer met.
+///
+/// An answer (a listing, a walk for `.stats`, a classification) is built
+/// on one thread; a failure of the store while it is built may show in it
+/// only as a warning (a manifest that could not be read, a file whose
+/// count is missing), so the answer is refused whole instead
+/// ([`FailureWatch::failed`]). What counts is the failures of *this*
+/// answer's own requests, not of the process: another reader's timeout, an
+/// object another answer could not read, or another bucket's outage fail
+/// nothing here. (An answer reads one warehouse, so one bucket.)
+///
+/// The answer a thread is building is kept in a thread-local; the remote
+/// client carries it into the futures it runs for the answer and the
+/// threads that read for it take it along ([`Answer::current`],
+/// [`Answer::enter`]), so a failure met there is counted where it
+/// belongs. A failure outside every answer (a plain read of a file) is
+/// counted nowhere: it is returned to its caller, which has nothing whole
+/// to refuse.
+mod answer {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    thread_local! {
+        static CURRENT: RefCell<Option<Arc<AtomicU64>>> = const { RefCell::new(None) };
+    }
+
+    /// Counts a failure for the answer this thread is building, if any.
+    pub(super) fn note_failure() {
+        CURRENT.with(|current| {
+            if let Some(failures) = &*current.borrow() {
+                failures.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    }
+
+    /// The answer a thread is building, to be carried to another thread or
+    /// a future that works for it.
+    #[derive(Debug, Clone, Default)]
+    pub struct Answer(Option<Arc<AtomicU64>>);
+
+    impl Answer {
+        /// The answer this thread is building (none, outside of one).
+        pub fn current() -> Answer {
+            Answer(CURRENT.with(|current| current.borrow().clone()))
+        }
+
+        /// Works for this answer on this thread until the guard is
+        /// dropped: failures met meanwhile count for it.
+        pub fn enter(&self) -> Entered {
+            let before = CURRENT.with(|current| current.replace(self.0.clone()));
+            Entered(before)
+        }
+    }
+
+    /// Gives the thread back the answer it was building before
+    /// [`Answer::enter`].
+    #[derive(Debug)]
+    pub struct Entered(Option<Arc<AtomicU64>>);
+
+    impl Drop for Entered {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            CURRENT.with(|current| *current.borrow_mut() = before);
+        }
+    }
+
+    /// Watches the answer being built from one moment: whether one of its
+    /// requests failed since (never, for a watch of something local).
+    /// Started outside of an answer, it begins one, which ends when the
+    /// watch is dropped; started inside one, it watches that one.
+    #[derive(Debug)]
+    pub struct FailureWatch {
+        watched: Option<(Arc<AtomicU64>, u64)>,
+        /// The answer this watch began: dropped with the watch, it ends
+        /// the answer.
+        _began: Option<Entered>,
+    }
+
+    impl FailureWatch {
+        /// Watches from now when `remote`; a local answer is never watched.
+        pub fn start(remote: bool) -> FailureWatch {
+            if !remote {
+                return FailureWatch {
+                    watched: None,
+                    _began: None,
+                };
+            }
+            match Answer::current().0 {
+                Some(failures) => {
+                    let at_start = failures.load(Ordering::SeqCst);
+                    FailureWatch {
+                        watched: Some((failures, at_start)),
+                        _began: None,
+                    }
+                }
+                None => {
+                    let failures = Arc::new(AtomicU64::new(0));
+                    let began = Answer(Some(Arc::clone(&failures))).enter();
+                    FailureWatch {
+                        watched: Some((failures, 0)),
+                        _began: Some(began),
+                    }
+                }
+            }
+        }
+
+        /// Whether a request of the answer failed since the watch started.
+        pub fn failed(&self) -> bool {
+            self.watched
+                .as_ref()
+                .is_some_and(|(failures, at_start)| failures.load(Ordering::SeqCst) != *at_start)
+        }
     }
 }
 
@@ -404,6 +518,44 @@ impl RemoteFailure {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn a_failure_fails_the_answer_that_met_it_and_no_other() {
+        let watch = FailureWatch::start(true);
+        let inner = FailureWatch::start(true);
+        // Another answer, on another thread, whose request fails.
+        std::thread::spawn(|| {
+            let other = FailureWatch::start(true);
+            let _ = RemoteFailure::unavailable("elsewhere".into());
+            assert!(other.failed());
+        })
+        .join()
+        .unwrap();
+        // A failure outside of any answer counts nowhere.
+        std::thread::spawn(|| RemoteFailure::unavailable("a plain read".into()))
+            .join()
+            .unwrap();
+        // An object the store refused to read is no failure of the store.
+        let denied = RemoteFailure::denied("wh/a.jsonl: 403".into());
+        assert_eq!(os_error(&denied), Some(libc::EACCES));
+        assert_eq!(Error::io("a.jsonl", &denied).code, ErrorCode::Io);
+        assert!(!watch.failed() && !inner.failed());
+        // A thread that reads for this answer carries it along.
+        let answer = Answer::current();
+        std::thread::spawn(move || {
+            let _in = answer.enter();
+            let _ = RemoteFailure::unavailable("a read for the answer".into());
+        })
+        .join()
+        .unwrap();
+        assert!(watch.failed() && inner.failed());
+        drop(inner);
+        drop(watch);
+        // The answer ended with the watch that began it.
+        let after = FailureWatch::start(true);
+        assert!(!after.failed());
+        assert!(!FailureWatch::start(false).failed());
+    }
 
     #[test]
     fn codes_are_unique_prefixed_and_have_fixups() {

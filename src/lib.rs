@@ -6,7 +6,9 @@
 //!
 //! 0. [`error`] (the stable error codes), [`warehouse`] (every access below
 //!    the root, through open directories, never following a symlink),
-//!    [`atomic`] (replace-by-rename), [`records`] (record file formats and
+//!    [`atomic`] (replace-by-rename), [`logbudget`] (warnings logged within
+//!    a budget a minute), [`terminal`] (text shown escaped, never
+//!    interpreted by a terminal), [`records`] (record file formats and
 //!    counting), `remote` (warehouses on S3-compatible object storage,
 //!    behind the same directory surface), [`work`] (the budget and the
 //!    cancel every file read of a request's work honours);
@@ -32,6 +34,7 @@ pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod fs;
+pub mod logbudget;
 pub mod logging;
 pub mod query;
 pub mod records;
@@ -40,6 +43,7 @@ pub mod remote;
 pub mod shards;
 pub mod sidecar;
 pub mod store;
+pub mod terminal;
 pub mod warehouse;
 pub mod work;
 
@@ -58,8 +62,10 @@ mod layering {
         ("error", 0),
         ("warehouse", 0),
         ("atomic", 0),
+        ("logbudget", 0),
         ("logging", 0),
         ("records", 0),
+        ("terminal", 0),
         ("remote", 0),
         ("work", 0),
         ("sidecar", 1),

@@ -4,6 +4,11 @@
 //! (`<PRIORITY>pchronicle[PID]: LEVEL target: message`, one datagram per
 //! line, facility `daemon`), so journald and syslog daemons file each line
 //! under `pchronicle` with its severity.
+//!
+//! A message is written with its control characters escaped
+//! ([`crate::terminal::escaped`]): what it quotes (a name, a key, a
+//! server's answer) can neither forge another line nor act on the
+//! terminal the log is read on.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +25,8 @@ pub fn init(default_filter: &str) {
     let default_filter = format!("{default_filter},lance_io::object_store=error");
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
         .format(|buf, record| {
+            let message = record.args().to_string();
+            let message = crate::terminal::escaped(&message);
             if SYSLOG_FORMAT.load(Ordering::Relaxed) {
                 writeln!(
                     buf,
@@ -28,7 +35,7 @@ pub fn init(default_filter: &str) {
                     std::process::id(),
                     record.level(),
                     record.target(),
-                    record.args()
+                    message
                 )
             } else {
                 writeln!(
@@ -37,7 +44,7 @@ pub fn init(default_filter: &str) {
                     buf.timestamp(),
                     record.level(),
                     record.target(),
-                    record.args()
+                    message
                 )
             }
         })

@@ -52,6 +52,7 @@ use refresh::DirScan;
 pub use walk::Counting;
 
 use crate::error::{Error, ErrorCode, Result, is_remote_failure};
+use crate::logbudget::warn_limited;
 use crate::records::RecordFormat;
 use crate::store::Stores;
 use crate::warehouse::{Blob, Dir, Stat, Viewer};
@@ -204,7 +205,7 @@ impl Catalog {
             CountCachePlace::Default => match CacheFile::default_for(&root_dir) {
                 Ok((file, elsewhere)) => {
                     if let Some(why) = elsewhere {
-                        log::warn!(
+                        warn_limited!(
                             "warning[{}]: {why}; the count cache is kept in {}",
                             ErrorCode::StateDirUnsafe,
                             file.path().display()
@@ -213,7 +214,7 @@ impl Catalog {
                     Some(file)
                 }
                 Err(e) => {
-                    log::warn!("{}; counts are kept in memory only", e.render());
+                    warn_limited!("{}; counts are kept in memory only", e.render());
                     None
                 }
             },
@@ -558,7 +559,7 @@ impl Drop for Catalog {
     /// Keeps what was counted for the next process.
     fn drop(&mut self) {
         if let Err(e) = self.save_counts() {
-            log::warn!("{}", e.render());
+            warn_limited!("{}", e.render());
         }
     }
 }

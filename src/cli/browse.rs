@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::records::FilterArgs;
-use super::{WalkArgs, table};
+use super::{WalkArgs, out, table};
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 
@@ -53,17 +53,17 @@ impl LsArgs {
             let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
             let snapshot = selection.narrow(snapshot);
             if json {
-                print!("{}", snapshot.sources_jsonl());
+                out::exact(&snapshot.sources_jsonl());
             } else {
-                print!("{}", table::sources(&snapshot));
+                out::say_text(&table::sources(&snapshot));
             }
             table::warn(&snapshot.warnings, snapshot.truncated);
         } else {
             let listing = catalog.list(&rel).map_err(|e| at_user_path(e, &path))?;
             if json {
-                print!("{}", listing.to_json());
+                out::exact(&listing.to_json());
             } else {
-                print!("{}", table::listing(&listing));
+                out::say_text(&table::listing(&listing));
             }
             table::warn(&listing.warnings, listing.truncated);
         }
@@ -106,9 +106,9 @@ impl StatsArgs {
             catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?
         };
         if json {
-            print!("{}", stats.to_json());
+            out::exact(&stats.to_json());
         } else {
-            print!("{}", table::stats(&stats));
+            out::say_text(&table::stats(&stats));
         }
         table::warn(&stats.warnings, stats.truncated);
         Ok(ExitCode::SUCCESS)

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use super::out::{self, note, say};
 use super::table;
 use crate::error::{Error, ErrorCode, Result};
 
@@ -21,18 +22,18 @@ impl ErrorsArgs {
     pub(super) fn run(self) -> Result<ExitCode> {
         match self.code {
             None => {
-                print!("{}", table::error_codes(ErrorCode::ALL));
+                out::say_text(&table::error_codes(ErrorCode::ALL));
                 Ok(ExitCode::SUCCESS)
             }
             Some(text) => match ErrorCode::parse(&text) {
                 Some(code) => {
-                    print!("{}", table::error_codes(&[code]));
+                    out::say_text(&table::error_codes(&[code]));
                     Ok(ExitCode::SUCCESS)
                 }
                 None => {
                     let code = ErrorCode::UnknownCode;
-                    eprintln!("error[{code}]: no error code {text:?}");
-                    eprintln!("  fix: {}", code.fixup());
+                    note!("error[{code}]: no error code {text:?}");
+                    note!("  fix: {}", code.fixup());
                     Ok(ExitCode::from(2))
                 }
             },
@@ -51,9 +52,9 @@ impl DemoArgs {
     pub(super) fn run(self) -> Result<ExitCode> {
         let dir = self.dir;
         let summary = crate::demo::build(&dir)?;
-        println!("built the demo warehouse in {}", dir.display());
-        println!("  {summary}");
-        println!(
+        say!("built the demo warehouse in {}", dir.display());
+        say!("  {summary}");
+        say!(
             "try: pchronicle ls {0}  |  pchronicle stats {0}",
             dir.display()
         );
@@ -95,7 +96,7 @@ impl ManArgs {
         command.build();
         if let Some(dir) = self.dir {
             write_pages(&command, &dir).map_err(|e| Error::io(&dir, &e))?;
-            println!("wrote the manual pages into {}", dir.display());
+            say!("wrote the manual pages into {}", dir.display());
             return Ok(ExitCode::SUCCESS);
         }
         let page = match &self.command {
@@ -104,7 +105,7 @@ impl ManArgs {
                 Some(sub) => sub.clone(),
                 None => {
                     // Bad usage, as clap reports it: exit 2.
-                    eprintln!("error: no command {name:?}; `pchronicle --help` lists them");
+                    note!("error: no command {name:?}; `pchronicle --help` lists them");
                     return Ok(ExitCode::from(2));
                 }
             },
@@ -150,7 +151,7 @@ fn write_pages(command: &clap::Command, dir: &std::path::Path) -> std::io::Resul
 /// Writes `bytes` to standard output; a closed pipe (`| head`) is no error.
 fn write_stdout(bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    match std::io::stdout().lock().write_all(bytes) {
+    match out::exact_stdout().write_all(bytes) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(Error::new(ErrorCode::Io, format!("standard output: {e}")))
         }

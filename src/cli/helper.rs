@@ -24,6 +24,7 @@ use std::path::Path;
 use clap::{ArgAction, CommandFactory};
 
 use super::Cli;
+use super::out::note;
 use crate::error::{Error, ErrorCode, Result};
 
 /// What a helper call asks for.
@@ -183,7 +184,7 @@ fn parse(args: &[OsString]) -> Result<HelperCall> {
         match translate(option) {
             Ok(Translated::Fuse) => fuse.push(option),
             Ok(Translated::Dropped) => {}
-            Ok(Translated::Warned(why)) => eprintln!("pchronicle: ignoring -o {option}: {why}"),
+            Ok(Translated::Warned(why)) => note!("pchronicle: ignoring -o {option}: {why}"),
             Ok(Translated::Flag(flag)) => {
                 // A flag given twice (fstab options, then `-o` on the
                 // command line): the last one holds, as mount does.
@@ -194,7 +195,7 @@ fn parse(args: &[OsString]) -> Result<HelperCall> {
                 mount.push(flag.into());
             }
             Err(e) if sloppy => {
-                eprintln!("pchronicle: ignoring -o {option} (sloppy): {}", e.message)
+                note!("pchronicle: ignoring -o {option} (sloppy): {}", e.message)
             }
             Err(e) => return Err(e),
         }
@@ -204,7 +205,7 @@ fn parse(args: &[OsString]) -> Result<HelperCall> {
     }
     mount.extend(["--".into(), source, mountpoint]);
     if verbose {
-        eprintln!("pchronicle: running {mount:?}");
+        note!("pchronicle: running {mount:?}");
     }
     Ok(if fake {
         HelperCall::Fake(mount)

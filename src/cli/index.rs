@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+use super::out::{self, say};
 use crate::catalog::pretty_json;
 use crate::error::Result;
 use crate::sidecar;
@@ -57,9 +58,9 @@ impl IndexArgs {
                 super::refuse_remote(&file, "index build")?;
                 let report = sidecar::build_index(&file, &build::parse_key_spec(&key)?)?;
                 if json {
-                    print!("{}", pretty_json(&report));
+                    out::exact(&pretty_json(&report));
                 } else {
-                    println!(
+                    say!(
                         "indexed {} of {} records over {} ({} keys; {} without the key, {} failed) in {}",
                         report.indexed,
                         report.rows,
@@ -74,7 +75,7 @@ impl IndexArgs {
             IndexAction::List { file, json } => {
                 let entries = manifest::list(&file)?;
                 if json {
-                    print!("{}", pretty_json(&entries));
+                    out::exact(&pretty_json(&entries));
                 } else {
                     for e in &entries {
                         let types: Vec<String> = e
@@ -82,7 +83,7 @@ impl IndexArgs {
                             .iter()
                             .map(|t| format!("{t:?}").to_lowercase())
                             .collect();
-                        println!(
+                        say!(
                             "{}  ({})  {} rows  {}",
                             e.key.join(","),
                             types.join(","),
@@ -99,7 +100,7 @@ impl IndexArgs {
                 };
                 for key in &keys {
                     lookup::verify(&file, key)?;
-                    println!(
+                    say!(
                         "ok: the index over {} matches {}",
                         key.join(","),
                         file.display()
@@ -110,7 +111,7 @@ impl IndexArgs {
                 super::refuse_remote(&file, "index drop")?;
                 let key = build::parse_key_spec(&key)?;
                 sidecar::drop_index(&file, &key)?;
-                println!(
+                say!(
                     "dropped the index over {} of {}",
                     key.join(","),
                     file.display()
@@ -156,15 +157,14 @@ impl LookupArgs {
                 .iter()
                 .map(|r| serde_json::from_slice(r).unwrap_or(serde_json::Value::Null))
                 .collect();
-            print!(
-                "{}",
-                pretty_json(&serde_json::json!({"matches": records.len(), "records": parsed}))
-            );
+            out::exact(&pretty_json(
+                &serde_json::json!({"matches": records.len(), "records": parsed}),
+            ));
         } else {
-            let mut out = std::io::stdout().lock();
+            let mut stdout = out::exact_stdout();
             for record in &records {
-                let _ = std::io::Write::write_all(&mut out, record);
-                let _ = std::io::Write::write_all(&mut out, b"\n");
+                let _ = std::io::Write::write_all(&mut stdout, record);
+                let _ = std::io::Write::write_all(&mut stdout, b"\n");
             }
         }
         Ok(ExitCode::SUCCESS)

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use super::out::{self, say};
 use super::table;
 use crate::catalog::pretty_json;
 use crate::error::{Error, ErrorCode, Result};
@@ -42,9 +43,9 @@ impl ImportArgs {
         super::refuse_remote(&dest, "import")?;
         let report = CompactJsonlStore::default().import_path(&source, &dest, mode.into())?;
         if json {
-            print!("{}", pretty_json(&report));
+            out::exact(&pretty_json(&report));
         } else {
-            print!("{}", table::import(&report, &dest));
+            out::say_text(&table::import(&report, &dest));
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -102,9 +103,9 @@ impl AppendArgs {
         let report =
             shards::append_records(&store, &session, &records, ShardFormat::choose(packed))?;
         if json {
-            print!("{}", pretty_json(&report));
+            out::exact(&pretty_json(&report));
         } else {
-            println!(
+            say!(
                 "appended {} record{} ({} bytes) to {}",
                 report.records,
                 if report.records == 1 { "" } else { "s" },
@@ -112,7 +113,7 @@ impl AppendArgs {
                 report.shard.display()
             );
             for sidecar in &report.invalidated_sidecars {
-                println!(
+                say!(
                     "invalidated sidecar {} (key {}); rebuild with: {}",
                     sidecar.index.display(),
                     sidecar.key.join(","),

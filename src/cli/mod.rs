@@ -9,7 +9,8 @@
 //! live together, by area: `browse.rs` (ls, stats), `records.rs` (cat,
 //! query and the filters they share), `mount.rs` (mount,
 //! umount, refresh), `ingest.rs` (import, append), `index.rs` (index,
-//! lookup) and `guide.rs` (errors, demo, completions, man); `table.rs` renders answers for people. The
+//! lookup) and `guide.rs` (errors, demo, completions, man); `table.rs` renders answers for people,
+//! and `out.rs` writes everything (escaped for a terminal, exact for machines). The
 //! flag structs carry no doc comment of their own: clap would read it as
 //! the command's description, which the [`Command`] variant gives.
 
@@ -19,6 +20,7 @@ mod helper;
 mod index;
 mod ingest;
 mod mount;
+mod out;
 mod records;
 mod table;
 
@@ -218,8 +220,8 @@ pub(crate) fn refuse_remote(path: &std::path::Path, command: &str) -> Result<()>
 
 /// Prints `e` with its fix-up; exit code 1.
 fn failed(e: &crate::error::Error) -> ExitCode {
-    eprintln!("{}", e.render());
-    eprintln!("  fix: {}", e.code.fixup());
+    out::note!("{}", e.render());
+    out::note!("  fix: {}", e.code.fixup());
     ExitCode::from(1)
 }
 

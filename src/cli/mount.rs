@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::WalkArgs;
+use super::out::{note, say};
 use crate::catalog::{CatalogOptions, CountCachePlace};
 use crate::error::Result;
 use crate::fs::handles::HandleLimits;
@@ -204,7 +205,7 @@ impl MountArgs {
                     m.mount_point.display()
                 )
             };
-            eprintln!(
+            note!(
                 "serving {} at {} (pid {}); {stop}",
                 m.warehouse.display(),
                 m.mount_point.display(),
@@ -216,13 +217,13 @@ impl MountArgs {
         // served it until now in the foreground or for a /dev/fd/N).
         let daemon_elsewhere = mounted.pid != std::process::id();
         if daemon_elsewhere && !foreground && !quiet {
-            println!(
+            say!(
                 "mounted {} at {} (daemon pid {})",
                 mounted.warehouse.display(),
                 mounted.mount_point.display(),
                 mounted.pid
             );
-            println!(
+            say!(
                 "try: ls -la {0}  |  cat {0}/.stats  |  pchronicle umount {0}",
                 mounted.mount_point.display()
             );
@@ -270,7 +271,7 @@ impl RefreshArgs {
         let path = self.path.unwrap_or_default();
         let refreshed = crate::fs::control::refresh(&self.mountpoint, &path)?;
         if refreshed == crate::fs::control::Refreshed::Absent {
-            eprintln!(
+            note!(
                 "note: {} is not in the mount (now); what it showed there is forgotten",
                 path.display()
             );

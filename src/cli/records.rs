@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::WalkArgs;
 use super::browse::at_user_path;
+use super::out;
 use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode, Result};
 use crate::extract::{Output, Plan, Position, Selection, Shape};
@@ -110,9 +111,8 @@ impl CatArgs {
         if selection_is_empty(&plan) {
             return Ok(ExitCode::SUCCESS);
         }
-        let stdout = io::stdout();
         let mut out = PipeOut {
-            inner: io::BufWriter::with_capacity(OUT_BUFFER, stdout.lock()),
+            inner: io::BufWriter::with_capacity(OUT_BUFFER, out::exact_stdout()),
             closed: false,
         };
         let ran = plan.run(&catalog, Position::default(), &mut out);
@@ -205,8 +205,12 @@ impl QueryArgs {
             ResultFormat::Table
         };
         let (catalog, rel) = Catalog::for_path(&self.path, self.walk.options())?;
-        let stdout = io::stdout();
-        let mut out = io::BufWriter::with_capacity(OUT_BUFFER, stdout.lock());
+        // A table is for people; JSON Lines and CSV are exact.
+        let sink: Box<dyn Write> = match format {
+            ResultFormat::Table => out::for_people(),
+            ResultFormat::Json | ResultFormat::Csv => Box::new(out::exact_stdout()),
+        };
+        let mut out = io::BufWriter::with_capacity(OUT_BUFFER, sink);
         let catalog = Arc::new(catalog);
         let warnings = query::run(catalog, &rel, selection, &self.sql, format, &mut out)
             .map_err(|e| at_user_path(e, &self.path))?;

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use super::out::note;
 use crate::catalog::{Entry, Listing, Snapshot, Stats, Timestamp, Warning};
 use crate::error::ErrorCode;
 use crate::records::timestamp::format_rfc3339;
@@ -218,13 +219,14 @@ pub fn error_codes(codes: &[ErrorCode]) -> String {
     out
 }
 
-/// Warnings and truncation go to stderr so stdout stays the answer.
+/// Warnings and truncation go to stderr so stdout stays the answer (for
+/// people: escaped on a terminal).
 pub fn warn(warnings: &[Warning], truncated: bool) {
     for w in warnings {
-        eprintln!("warning[{}]: {}: {}", w.code, w.path, w.message);
+        note!("warning[{}]: {}: {}", w.code, w.path, w.message);
     }
     if truncated {
-        eprintln!("note: the answer is truncated (a traversal bound was reached)");
+        note!("note: the answer is truncated (a traversal bound was reached)");
     }
 }
 

@@ -79,16 +79,17 @@ impl From<Errno> for FsError {
     }
 }
 
-/// A failed system call answers with its own errno (`EIO` if it has none).
-/// An object store that could not be reached answers `EIO` too, and keeps
-/// its code and what failed for the log.
+/// A failed system call answers with its own errno (`EIO` if it has none),
+/// an object the store refuses to read `EACCES`. An object store that
+/// could not be reached answers `EIO`, and keeps its code and what failed
+/// for the log.
 impl From<std::io::Error> for FsError {
     fn from(error: std::io::Error) -> Self {
         if crate::error::is_remote_failure(&error) {
             return FsError::from(Error::new(ErrorCode::RemoteUnavailable, error.to_string()));
         }
         FsError {
-            raw: error.raw_os_error().unwrap_or(Errno::EIO as i32),
+            raw: crate::error::os_error(&error).unwrap_or(Errno::EIO as i32),
             cause: None,
         }
     }

@@ -15,6 +15,7 @@ use super::metrics::{Metrics, Op};
 use super::passthrough::Passthrough;
 use super::workers::Late;
 use crate::error::ErrorCode;
+use crate::logbudget::LogBudget;
 
 /// Where requests' failures are logged, whichever thread answered them:
 /// the protocol layer's name, which operators filter on
@@ -36,7 +37,11 @@ impl Core {
         Core {
             fs: Arc::new(fs),
             passthrough: Passthrough::default(),
-            failures_logged: LogBudget::new(),
+            failures_logged: LogBudget::new(
+                FAILURES_LOGGED_PER_MINUTE,
+                Some(ErrorCode::RequestFailed),
+                "failed requests",
+            ),
             metrics: std::sync::OnceLock::new(),
         }
     }
@@ -97,15 +102,15 @@ impl Core {
 
     /// Logs one failure line within the per-minute budget.
     fn log_failure(&self, line: String) {
-        let (admitted, unlogged) = self.failures_logged.admit();
-        if unlogged > 0 {
+        let admission = self.failures_logged.admit();
+        if admission.unlogged > 0 {
             log::warn!(
                 target: LOG_TARGET,
-                "error[{}]: {unlogged} more failed requests were not logged in the last minute",
-                ErrorCode::RequestFailed
+                "{}",
+                self.failures_logged.unlogged_line(admission.unlogged)
             );
         }
-        if admitted {
+        if admission.admitted {
             log::warn!(target: LOG_TARGET, "{}", capped(line, FAILURE_LINE_BYTES));
         }
     }
@@ -162,52 +167,6 @@ fn capped(line: String, max: usize) -> String {
 /// counted, and the count is logged with the next failure after the
 /// minute.
 pub const FAILURES_LOGGED_PER_MINUTE: u32 = 60;
-
-/// How many failed requests may still be logged this minute.
-pub struct LogBudget {
-    state: parking_lot::Mutex<Budget>,
-}
-
-struct Budget {
-    started: Instant,
-    logged: u32,
-    dropped: u64,
-}
-
-impl LogBudget {
-    pub fn new() -> LogBudget {
-        LogBudget {
-            state: parking_lot::Mutex::new(Budget {
-                started: Instant::now(),
-                logged: 0,
-                dropped: 0,
-            }),
-        }
-    }
-
-    /// Whether one more failure may be logged now, and how many were not
-    /// logged in the minute that just ended (to be said once, outside the
-    /// lock).
-    pub fn admit(&self) -> (bool, u64) {
-        let mut budget = self.state.lock();
-        let mut unlogged = 0;
-        if budget.started.elapsed() >= Duration::from_secs(60) {
-            unlogged = budget.dropped;
-            *budget = Budget {
-                started: Instant::now(),
-                logged: 0,
-                dropped: 0,
-            };
-        }
-        if budget.logged < FAILURES_LOGGED_PER_MINUTE {
-            budget.logged += 1;
-            (true, unlogged)
-        } else {
-            budget.dropped += 1;
-            (false, unlogged)
-        }
-    }
-}
 
 /// Runs one request's handler, answering `EIO` if it panics: the reply the
 /// handler owned is dropped unsent, which the kernel receives as `EIO`.

@@ -36,8 +36,11 @@ pub(super) fn count_segments_parallel(
     parts: usize,
 ) -> io::Result<RecordStats> {
     let cuts = cut_points(file, size, parts)?;
-    // Each range is part of the caller's work, under its budget.
+    // Each range is part of the caller's work, under its budget, and
+    // reads for the answer this thread builds (a failure of an object
+    // store there is that answer's).
     let work = crate::work::current();
+    let answer = crate::error::Answer::current();
     std::thread::scope(|scope| {
         let workers: Vec<_> = cuts
             .windows(2)
@@ -47,9 +50,11 @@ pub(super) fn count_segments_parallel(
                     pos: w[0],
                     end: w[1],
                 };
-                let work = work.clone();
-                scope
-                    .spawn(move || crate::work::within_opt(work.as_ref(), || count_segments(range)))
+                let (work, answer) = (work.clone(), answer.clone());
+                scope.spawn(move || {
+                    let _in = answer.enter();
+                    crate::work::within_opt(work.as_ref(), || count_segments(range))
+                })
             })
             .collect();
         let mut total = RecordStats::default();

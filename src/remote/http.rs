@@ -13,6 +13,8 @@ use object_store::client::{
     HttpResponseBody, HttpService,
 };
 
+use crate::logbudget::warn_limited;
+
 /// How long a connection may take to open; a dead server refuses at once,
 /// an unroutable one is given up on after this.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -213,7 +215,7 @@ impl HttpService for Service {
         let page = body.bytes().await?;
         let page = match super::list_page::drop_unusable_keys(&page) {
             Some((kept, dropped)) => {
-                log::warn!(
+                warn_limited!(
                     "skipped {} key(s) of a listing that cannot be paths (an empty, `.` or `..` \
                      component, a control character, a leading `/`): {}",
                     dropped.len(),

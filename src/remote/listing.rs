@@ -407,13 +407,15 @@ pub(super) struct Failed {
 }
 
 /// The same failure once more (`io::Error` is not `Clone`), keeping what
-/// gives it its code: the remote failure, or the kind and system error.
+/// gives it its code: the remote failure, or the kind and system error. A
+/// store's failure handed on counts for the answer of the reader it is
+/// handed to, which met it as surely as the one that asked.
 fn again(error: &io::Error) -> io::Error {
     if let Some(RemoteFailure::Unavailable(message)) = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<RemoteFailure>())
     {
-        return RemoteFailure::Unavailable(message.clone()).into_io();
+        return RemoteFailure::unavailable(message.clone());
     }
     match (error.raw_os_error(), error.get_ref()) {
         (Some(raw), _) => io::Error::from_raw_os_error(raw),

@@ -117,6 +117,7 @@ where
     F::Output: Send,
 {
     let runtime = with_registry(|r| Ok(Arc::clone(&r.runtime)))?;
+    let future = InAnswer::new(future);
     if tokio::runtime::Handle::try_current().is_err() {
         return Ok(runtime.block_on(future));
     }
@@ -126,6 +127,36 @@ where
             .join()
             .map_err(|_| io::Error::other("a remote request's thread panicked"))
     })
+}
+
+/// A future that works for the answer being built where it was made: a
+/// store's failure met while it runs counts for that answer, whichever
+/// thread polls it (see [`crate::error::FailureWatch`]).
+pub(crate) struct InAnswer<F> {
+    answer: crate::error::Answer,
+    future: std::pin::Pin<Box<F>>,
+}
+
+impl<F: std::future::Future> InAnswer<F> {
+    pub(crate) fn new(future: F) -> InAnswer<F> {
+        InAnswer {
+            answer: crate::error::Answer::current(),
+            future: Box::pin(future),
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for InAnswer<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        let _in = this.answer.enter();
+        this.future.as_mut().poll(cx)
+    }
 }
 
 /// Settings given by the embedding program instead of the environment.
@@ -298,7 +329,7 @@ impl Bucket {
             .store
             .get_opts(&path, options)
             .await
-            .map_err(|e| failure(key, e))?;
+            .map_err(|e| object_failure(key, e))?;
         let answered = result.meta.e_tag.as_deref();
         let same_etag = match (asked.as_deref(), answered) {
             (Some(asked), Some(answered)) => bare_etag(asked) == bare_etag(answered),
@@ -411,6 +442,69 @@ pub fn failure(key: &str, e: object_store::Error) -> io::Error {
     }
 }
 
+/// A failure of the store to read the object `key`: as [`failure`], but
+/// an answer refusing this one object (see [`refusal`]) makes the object
+/// unreadable (`EACCES`), not the store unavailable.
+pub fn object_failure(key: &str, e: object_store::Error) -> io::Error {
+    match refusal(&e) {
+        Some(why) => RemoteFailure::denied(format!(
+            "{key}: the object store refuses to read this object ({why}; an archived \
+             storage class, SSE-C or KMS encryption, or a policy)"
+        )),
+        None => failure(key, e),
+    }
+}
+
+/// The S3 error codes that refuse the credentials, not one object: a
+/// request answered with one of them says nothing of the object it asked
+/// for, and the store stays unavailable.
+const CREDENTIALS_REFUSED: &[&str] = &[
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "AuthorizationHeaderMalformed",
+    "AccountProblem",
+    "AllAccessDisabled",
+    "RequestTimeTooSkewed",
+    "MissingSecurityHeader",
+];
+
+/// Why the store refused to read one object, when it did: a `403` or a
+/// `400` (an archived object, an SSE-C object read without its key, a KMS
+/// key the credentials may not use, a policy on the key) whose S3 error
+/// code does not refuse the credentials themselves. `None` for any other
+/// failure.
+pub fn refusal(e: &object_store::Error) -> Option<String> {
+    let text = e.to_string();
+    let status = match e {
+        object_store::Error::PermissionDenied { .. } => 403,
+        // object_store gives a 400 no variant of its own; its message
+        // names the status.
+        object_store::Error::Generic { .. } if text.contains("non-2xx status code: 400 ") => 400,
+        _ => return None,
+    };
+    let code = xml_field(&text, "Code");
+    if code.is_some_and(|code| CREDENTIALS_REFUSED.contains(&code)) {
+        return None;
+    }
+    let mut why = format!("HTTP {status}");
+    for part in [code, xml_field(&text, "Message")].into_iter().flatten() {
+        why.push_str(": ");
+        why.push_str(&shown(part));
+    }
+    Some(why)
+}
+
+/// The text of the first `<NAME>…</NAME>` of an S3 error body.
+fn xml_field<'t>(text: &'t str, name: &str) -> Option<&'t str> {
+    let open = format!("<{name}>");
+    let start = text.find(&open)? + open.len();
+    let len = text[start..].find(&format!("</{name}>"))?;
+    Some(&text[start..start + len])
+}
+
 /// An ETag without its quotes or weak mark (stores differ in how they
 /// write the same one in a listing and in an answer).
 fn bare_etag(etag: &str) -> &str {
@@ -457,6 +551,44 @@ fn inode_of(parts: &[&[u8]]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_object_is_told_from_refused_credentials() {
+        let refused = |body: &str| {
+            refusal(&object_store::Error::PermissionDenied {
+                path: "wh/a.jsonl".into(),
+                source: format!("Server returned non-2xx status code: 403 Forbidden: {body}")
+                    .into(),
+            })
+        };
+        assert_eq!(
+            refused("<Error><Code>InvalidObjectState</Code><Message>archived</Message></Error>")
+                .as_deref(),
+            Some("HTTP 403: InvalidObjectState: archived")
+        );
+        assert_eq!(refused("").as_deref(), Some("HTTP 403"));
+        assert_eq!(
+            refused("<Error><Code>InvalidAccessKeyId</Code></Error>"),
+            None
+        );
+        let bad_request = |body: &str| object_store::Error::Generic {
+            store: "S3",
+            source: format!("Server returned non-2xx status code: 400 Bad Request: {body}").into(),
+        };
+        assert_eq!(
+            refusal(&bad_request("<Code>InvalidRequest</Code>")).as_deref(),
+            Some("HTTP 400: InvalidRequest")
+        );
+        assert_eq!(
+            refusal(&bad_request("<Code>AuthorizationHeaderMalformed</Code>")),
+            None
+        );
+        let unavailable = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 503 Service Unavailable".into(),
+        };
+        assert_eq!(refusal(&unavailable), None);
+    }
 
     #[test]
     fn a_servers_answer_is_shown_escaped_and_short() {

@@ -194,13 +194,13 @@ impl RemoteFile {
                 let (held, len) = Held::take(len);
                 let bucket = Arc::clone(&self.bucket);
                 let (key, etag, size) = (self.key.clone(), self.etag.clone(), self.size);
-                let task = super::with_registry(|r| {
-                    Ok(r.runtime.spawn(async move {
-                        bucket
-                            .read_range(&key, etag.as_deref(), size, end..end + len)
-                            .await
-                    }))
-                })?;
+                let read = async move {
+                    bucket
+                        .read_range(&key, etag.as_deref(), size, end..end + len)
+                        .await
+                };
+                let read = super::InAnswer::new(read);
+                let task = super::with_registry(|r| Ok(r.runtime.spawn(read)))?;
                 cache.ahead = Some((end, task, held));
             }
         }

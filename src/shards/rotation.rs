@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::git::{Facts, GitState, Repo};
 use super::{ShardFormat, ShardName};
+use crate::logbudget::warn_limited;
 
 /// A shard at or over this size is sealed.
 pub const MAX_SHARD_BYTES: u64 = 2 << 20;
@@ -186,7 +187,7 @@ fn git_allows(
         Ok(false) => Ok(facts.state(Some(index))),
         Ok(true) => Err(Sealed::InGitIndex),
         Err(e) => {
-            log::warn!("{e}");
+            warn_limited!("{e}");
             Err(Sealed::GitUnreadable)
         }
     }

@@ -20,6 +20,7 @@ use super::names::new_token;
 use super::rotation::{self, Git, STATE_SCHEMA, ShardState};
 use super::{RECORD_SEPARATOR, SessionId, ShardFormat, ShardName, describe};
 use crate::error::{Error, ErrorCode, Result};
+use crate::logbudget::warn_limited;
 use crate::sidecar::status::InvalidatedSidecar;
 use crate::warehouse::{Dir, Replace, STATE_DIR};
 
@@ -167,7 +168,7 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         if let Err(e) = self.flush() {
-            log::warn!("{}", e.render());
+            warn_limited!("{}", e.render());
         }
     }
 }
@@ -193,7 +194,7 @@ fn append_one(
         }
         Err(sealed) => {
             if let Some(Git { facts: Err(e), .. }) = git {
-                log::warn!("session {}: {e}", session.as_str());
+                warn_limited!("session {}: {e}", session.as_str());
             }
             log::debug!(
                 "session {}: new shard: {}",
@@ -230,7 +231,7 @@ fn continue_shard(
     let written = write_once(&file, path, &buf)?;
     let invalidated = if crate::sidecar::covers(path) {
         crate::sidecar::status::invalidated(path).unwrap_or_else(|e| {
-            log::warn!("{}", e.render());
+            warn_limited!("{}", e.render());
             Vec::new()
         })
     } else {

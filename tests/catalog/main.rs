@@ -31,6 +31,8 @@ mod shapes;
 mod shards;
 mod sidecar;
 mod support;
+#[cfg(feature = "compact-jsonl")]
+mod terminal;
 #[cfg(not(feature = "compact-jsonl"))]
 mod without_lance;
 

@@ -520,6 +520,98 @@ fn a_request_that_fails_anywhere_fails_the_whole_answer() {
     }
 }
 
+#[test]
+fn an_object_the_store_refuses_is_unreadable_and_the_rest_of_the_tree_answers() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("refused");
+    let _copy = both(&server, "refused", "wh", |root| {
+        let w = |rel: &str, bytes: &[u8]| write_below(root, rel, bytes);
+        w("loose/a.jsonl", jsonl(7, 1_767_225_600).as_bytes());
+        w("loose/archived.jsonl", jsonl(5, 1_767_225_600).as_bytes());
+        w("story/CURRENT", b"g1\n");
+        w(
+            "story/generations/g1/p.jsonl",
+            jsonl(2, 1_767_225_600).as_bytes(),
+        );
+        // The storyline manifest, written by a local listing's repair.
+        out(&crate::support::pchronicle(&["ls", root.to_str().unwrap()]));
+    });
+    let url = "s3://refused/wh";
+    let stats_of =
+        |output: &Output| -> serde_json::Value { serde_json::from_slice(&out(output)).unwrap() };
+    // An archived object, an SSE-C object read without its key, a policy.
+    for (status, code) in [
+        (403, "InvalidObjectState"),
+        (400, "InvalidRequest"),
+        (403, "AccessDenied"),
+    ] {
+        server.set_fault(Fault::DenyWhere(
+            "/refused/wh/loose/archived.jsonl ",
+            status,
+            code,
+        ));
+        let listing = out(&remote(
+            &server.endpoint(),
+            &["ls", "s3://refused/wh/loose"],
+        ));
+        assert!(String::from_utf8_lossy(&listing).contains("archived.jsonl"));
+        let output = remote(&server.endpoint(), &["stats", "--json", url]);
+        let stats = stats_of(&output);
+        assert_eq!(stats["record_count"], 7 + 2, "{code}: {stats}");
+        assert_eq!(stats["unreadable_sources"], 1, "{code}: {stats}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("warning[PCHRONICLE_RECORD_FILE_UNREADABLE]: loose/archived.jsonl")
+                && stderr.contains(code),
+            "{code}: {stderr}"
+        );
+        // The file itself answers as a local file without permission.
+        let output = remote(
+            &server.endpoint(),
+            &["cat", "s3://refused/wh/loose/archived.jsonl"],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{code}");
+        assert!(
+            !stderr.contains("PCHRONICLE_REMOTE_UNAVAILABLE"),
+            "{code}: {stderr}"
+        );
+    }
+    // A leaf manifest the store refuses: the leaf is counted from its data.
+    server.set_fault(Fault::DenyWhere(
+        "/refused/wh/story/chronicle.manifest ",
+        403,
+        "AccessDenied",
+    ));
+    let output = remote(&server.endpoint(), &["stats", "--json", url]);
+    assert_eq!(stats_of(&output)["record_count"], 7 + 5 + 2);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("PCHRONICLE_MANIFEST_UNREADABLE"));
+    // Credentials refused on every request, or a listing refused: the
+    // store is unavailable, never an empty or partial tree.
+    for fault in [
+        Fault::DenyWhere("/", 403, "InvalidAccessKeyId"),
+        Fault::DenyWhere("/", 403, "AccessDenied"),
+        Fault::DenyWhere("list-type=", 403, "AccessDenied"),
+    ] {
+        server.set_fault(fault);
+        for command in ["ls", "stats"] {
+            let output = remote(&server.endpoint(), &[command, url]);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                !output.status.success() && stderr.contains("PCHRONICLE_REMOTE_UNAVAILABLE"),
+                "{command} with {fault:?}: {stderr}"
+            );
+        }
+    }
+    server.set_fault(Fault::None);
+    assert_eq!(
+        stats_of(&remote(&server.endpoint(), &["stats", "--json", url]))["record_count"],
+        7 + 5 + 2
+    );
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -52,6 +52,14 @@ pub enum Fault {
     /// this text (`%2F` read as `/`): one object or prefix the store
     /// keeps failing on while it answers the rest.
     FailWhere(&'static str),
+    /// Answers every request whose request line holds `.0` (`%2F` read as
+    /// `/`) with the status `.1` and an S3 error body of code `.2`: an
+    /// object the store refuses to read (403 `InvalidObjectState` for an
+    /// archived one, 400 `InvalidRequest` for SSE-C, 403 `AccessDenied`;
+    /// `"/bucket/key "`, with the space that ends its path, names only
+    /// the reads of that object, not the listing of `key/`), or with
+    /// `"/"`, credentials refused everywhere.
+    DenyWhere(&'static str, u16, &'static str),
     /// Answers a request for the path `.0` (`/bucket/key`) with the object
     /// at `.1`, whatever its `If-Match` says: a store that ignores the
     /// condition and serves another version of the object.
@@ -470,6 +478,29 @@ fn serve(mut client: TcpStream, moto_port: u16, state: &Mutex<State>) {
                 .is_some_and(|line| line.replace("%2F", "/").contains(text)),
             _ => false,
         };
+        if let Fault::DenyWhere(text, status, code) = fault {
+            let line = head.lines().next().unwrap_or_default().replace("%2F", "/");
+            if line.contains(text) {
+                let body = format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+                     <Message>refused by the test proxy</Message></Error>"
+                );
+                let reason = if status == 400 {
+                    "Bad Request"
+                } else {
+                    "Forbidden"
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n\
+                     Content-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if client.write_all(answer.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
         match fault {
             Fault::Down => return,
             Fault::Latency(delay) => std::thread::sleep(delay),

@@ -33,6 +33,7 @@ use entries::{Entries, SlotRef};
 
 use super::cache::{FileId, HitCount, HitCounter};
 use crate::error::Result;
+use crate::logbudget::warn_limited;
 use crate::records::RecordStats;
 
 pub use background::{Background, BackgroundCounts};
@@ -183,7 +184,7 @@ impl CountCache {
         };
         inner.dirty = false;
         if let (Loaded::Unusable(why), Some(file)) = (&loaded, &file) {
-            log::warn!(
+            warn_limited!(
                 "ignoring the count cache {}: {why}; it will be rebuilt",
                 file.path().display()
             );

@@ -257,10 +257,11 @@ pub(super) fn uri_of(dir: &Path) -> Result<String> {
 }
 
 /// A failure of Lance on the dataset `dir`. When it is the object store
-/// under a remote dataset that failed (not a missing object or a changed
-/// version), it is the store's failure, counted as one (see
-/// [`crate::error::remote_failures`]): the dataset is not at fault, and
-/// what was derived meanwhile must not be kept.
+/// under a remote dataset that failed (not a missing object, a changed
+/// version or an object it refuses to read), it is the store's failure,
+/// counted as one for the answer being built (see
+/// [`crate::error::FailureWatch`]): the dataset is not at fault, and what
+/// was derived meanwhile must not be kept.
 pub(super) fn lance_error(dir: &Path, e: lance::Error) -> Error {
     #[cfg(feature = "remote")]
     if crate::warehouse::is_remote_path(dir) && store_failed(&e) {
@@ -277,6 +278,12 @@ fn store_failed(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(e) = cause {
         if let Some(store) = e.downcast_ref::<object_store::Error>() {
+            // An object the store refuses to read (403, 400) is the
+            // dataset's: it cannot be read, like a local file without
+            // permission.
+            if crate::remote::refusal(store).is_some() {
+                return false;
+            }
             return !matches!(
                 store,
                 object_store::Error::NotFound { .. }
