@@ -264,6 +264,7 @@ fn serve(
     let catalog = Arc::new(catalog);
     spawn_count_saver(Arc::downgrade(&catalog));
     let catalog_at_exit = Arc::downgrade(&catalog);
+    let catalog_after_run = Weak::clone(&catalog_at_exit);
     // Every `.records` reader is one thread: the daemon's memory stays
     // bounded by how many run, not by their read-ahead.
     crate::records::read::limit_threads(1);
@@ -394,6 +395,14 @@ fn serve(
         })?;
 
     let served = session.run();
+    // A worker may still hold the filesystem (finishing a job it already
+    // answered) when this thread returns and the process ends: the counts
+    // are saved here, not left to the last holder's drop.
+    if let Some(catalog) = catalog_after_run.upgrade() {
+        if let Err(e) = catalog.save_counts() {
+            log::warn!("{}", e.render());
+        }
+    }
     if let Some(notifier) = &notifier {
         notifier.stopping();
     }
