@@ -49,6 +49,15 @@ pub fn empty_mount_point() -> (tempfile::TempDir, PathBuf) {
     (dir, mnt)
 }
 
+/// [`empty_mount_point`] in a directory every user may enter, for a
+/// mount other users read (`--allow-other`) or make.
+pub fn open_mount_point() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, mnt) = empty_mount_point();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, mnt)
+}
+
 /// Runs the binary with `args` and returns what it printed.
 pub fn run(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(bin())

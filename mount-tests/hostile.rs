@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Mounted, bin, empty_mount_point};
+use crate::harness::{Mounted, bin, open_mount_point};
 use crate::support::{Warehouse, jsonl};
 
 /// Reads `path` on another thread; `None` when it takes longer than
@@ -187,8 +187,7 @@ fn another_user_sees_through_the_mount_what_it_could_read_natively() {
     if !crate::harness::fuse_usable() {
         return;
     }
-    let (dir, mnt) = empty_mount_point();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, mnt) = open_mount_point();
     let m = Mounted::start_at(wh.path(), &mnt, &["--allow-other", "--attr-ttl", "0"], dir);
 
     let runs = as_user(uid, gid, bin(), &[std::ffi::OsStr::new("--version")]);
@@ -293,8 +292,7 @@ fn a_user_mounts_through_fusermount3_and_unmounts_again() {
     let wh = Warehouse::new();
     wh.file("runs/a.jsonl", jsonl(2, 1_700_000_000));
     fs::set_permissions(wh.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let (dir, mnt) = empty_mount_point();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (_dir, mnt) = open_mount_point();
     std::os::unix::fs::chown(&mnt, Some(uid), Some(gid)).unwrap();
     let run = |args: &[&std::ffi::OsStr]| as_user(uid, gid, bin(), args);
     let out = run(&[

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use pchronicle::fs::mountpoint::{self, MountState};
 
-use crate::harness::{Mounted, empty_mount_point, errno_of, fuse_usable, run, wait_with_timeout};
+use crate::harness::{
+    Mounted, empty_mount_point, errno_of, fuse_usable, open_mount_point, run, wait_with_timeout,
+};
 use crate::support::{Warehouse, jsonl};
 
 fn small_warehouse() -> Warehouse {
@@ -274,8 +276,7 @@ fn an_unreadable_warehouse_is_refused_with_a_code() {
     }
     let wh = small_warehouse();
     fs::set_permissions(wh.path(), fs::Permissions::from_mode(0o700)).unwrap();
-    let (dir, mnt) = empty_mount_point();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (_dir, mnt) = open_mount_point();
     let out = as_nobody(&[OsStr::new("mount"), wh.path().as_os_str(), mnt.as_os_str()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::fs::PermissionsExt;
 
-use crate::harness::{Mounted, empty_mount_point};
+use crate::harness::{Mounted, open_mount_point};
 use crate::hostile::{as_user, test_user};
 use crate::support::Warehouse;
 
@@ -246,8 +246,7 @@ fn one_user_hoarding_handles_leaves_the_others_working() {
     if !crate::harness::fuse_usable() {
         return;
     }
-    let (dir, mnt) = empty_mount_point();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, mnt) = open_mount_point();
     let m = Mounted::start_at(
         wh.path(),
         &mnt,

@@ -181,12 +181,16 @@ impl Catalog {
                         walk.new_files
                             .note(FileId::of(&meta), walk.sources.len(), adopted);
                     }
+                    // A count stopped by the budget of the work this walk
+                    // is part of (it failed, so it warns) must not pass for
+                    // an unreadable file: the walk stops instead.
+                    if !warnings.is_empty() {
+                        crate::work::check_current().map_err(|e| {
+                            Error::new(ErrorCode::AnswerLate, format!("{rel}: {e}"))
+                        })?;
+                    }
                     walk.add(source, adopted);
                     walk.warnings.extend(warnings);
-                    // A count stopped by the budget of the work this walk
-                    // is part of must not pass for an unreadable file.
-                    crate::work::check_current()
-                        .map_err(|e| Error::new(ErrorCode::AnswerLate, format!("{rel}: {e}")))?;
                 }
                 WalkItem::Dir {
                     parent,

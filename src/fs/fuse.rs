@@ -461,7 +461,7 @@ impl Filesystem for FuseAdapter {
         let (caller, name) = (caller(req), name.to_os_string());
         serve!(
             self,
-            true,
+            self.fs().slow_xattrs(ino.0, Some(&name)),
             Op::Getxattr,
             ino.0,
             reply,
@@ -474,7 +474,7 @@ impl Filesystem for FuseAdapter {
         let caller = caller(req);
         serve!(
             self,
-            true,
+            self.fs().slow_xattrs(ino.0, None),
             Op::Listxattr,
             ino.0,
             reply,

@@ -35,6 +35,16 @@ impl WarehouseFs {
         synthetic || self.is_remote()
     }
 
+    /// Whether an xattr request of `ino` (`name`: `getxattr` of it, `None`:
+    /// `listxattr`) may be slow: pchronicle's own attributes of a
+    /// warehouse path hold a record count. The names `ls -l` and other
+    /// tools ask for (ACLs, security labels) are refused at once.
+    pub fn slow_xattrs(&self, ino: u64, name: Option<&OsStr>) -> bool {
+        let ours = name.is_none_or(|n| n.as_encoded_bytes().starts_with(b"user."));
+        let path = matches!(self.inodes.get(ino), Some((Target::Path(_), _)));
+        self.is_remote() || (ours && path)
+    }
+
     /// Whether a read of the handle `fh` may be slow: a `.records` stream
     /// waits for its producer, a remote file for the store.
     pub fn slow_handle(&self, fh: u64) -> bool {
@@ -47,7 +57,7 @@ impl WarehouseFs {
 
     /// `statvfs` of the warehouse root.
     pub fn statfs(&self) -> Result<FsStats, FsError> {
-        if self.catalog().root_dir().is_remote() {
+        if self.is_remote() {
             // Object storage has no capacity to report: nothing free, and
             // names as long as a key component may be.
             return Ok(FsStats {
