@@ -12,6 +12,8 @@
 #                            server cannot start; 0: they skip with a note
 #   PCHRONICLE_S3_VENV       where moto is installed (default
 #                            ~/.cache/pchronicle-s3-venv)
+#   PCHRONICLE_SCREENSHOTS   where the browser test saves a screenshot of
+#                            each page (default $CARGO_TARGET_DIR/web-screenshots)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -23,8 +25,11 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # the records benchmark's peers (pylance, duckdb).
 # mount: mount(8) and umount(8), which the system-mount tests drive.
 # git: the shard tests and the append benchmark run it in temporary
-# repositories.
-extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux mount passwd git)
+# repositories. chromium, chromium-driver and python3-selenium: the web
+# pages are tested in a real headless browser (web-tests/browser.py);
+# fonts-dejavu-core makes its screenshots readable.
+extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux mount passwd git
+  chromium chromium-driver python3-selenium fonts-dejavu-core)
 source scripts/setup.sh
 
 # The remote tests' local S3-compatible server: moto in server mode, from
@@ -63,3 +68,9 @@ PCHRONICLE_BENCH_RECORDS_MIB=64 PCHRONICLE_BENCH_RUNS=1 bash benches/records.sh
 
 step "test"
 cargo test --release --locked
+
+# The pages in a real browser: Debian's python3 holds selenium (the
+# package above), whichever python3 is first on PATH.
+step "browser (headless chromium; screenshots in \$PCHRONICLE_SCREENSHOTS)"
+screenshots="${PCHRONICLE_SCREENSHOTS:-$CARGO_TARGET_DIR/web-screenshots}"
+/usr/bin/python3 web-tests/browser.py "$CARGO_TARGET_DIR/release/pchronicle" "$screenshots"

@@ -30,16 +30,81 @@ impl fmt::Display for DemoSummary {
     }
 }
 
-/// A session's records: a user turn, tool calls, an assistant turn.
+/// The tasks, commands and outputs demo sessions are made of.
+const TASKS: [&str; 4] = [
+    "The date parser rejects 2026-02-29; find out why and fix it.",
+    "Add a --limit flag to the export command and document it.",
+    "CI is red on the integration tests since yesterday. Investigate.",
+    "Summarise what changed in the storage layer this week.",
+];
+const CALLS: [(&str, &str, &str); 4] = [
+    (
+        "shell",
+        r#"{\"cmd\":\"cargo test parser::dates\"}"#,
+        r#"test parser::dates::leap_day ... FAILED\nassertion failed: parse(\"2026-02-29\").is_err()"#,
+    ),
+    (
+        "read_file",
+        r#"{\"path\":\"src/export.rs\"}"#,
+        "pub fn export(records: &[Record], out: &mut dyn Write) -> io::Result<()> { ... }",
+    ),
+    (
+        "shell",
+        r#"{\"cmd\":\"git log --oneline -5 -- tests/\"}"#,
+        r#"a1b2c3d tests: pin the fixture clock\n9f8e7d6 storage: batch the fsyncs"#,
+    ),
+    (
+        "search",
+        r#"{\"query\":\"fn open_leaf\"}"#,
+        "src/catalog/mod.rs:496: pub fn open_leaf(&self, rel: &Path) -> Result<Dir>",
+    ),
+];
+
+/// A session's records, as an agent's run: a user's task, then assistant
+/// turns that call a tool and the tool's results, in turn. Every record
+/// carries `id`, `session`, `ts` and `role` (the demo index is by role);
+/// `anthropic` picks Anthropic-style content blocks over OpenAI-style
+/// chat messages.
 fn session_records(session: &str, day: u32, turns: u32) -> Vec<String> {
+    let anthropic = !(session.starts_with("s-0001") || session.starts_with("c-"));
+    let seed = session.bytes().map(usize::from).sum::<usize>();
     (0..turns)
         .map(|i| {
-            let role = ["user", "tool", "assistant"][(i % 3) as usize];
-            format!(
-                r#"{{"id":"{session}-{i:04}","session":"{session}","ts":"2026-11-{day:02}T{:02}:{:02}:00Z","role":"{role}","content":"turn {i} of {session}"}}"#,
+            let head = format!(
+                r#""id":"{session}-{i:04}","session":"{session}","ts":"2026-11-{day:02}T{:02}:{:02}:00Z""#,
                 9 + i / 60,
                 i % 60
-            )
+            );
+            let step = (seed + i as usize / 3) % CALLS.len();
+            let (tool, args, output) = CALLS[step];
+            let call = format!("call_{session}_{:04}", i - i % 3 + 1);
+            let tokens = 900 + 37 * i + (seed as u32 % 100);
+            match (i % 3, anthropic) {
+                (0, false) => format!(
+                    r#"{{{head},"role":"user","content":"{}"}}"#,
+                    TASKS[(seed + i as usize) % TASKS.len()]
+                ),
+                (0, true) => format!(
+                    r#"{{{head},"role":"user","content":[{{"type":"text","text":"{}"}}]}}"#,
+                    TASKS[(seed + i as usize) % TASKS.len()]
+                ),
+                (1, false) => format!(
+                    r#"{{{head},"role":"assistant","content":"Let me look.","tool_calls":[{{"id":"{call}","type":"function","function":{{"name":"{tool}","arguments":"{args}"}}}}],"usage":{{"prompt_tokens":{tokens},"completion_tokens":{},"total_tokens":{}}}}}"#,
+                    tokens / 10,
+                    tokens + tokens / 10
+                ),
+                (1, true) => format!(
+                    r#"{{{head},"role":"assistant","content":[{{"type":"thinking","thinking":"I should check this with {tool} first."}},{{"type":"text","text":"Let me look."}},{{"type":"tool_use","id":"{call}","name":"{tool}","input":{}}}],"usage":{{"input_tokens":{tokens},"output_tokens":{}}}}}"#,
+                    args.replace("\\\"", "\""),
+                    tokens / 10
+                ),
+                (_, false) => format!(
+                    r#"{{{head},"role":"tool","tool_call_id":"{call}","content":"{output}"}}"#
+                ),
+                (_, true) => format!(
+                    r#"{{{head},"role":"tool","content":[{{"type":"tool_result","tool_use_id":"{call}","content":"{output}"}}]}}"#
+                ),
+            }
         })
         .collect()
 }

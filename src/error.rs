@@ -233,6 +233,21 @@ error_codes! {
     RemoteLocationInvalid => "PCHRONICLE_REMOTE_LOCATION",
         "an `s3://` location could not be read: no bucket, an empty or `.`/`..` path component, or a build without the `remote` feature",
         "Write it as `s3://BUCKET/PREFIX` (PREFIX may be empty or have several components), or use a build with default features.";
+    QueryRefused => "PCHRONICLE_QUERY_REFUSED",
+        "a query that would define, change or write something was refused: `query` and `POST /api/query` run only statements that read (SELECT, WITH, EXPLAIN), never DDL, DML, COPY or SET",
+        "Write the question as a SELECT (`WITH … SELECT` for steps); to export results, redirect `pchronicle query PATH SQL --json` or `--csv` to a file.";
+    CursorInvalid => "PCHRONICLE_CURSOR_INVALID",
+        "a records cursor (`after=` of `GET /api/records`) could not be read, or names a source that is no longer where it was (the warehouse changed under the paging)",
+        "Start the paging again without `after=`; a cursor is only valid for the path and filters it was handed out with.";
+    ServeUnauthorized => "PCHRONICLE_SERVE_UNAUTHORIZED",
+        "a request to `pchronicle serve` came without its token (no `token` cookie, no `Authorization: Bearer` header, no `?token=`), or with another one",
+        "Open the URL `pchronicle serve` printed (it holds the token once and sets a cookie), or send `Authorization: Bearer TOKEN`; the token is the one given with `--token` or printed at start.";
+    ServeRequestInvalid => "PCHRONICLE_SERVE_REQUEST_INVALID",
+        "a request to `pchronicle serve` could not be answered as asked: an unknown endpoint or parameter, a `Host` header that names neither the listening address nor localhost (DNS rebinding), a body too large, or a value out of range",
+        "Use the endpoints and parameters of docs/web.md; reach the server by the address it printed (or localhost), and keep request bodies under 64 KiB.";
+    ServeListen => "PCHRONICLE_SERVE_LISTEN",
+        "`pchronicle serve` could not listen where it was asked: the address is taken or not local, or it is not a loopback address and no token is required (`--no-token`)",
+        "Pick a free `--listen ADDR:PORT` (port 0 picks one); serving on a non-loopback address needs a token (leave out `--no-token`).";
 }
 
 impl ErrorCode {

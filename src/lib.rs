@@ -21,8 +21,9 @@
 //!    the command line;
 //! 4. [`extract`]: the records of a Snapshot out, as JSON Lines, filtered
 //!    and resumable; [`query`]: SQL over a Snapshot's records and sources;
-//! 5. [`fs`] (the FUSE adapter), [`cli`] and [`demo`]: they translate calls
-//!    into the layers below and present what those return.
+//! 5. [`fs`] (the FUSE adapter), `web` (`pchronicle serve`: the JSON API
+//!    and the pages), [`cli`] and [`demo`]: they translate calls into the
+//!    layers below and present what those return.
 //!
 //! A unit test (`layering`, below) reads every source file and fails on
 //! an import that points up.
@@ -45,6 +46,8 @@ pub mod sidecar;
 pub mod store;
 pub mod terminal;
 pub mod warehouse;
+#[cfg(feature = "serve")]
+pub mod web;
 pub mod work;
 
 pub use error::{Error, ErrorCode, Result};
@@ -77,6 +80,7 @@ mod layering {
         ("fs", 5),
         ("cli", 5),
         ("demo", 5),
+        ("web", 5),
     ];
 
     fn layer_of(module: &str) -> Option<u8> {

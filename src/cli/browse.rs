@@ -42,7 +42,7 @@ impl LsArgs {
             walk,
         } = self;
         let selection = filters.selection()?;
-        if selection.narrows() && !sources {
+        if (selection.narrows() || selection.contains.is_some()) && !sources {
             return Err(Error::new(
                 crate::error::ErrorCode::FilterInvalid,
                 "filters select sources: use them with `ls --sources` (a listing is one level, unfiltered)",
@@ -50,8 +50,8 @@ impl LsArgs {
         }
         let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
         if sources {
-            let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
-            let snapshot = selection.narrow(snapshot);
+            let snapshot = crate::extract::sources(&catalog, &rel, &selection)
+                .map_err(|e| at_user_path(e, &path))?;
             if json {
                 out::exact(&snapshot.sources_jsonl());
             } else {
@@ -99,12 +99,8 @@ impl StatsArgs {
         } = self;
         let selection = filters.selection()?;
         let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
-        let stats = if selection.narrows() {
-            let snapshot = catalog.open(&rel).map_err(|e| at_user_path(e, &path))?;
-            selection.narrow(snapshot).stats()
-        } else {
-            catalog.stats(&rel).map_err(|e| at_user_path(e, &path))?
-        };
+        let stats = crate::extract::stats(&catalog, &rel, &selection)
+            .map_err(|e| at_user_path(e, &path))?;
         if json {
             out::exact(&stats.to_json());
         } else {

@@ -22,6 +22,8 @@ mod ingest;
 mod mount;
 mod out;
 mod records;
+#[cfg(feature = "serve")]
+mod serve;
 mod table;
 
 use std::process::ExitCode;
@@ -113,6 +115,17 @@ pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM
     /// written with one write(2); invalid JSON is refused and nothing is
     /// written.
     Append(ingest::AppendArgs),
+    /// Serve the warehouse over HTTP: the Datasets, Runs, Run and SQL pages
+    /// for a browser, and the JSON API they are drawn from (each endpoint
+    /// the bytes of the CLI command it names). Runs in the foreground
+    /// until SIGINT or SIGTERM.
+    #[cfg(feature = "serve")]
+    #[command(after_help = "Examples:\n  \
+pchronicle serve ./warehouse                  # prints http://127.0.0.1:8765/?token=...\n  \
+pchronicle serve s3://bucket/warehouse --listen 0.0.0.0:8080\n\n\
+Open the printed URL: its token sets a cookie. Programs send `Authorization: Bearer TOKEN`. \
+The API is documented in docs/web.md.")]
+    Serve(serve::ServeArgs),
     /// Build, list, verify or drop the sidecar point-lookup indexes of a
     /// record file (`FILE.<keyhash>.idx`, listed in `FILE.indexes.json`).
     Index(index::IndexArgs),
@@ -185,13 +198,15 @@ pub fn run() -> ExitCode {
     // start, ready, unmount and exit (or everything, with --debug).
     let default_filter = match &cli.command {
         Command::Mount(args) => args.log_filter(),
+        #[cfg(feature = "serve")]
+        Command::Serve(_) => "warn,pchronicle=info",
         _ => "warn",
     };
     crate::logging::init(default_filter);
     // A one-shot command reads a remote warehouse as one snapshot: each
     // prefix is listed once (a mount sets its own TTL).
     #[cfg(feature = "remote")]
-    if !matches!(cli.command, Command::Mount(_)) {
+    if !cli.command.is_long_running() {
         crate::remote::set_listing_ttl(std::time::Duration::MAX);
     }
     match execute(cli.command) {
@@ -225,6 +240,17 @@ fn failed(e: &crate::error::Error) -> ExitCode {
     ExitCode::from(1)
 }
 
+impl Command {
+    /// A mount or a server: it reads the warehouse again as it changes.
+    fn is_long_running(&self) -> bool {
+        #[cfg(feature = "serve")]
+        if matches!(self, Command::Serve(_)) {
+            return true;
+        }
+        matches!(self, Command::Mount(_))
+    }
+}
+
 /// Hands the parsed command to its `run`.
 fn execute(command: Command) -> Result<ExitCode> {
     match command {
@@ -239,6 +265,8 @@ fn execute(command: Command) -> Result<ExitCode> {
         Command::Append(args) => args.run(),
         Command::Index(args) => args.run(),
         Command::Lookup(args) => args.run(),
+        #[cfg(feature = "serve")]
+        Command::Serve(args) => args.run(),
         Command::Errors(args) => args.run(),
         Command::Demo(args) => args.run(),
         Command::Completions(args) => args.run(Cli::command()),

@@ -41,6 +41,12 @@ pub(super) struct FilterArgs {
     /// are not opened.
     #[arg(long, value_name = "GLOB", help_heading = "Filters")]
     file: Option<String>,
+    /// Only records whose stored bytes hold TEXT (a literal substring,
+    /// case-sensitive, matched without parsing; a failed record's raw
+    /// text counts). With `ls --sources` and `stats`: the sources that
+    /// hold such a record, whole.
+    #[arg(long, value_name = "TEXT", help_heading = "Filters")]
+    contains: Option<String>,
 }
 
 impl FilterArgs {
@@ -57,6 +63,9 @@ impl FilterArgs {
         }
         if let Some(pattern) = &self.file {
             selection.set_file(pattern)?;
+        }
+        if let Some(text) = &self.contains {
+            selection.set_contains(text)?;
         }
         if let (Some(since), Some(until)) = (selection.since, selection.until) {
             if since >= until {

@@ -30,17 +30,18 @@
 //! `_file_` column). Inside a leaf, records come in stored order.
 
 mod output;
+pub mod runs;
 pub mod select;
 pub mod stream;
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::catalog::{Catalog, Source, SourceKind, Warning};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
-use crate::records::read::{self, Record, RecordSink, Resume};
+use crate::records::read::{self, Body, Record, RecordSink, Resume};
 pub use select::{Glob, Selection};
 
 /// What each record written looks like.
@@ -67,6 +68,66 @@ pub trait Output: Write {
     fn record_end(&mut self, after: Position) -> io::Result<ControlFlow<()>>;
 }
 
+/// `ls --sources`: the Snapshot of `rel` with only the sources
+/// `selection` may match (the mount's `.sources` unfiltered).
+pub fn sources(
+    catalog: &Catalog,
+    rel: &Path,
+    selection: &Selection,
+) -> Result<crate::catalog::Snapshot> {
+    let mut snapshot = selection.narrow(catalog.open(rel)?);
+    if selection.contains.is_some() {
+        // A source is kept when one of its records holds the text: each
+        // is read up to its first such record.
+        let mut first = selection.clone();
+        first.limit = Some(1);
+        let plan = Plan::new(catalog, rel, first, Shape::Plain)?;
+        let mut holding = std::collections::BTreeSet::new();
+        for (i, source) in plan.sources().iter().enumerate() {
+            let mut seen = Seen(false);
+            let _ =
+                plan.part(|j, _| j == i)
+                    .visit(catalog, Position::default(), true, &mut seen)?;
+            if seen.0 {
+                holding.insert(source.file.clone());
+            }
+        }
+        snapshot.sources.retain(|s| holding.contains(&s.file));
+    }
+    Ok(snapshot)
+}
+
+/// Whether a record was selected.
+struct Seen(bool);
+
+impl Selected for Seen {
+    fn selected(
+        &mut self,
+        _source: &Source,
+        _file: &str,
+        _record: Record<'_>,
+        _after: Position,
+    ) -> io::Result<ControlFlow<()>> {
+        self.0 = true;
+        Ok(ControlFlow::Break(()))
+    }
+}
+
+/// `stats`: `rel` rolled up, over only the sources `selection` may match
+/// (whole sources: one that overlaps the time window counts with all its
+/// records).
+pub fn stats(
+    catalog: &Catalog,
+    rel: &Path,
+    selection: &Selection,
+) -> Result<crate::catalog::Stats> {
+    if selection.narrows() || selection.contains.is_some() {
+        Ok(sources(catalog, rel, selection)?.stats())
+    } else {
+        catalog.stats(rel)
+    }
+}
+
 /// The sources of one read, narrowed by a selection.
 pub struct Plan {
     /// The opened path, relative to the catalog's root.
@@ -75,6 +136,8 @@ pub struct Plan {
     selection: Selection,
     shape: Shape,
     warnings: Vec<Warning>,
+    /// The Snapshot stopped at a bound: some sources are missing.
+    truncated: bool,
 }
 
 impl Plan {
@@ -86,6 +149,7 @@ impl Plan {
     pub fn new(catalog: &Catalog, rel: &Path, selection: Selection, shape: Shape) -> Result<Plan> {
         let snapshot = catalog.open_for_reading(rel)?;
         let total = snapshot.sources.len();
+        let truncated = snapshot.truncated;
         let mut warnings = snapshot.warnings;
         let mut sources = Vec::with_capacity(total);
         for source in snapshot.sources {
@@ -115,7 +179,13 @@ impl Plan {
             selection,
             shape,
             warnings,
+            truncated,
         })
+    }
+
+    /// Whether the Snapshot behind the plan stopped at a bound.
+    pub fn truncated(&self) -> bool {
+        self.truncated
     }
 
     /// The sources that will be read, in order.
@@ -205,6 +275,7 @@ impl Plan {
             selection: self.selection.clone(),
             shape: self.shape,
             warnings: Vec::new(),
+            truncated: self.truncated,
         }
     }
 
@@ -321,7 +392,35 @@ impl RecordSink for Filter<'_> {
             source: self.index,
             within: next,
         };
-        let flow = self.consumer.selected(source, &named.file, record, after)?;
+        // `--contains` looks into the stored bytes; a record too large to
+        // hold is read whole once, to look and to hand on.
+        let flow = match (&self.selection.contains, record.body) {
+            (None, body) => {
+                let record = Record { body, ..record };
+                self.consumer.selected(source, &named.file, record, after)?
+            }
+            (Some(_), Body::Bytes(bytes)) => {
+                if !self.selection.holds(bytes) {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                let record = Record {
+                    body: Body::Bytes(bytes),
+                    ..record
+                };
+                self.consumer.selected(source, &named.file, record, after)?
+            }
+            (Some(_), Body::Stream { reader, len }) => {
+                let held = read_whole(reader, len)?;
+                if held.is_empty() || !self.selection.holds(&held) {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                let record = Record {
+                    body: Body::Bytes(&held),
+                    ..record
+                };
+                self.consumer.selected(source, &named.file, record, after)?
+            }
+        };
         self.written += 1;
         if flow.is_break()
             || self
@@ -333,6 +432,20 @@ impl RecordSink for Filter<'_> {
         }
         Ok(ControlFlow::Continue(()))
     }
+}
+
+/// Records larger than this are not looked into by `--contains` (they
+/// never match it).
+const CONTAINS_AT_MOST: u64 = 256 << 20;
+
+/// A streamed record's bytes, whole (empty past [`CONTAINS_AT_MOST`]).
+fn read_whole(reader: &mut dyn io::Read, len: u64) -> io::Result<Vec<u8>> {
+    if len > CONTAINS_AT_MOST {
+        return Ok(Vec::new());
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    reader.take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Records as JSON Lines.

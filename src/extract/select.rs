@@ -25,6 +25,8 @@ pub struct Selection {
     pub until: Option<Micros>,
     /// A glob over each record's `_file_`.
     pub file: Option<Glob>,
+    /// Only records whose stored bytes hold this text.
+    pub contains: Option<String>,
     /// At most this many records.
     pub limit: Option<u64>,
     /// Failed records are shown (as objects naming where they are).
@@ -72,12 +74,31 @@ impl Selection {
         Ok(())
     }
 
+    /// Sets `--contains TEXT`.
+    pub fn set_contains(&mut self, text: &str) -> Result<()> {
+        if text.is_empty() {
+            return Err(Error::new(
+                ErrorCode::FilterInvalid,
+                "--contains needs some text to look for",
+            ));
+        }
+        self.contains = Some(text.to_string());
+        Ok(())
+    }
+
+    /// Whether a record's stored bytes hold the `--contains` text.
+    pub fn holds(&self, bytes: &[u8]) -> bool {
+        self.contains
+            .as_ref()
+            .is_none_or(|text| memchr::memmem::find(bytes, text.as_bytes()).is_some())
+    }
+
     /// What a store may leave out before reading (`bodies`: the records'
-    /// bytes are needed).
+    /// bytes are needed; they always are to look into them).
     pub fn wanted(&self, bodies: bool) -> crate::records::read::Wanted {
         crate::records::read::Wanted {
             failed: self.failed,
-            bodies,
+            bodies: bodies || self.contains.is_some(),
             since: self.since,
             until: self.until,
         }

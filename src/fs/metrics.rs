@@ -277,7 +277,7 @@ fn report(
 
 /// The daemon's resident memory (`VmRSS` of `/proc/self/status`); null
 /// when it cannot be read.
-fn resident_kib() -> Option<u64> {
+pub(crate) fn resident_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
     line.trim().trim_end_matches("kB").trim().parse().ok()

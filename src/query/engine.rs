@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use datafusion::common::DataFusionError;
 use datafusion::execution::config::SessionConfig;
+use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
-use super::ResultFormat;
 use super::print::Printer;
 use super::records::RecordsTable;
 use super::sources::SourcesTable;
-use crate::catalog::{Catalog, Warning};
+use super::{Limits, Outcome, ResultFormat};
+use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode, Result};
 use crate::extract::{Plan, Selection, Shape};
 
@@ -23,8 +24,9 @@ pub(super) fn run(
     selection: Selection,
     sql: &str,
     format: ResultFormat,
+    limits: Limits,
     out: &mut dyn std::io::Write,
-) -> Result<Vec<Warning>> {
+) -> Result<Outcome> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -53,21 +55,53 @@ pub(super) fn run(
         Ok::<_, DataFusionError>(())
     })();
     registered.map_err(|e| Error::new(ErrorCode::QueryFailed, e.to_string()))?;
-    runtime.block_on(async {
-        let frame = ctx.sql(sql).await.map_err(|e| invalid(sql, &e))?;
+    let mut outcome = Outcome {
+        warnings,
+        ..Outcome::default()
+    };
+    // Only what reads: the plan itself is checked, subqueries included.
+    let read_only = SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false);
+    let query = async {
+        let frame = ctx
+            .sql_with_options(sql, read_only)
+            .await
+            .map_err(|e| invalid(sql, &e))?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
         let mut stream = frame.execute_stream().await.map_err(|e| invalid(sql, &e))?;
         let mut printer = Printer::new(format, schema, out);
+        let mut left = limits.rows.unwrap_or(u64::MAX);
+        let mut capped = false;
         while let Some(batch) = stream.next().await {
-            let batch = batch.map_err(|e| failed(&e))?;
-            if printer.batch(&batch).is_break() {
-                return Ok(());
+            let mut batch = batch.map_err(|e| failed(&e))?;
+            if batch.num_rows() as u64 > left {
+                batch = batch.slice(0, left as usize);
+                capped = true;
+            }
+            left -= batch.num_rows() as u64;
+            if printer.batch(&batch).is_break() || capped {
+                break;
             }
         }
         printer.finish();
-        printer.error().map_or(Ok(()), Err)
+        printer.error().map_or(Ok(capped), Err)
+    };
+    let ended = runtime.block_on(async {
+        match limits.time {
+            None => query.await.map(Some),
+            Some(time) => match tokio::time::timeout(time, query).await {
+                Ok(done) => done.map(Some),
+                Err(_) => Ok(None),
+            },
+        }
     })?;
-    Ok(warnings)
+    match ended {
+        Some(capped) => outcome.rows_capped = capped,
+        None => outcome.timed_out = true,
+    }
+    Ok(outcome)
 }
 
 /// An error of the SQL itself, with the position it names shown under
@@ -86,6 +120,22 @@ fn invalid(sql: &str, error: &DataFusionError) -> Error {
             message =
                 format!("{message}\n  at line {line}, column {column}:\n    {text}\n    {pad}^");
         }
+    }
+    // The plan defines, changes or writes something (checked by the
+    // session's SQL options).
+    let root = error.find_root().to_string();
+    if [
+        "DDL not supported",
+        "DML not supported",
+        "Statement not supported",
+    ]
+    .iter()
+    .any(|refused| root.contains(refused))
+    {
+        return Error::new(
+            ErrorCode::QueryRefused,
+            format!("only queries that read are run: {root}"),
+        );
     }
     // An error of reading (not of the SQL) can surface while planning.
     if matches!(error.find_root(), DataFusionError::External(_)) {

@@ -40,8 +40,29 @@ pub enum ResultFormat {
     Csv,
 }
 
+/// Bounds of one query: rows written and time taken. Hitting one ends the
+/// query early without an error; [`Outcome`] says which.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub rows: Option<u64>,
+    pub time: Option<std::time::Duration>,
+}
+
+/// How a query ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// What the Snapshot warned about.
+    pub warnings: Vec<crate::catalog::Warning>,
+    /// Rows were left out at [`Limits::rows`].
+    pub rows_capped: bool,
+    /// The query was stopped at [`Limits::time`].
+    pub timed_out: bool,
+}
+
 /// Runs `sql` over the Snapshot of `rel` narrowed by `selection`, writing
-/// the result to `out`; returns what the Snapshot warned about.
+/// the result to `out`; returns what the Snapshot warned about. Only
+/// queries that read are run (`SELECT`, `WITH`, `EXPLAIN`): anything that
+/// would define, change or write is refused (`PCHRONICLE_QUERY_REFUSED`).
 pub fn run(
     catalog: std::sync::Arc<Catalog>,
     rel: &Path,
@@ -50,17 +71,93 @@ pub fn run(
     format: ResultFormat,
     out: &mut dyn std::io::Write,
 ) -> Result<Vec<crate::catalog::Warning>> {
+    run_limited(catalog, rel, selection, sql, format, Limits::default(), out)
+        .map(|outcome| outcome.warnings)
+}
+
+/// [`run`] within `limits`.
+pub fn run_limited(
+    catalog: std::sync::Arc<Catalog>,
+    rel: &Path,
+    selection: Selection,
+    sql: &str,
+    format: ResultFormat,
+    limits: Limits,
+    out: &mut dyn std::io::Write,
+) -> Result<Outcome> {
+    refuse_writes(sql)?;
     #[cfg(feature = "sql")]
     {
-        engine::run(catalog, rel, selection, sql, format, out)
+        engine::run(catalog, rel, selection, sql, format, limits, out)
     }
     #[cfg(not(feature = "sql"))]
     {
-        let _ = (catalog, selection, sql, format, out);
+        let _ = (catalog, selection, sql, format, limits, out);
         Err(crate::error::Error::at(
             crate::error::ErrorCode::LanceNotBuilt,
             rel,
             "SQL needs DataFusion, and this build was made without the sql feature",
         ))
+    }
+}
+
+/// Refuses SQL whose first word is not `SELECT`, `WITH` or `EXPLAIN`
+/// (comments and parentheses before it skipped). The engine refuses
+/// definitions, changes and statements again in the plan itself.
+fn refuse_writes(sql: &str) -> Result<()> {
+    let mut rest = sql;
+    loop {
+        let trimmed = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '(');
+        if let Some(after) = trimmed.strip_prefix("--") {
+            rest = after.split_once('\n').map_or("", |(_, r)| r);
+        } else if let Some(after) = trimmed.strip_prefix("/*") {
+            rest = after.split_once("*/").map_or("", |(_, r)| r);
+        } else {
+            rest = trimmed;
+            break;
+        }
+    }
+    let word: String = rest
+        .chars()
+        .take_while(char::is_ascii_alphabetic)
+        .collect::<String>()
+        .to_ascii_uppercase();
+    if matches!(word.as_str(), "SELECT" | "WITH" | "EXPLAIN") {
+        return Ok(());
+    }
+    Err(crate::error::Error::new(
+        crate::error::ErrorCode::QueryRefused,
+        format!(
+            "only queries that read are run (SELECT, WITH, EXPLAIN); this one starts with {:?}",
+            word
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::refuse_writes;
+
+    #[test]
+    fn only_reading_statements_pass_the_first_word() {
+        for ok in [
+            "SELECT 1",
+            "  with x as (select 1) select * from x",
+            "-- c\n(SELECT 1)",
+            "/* x */ EXPLAIN SELECT 1",
+        ] {
+            assert!(refuse_writes(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "COPY records TO '/tmp/x'",
+            "CREATE TABLE t AS SELECT 1",
+            "INSERT INTO t VALUES (1)",
+            "SET x = 1",
+            "DROP TABLE records",
+            "",
+            "-- only a comment",
+        ] {
+            assert!(refuse_writes(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -33,6 +33,8 @@ mod sidecar;
 mod support;
 #[cfg(feature = "compact-jsonl")]
 mod terminal;
+#[cfg(feature = "serve")]
+mod web;
 #[cfg(not(feature = "compact-jsonl"))]
 mod without_lance;
 

@@ -619,3 +619,49 @@ fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+#[test]
+#[cfg(feature = "serve")]
+fn serve_of_a_remote_warehouse_answers_as_serve_of_its_local_copy() {
+    use crate::web::{Server, enc};
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    server.create_bucket("served");
+    let demo = both(&server, "served", "demo", |root| {
+        out(&crate::support::pchronicle(&[
+            "demo",
+            root.to_str().unwrap(),
+        ]));
+        out(&crate::support::pchronicle(&[
+            "stats",
+            root.to_str().unwrap(),
+        ]));
+    });
+    let env = S3Server::env_for(&server.endpoint());
+    let local = Server::start(&demo.path().join("wh"), &[]);
+    let remote = Server::start_with(Path::new("s3://served/demo"), &[], &env);
+    for rel in [
+        "",
+        "team",
+        "team/codex_jsonl",
+        "sessions",
+        "runs",
+        "exports/highlights.json",
+    ] {
+        for endpoint in [
+            "explorer/tree?path=",
+            "stats?path=",
+            "sources?path=",
+            "records?failed=1&annotate=1&limit=1000&path=",
+            "runs?path=",
+            "histogram?bucket=day&path=",
+        ] {
+            let target = format!("/api/{endpoint}{}", enc(rel));
+            let (l, r) = (local.get(&target), remote.get(&target));
+            assert_eq!(l.status, 200, "{target}: {}", l.text());
+            assert_eq!(r.text(), l.text(), "{target}");
+        }
+    }
+    assert_eq!(server.counts().writes, 0, "nothing written by pchronicle");
+}

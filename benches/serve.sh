@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# What `pchronicle serve` costs, each figure beside its baseline measured
+# in the same run, ending with a table of the goals and whether each is met:
+#
+#   1. 10 clients polling the tree, stats and runs of a 1,000-leaf
+#      warehouse every 5 s, as open pages do: the server's CPU
+#   2. /api/explorer/tree of a 10,000-entry directory, warm, vs
+#      `pchronicle ls --json` of it as a process
+#   3. the first byte of /api/records on a 1 GiB leaf (fresh server)
+#   4. /api/runs of that 1 GiB vs `pchronicle cat PATH > /dev/null`
+#
+# Usage: bash benches/serve.sh            (after cargo build --release)
+# Sizes (environment): PCHRONICLE_BENCH_LEAVES (1000), _ENTRIES (10000),
+#   _SERVE_MIB (1024), _POLL_SECONDS (60), _CLIENTS (10),
+#   PCHRONICLE_BENCH_DIR (a temp dir).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bin="${CARGO_TARGET_DIR:-/var/cache/pchronicle/target}/release/pchronicle"
+[ -x "$bin" ] || { echo "build first: cargo build --release ($bin missing)" >&2; exit 1; }
+leaves="${PCHRONICLE_BENCH_LEAVES:-1000}"
+entries="${PCHRONICLE_BENCH_ENTRIES:-10000}"
+mib="${PCHRONICLE_BENCH_SERVE_MIB:-1024}"
+poll_seconds="${PCHRONICLE_BENCH_POLL_SECONDS:-60}"
+clients="${PCHRONICLE_BENCH_CLIENTS:-10}"
+gen=benches/fixtures.py
+http=benches/serve.py
+
+work="$(mktemp -d "${PCHRONICLE_BENCH_DIR:-${TMPDIR:-/tmp}}/pchronicle-serve-bench.XXXXXX")"
+servers=()
+cleanup() {
+  for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# serve WAREHOUSE: starts a server; sets $addr, $token and $pid.
+serve() {
+  local out="$work/serve.$RANDOM"
+  "$bin" serve "$1" --listen 127.0.0.1:0 --no-cache >"$out" 2>/dev/null &
+  pid=$!
+  servers+=("$pid")
+  for _ in $(seq 100); do [ -s "$out" ] && break; sleep 0.05; done
+  local url
+  url=$(grep -o 'http://[^ ]*' "$out" | head -1)
+  addr=${url#http://}; addr=${addr%%/*}
+  token=${url#*token=}
+}
+stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "inf"; else printf "%.2f", a / b }'; }
+goals=()
+goal() {  # FIGURE MEASURED VALUE le|ge TARGET TARGET_TEXT
+  local verdict
+  verdict=$(awk -v v="$3" -v op="$4" -v g="$5" \
+    'BEGIN { ok = (op == "le") ? (v + 0 <= g + 0) : (v + 0 >= g + 0); print ok ? "met" : "MISSED" }')
+  goals+=("$(printf '%-58s %-36s %-10s %s' "$1" "$2" "$6" "$verdict")")
+}
+
+echo "== 1. $clients clients polling a $leaves-leaf warehouse every 5 s for ${poll_seconds}s"
+python3 "$gen" leaves "$work/leaves" "$leaves"
+"$bin" stats "$work/leaves" >/dev/null 2>&1  # writes every leaf manifest
+serve "$work/leaves"
+cpu=$(python3 "$http" poll "$addr" "$token" "$pid" "$poll_seconds" "$clients" "" "part=03")
+stop
+printf '  server CPU   %6s %% of one core (tree, stats and runs of / and part=03)\n' "$cpu"
+goal "$clients clients polling every 5 s: server CPU" "$cpu % of a core" "$cpu" le 1 "<= 1 %"
+
+echo
+echo "== 2. the tree of a $entries-entry directory"
+mkdir -p "$work/wide/d"
+python3 - "$work/wide/d" "$entries" <<'EOF'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    with open(os.path.join(root, "s%06d.jsonl" % i), "w") as f:
+        f.write('{"role":"user","ts":"2026-11-01T10:00:00Z"}\n')
+EOF
+"$bin" ls "$work/wide/d" --json >/dev/null
+process=$(python3 "$gen" median-ms 5 "$bin" ls "$work/wide/d" --json)
+serve "$work/wide"
+api=$(python3 "$http" median-ms "$addr" "$token" 20 "/api/explorer/tree?path=d")
+stop
+printf '  pchronicle ls --json (a process)   %8s ms\n' "$process"
+printf '  /api/explorer/tree, warm           %8s ms   %sx the process\n' "$api" "$(ratio "$api" "$process")"
+goal "tree of $entries entries, warm, vs ls --json" "$api / $process ms = $(ratio "$api" "$process")x" \
+  "$(ratio "$api" "$process")" le 0.25 "<= 0.25x"
+
+echo
+echo "== 3./4. a $mib MiB storyline leaf"
+leaf="$work/big/leaf"
+python3 "$gen" dialogue "$leaf/generations/g1" "$mib"
+echo g1 >"$leaf/CURRENT"
+"$bin" stats "$leaf" >/dev/null  # the leaf's manifest, as a published leaf has
+cat "$leaf"/generations/g1/* >/dev/null  # warm page cache for both sides
+serve "$work/big"
+first=$(python3 "$http" first-byte-ms "$addr" "$token" "/api/records?path=leaf")
+stop
+cat_ms=$(python3 "$gen" median-ms 1 sh -c "'$bin' cat '$leaf' >/dev/null")
+serve "$work/big"
+runs=$(python3 "$http" get-ms "$addr" "$token" "/api/runs?path=leaf")
+again=$(python3 "$http" get-ms "$addr" "$token" "/api/runs?path=leaf")
+stop
+printf '  first byte of /api/records (fresh server)   %8s ms\n' "$first"
+printf '  pchronicle cat > /dev/null                  %8s ms\n' "$cat_ms"
+printf '  /api/runs (fresh server)                    %8s ms   %sx cat\n' "$runs" "$(ratio "$runs" "$cat_ms")"
+printf '  /api/runs again (the tally kept)            %8s ms\n' "$again"
+goal "first byte of /api/records on $mib MiB" "$first ms" "$first" le 50 "<= 50 ms"
+goal "/api/runs of $mib MiB vs cat > /dev/null" "$runs / $cat_ms ms = $(ratio "$runs" "$cat_ms")x" \
+  "$(ratio "$runs" "$cat_ms")" le 1.5 "<= 1.5x"
+
+echo
+echo "== goals"
+for row in "${goals[@]}"; do echo "$row"; done

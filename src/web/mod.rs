@@ -1,0 +1,191 @@
+//! `pchronicle serve`: the warehouse over HTTP, as a JSON API and as pages
+//! for a browser.
+//!
+//! One process holds one open warehouse ([`Catalog`]) and its caches for
+//! every request. Each API endpoint answers with the bytes of the CLI
+//! command it names, made by the same call into the layers below
+//! (`api.rs`); the pages (`assets/`) are drawn in the browser from those
+//! answers. Work that reads the warehouse never runs on the server's own
+//! threads: it runs on a thread of its own within a budget, at most
+//! `max_requests` at once (`state.rs`). `guard.rs` checks every request's
+//! token and `Host` and gives every answer its security headers.
+//!
+//! The server is hyper's HTTP/1.1 on a small tokio runtime, with axum
+//! routing; connections are bounded in number and in how long a client
+//! may take to send its request.
+
+mod api;
+mod assets;
+mod guard;
+mod metrics;
+mod params;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+
+use crate::catalog::{Catalog, CatalogOptions};
+use crate::error::{Error, ErrorCode, Result};
+pub use state::Limits;
+use state::Served;
+
+/// Connections open at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 256;
+/// Time a client has to send a request's head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What `pchronicle serve` was asked for.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub warehouse: PathBuf,
+    pub listen: SocketAddr,
+    /// The token every request must bring; `None`: none (loopback only).
+    pub token: Option<String>,
+    pub limits: Limits,
+    pub catalog: CatalogOptions,
+}
+
+/// A token of 128 random bits, as hex.
+pub fn random_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| Error::new(ErrorCode::Io, format!("reading /dev/urandom: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Serves until SIGINT or SIGTERM.
+pub fn serve(options: ServeOptions) -> Result<()> {
+    if options.token.is_none() && !options.listen.ip().is_loopback() {
+        return Err(Error::new(
+            ErrorCode::ServeListen,
+            format!(
+                "{} is not a loopback address: serving it without a token would let anyone who reaches it read the warehouse",
+                options.listen
+            ),
+        ));
+    }
+    let (catalog, base) = Catalog::for_path(&options.warehouse, options.catalog.clone())?;
+    // The base must exist and be readable now, not at the first request.
+    catalog.list(&base).map_err(|e| crate::error::Error {
+        path: Some(options.warehouse.clone()),
+        ..e
+    })?;
+    let listener = std::net::TcpListener::bind(options.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::ServeListen,
+                format!("cannot listen on {}: {e}", options.listen),
+            )
+        })?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::new(ErrorCode::ServeListen, e.to_string()))?;
+    let served = Arc::new(Served::new(
+        catalog,
+        base,
+        options.token.clone(),
+        local,
+        options.limits,
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("pchronicle-serve")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start the runtime: {e}")))?;
+    let served_until_stopped = runtime.block_on(run(&options, Arc::clone(&served), listener));
+    // The connections go first; the catalog (which may hold a runtime of
+    // its own, and saves its counts) is dropped here, outside any task.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    drop(served);
+    served_until_stopped
+}
+
+async fn run(
+    options: &ServeOptions,
+    served: Arc<Served>,
+    listener: std::net::TcpListener,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| Error::new(ErrorCode::ServeListen, e.to_string()))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::new(ErrorCode::ServeListen, e.to_string()))?;
+    let app = api::router(served);
+    let url = match &options.token {
+        Some(token) => format!("http://{}/?token={token}", display_host(local)),
+        None => format!("http://{}/", display_host(local)),
+    };
+    println!(
+        "serving {} at {url}\nCtrl-C stops it",
+        crate::terminal::escaped(&options.warehouse.display().to_string())
+    );
+    log::info!("serving {} on {local}", options.warehouse.display());
+    let notifier = crate::fs::notify::Notifier::from_env(false);
+    if let Some(n) = &notifier {
+        n.ready(None, &format!("serving on {local}"));
+    }
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut stop = std::pin::pin!(stop_signal());
+    loop {
+        let permit = tokio::select! {
+            _ = &mut stop => break,
+            permit = Arc::clone(&connections).acquire_owned() => permit.expect("never closed"),
+        };
+        let (stream, _peer) = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, most likely: wait rather than spin.
+                    log::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(64 << 10)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = connection.await {
+                log::debug!("a connection ended: {e}");
+            }
+            drop(permit);
+        });
+    }
+    if let Some(n) = &notifier {
+        n.stopping();
+    }
+    log::info!("stopped serving");
+    Ok(())
+}
+
+/// `ip:port` as a URL's host (IPv6 in brackets).
+fn display_host(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(v4) => v4.to_string(),
+        SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
+    }
+}
+
+/// Resolves at the first SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

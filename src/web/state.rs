@@ -1,0 +1,325 @@
+//! What every request shares: the open warehouse, the answers kept for a
+//! while, the bound on work in progress, and the shape of an answer.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+use super::metrics::Metrics;
+use crate::catalog::Catalog;
+use crate::error::{Error, ErrorCode, Result};
+
+/// The bounds of `pchronicle serve`.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Requests whose work runs at once.
+    pub max_requests: usize,
+    /// Requests waiting for one of those before `503`.
+    pub max_waiting: usize,
+    /// Longest one request's work may take before `503`.
+    pub request_time: Duration,
+    /// Rows `POST /api/query` returns at most.
+    pub query_rows: u64,
+    /// Longest a query may run.
+    pub query_time: Duration,
+    /// How long an answer is reused before the warehouse is looked at again.
+    pub ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_requests: 16,
+            max_waiting: 256,
+            request_time: Duration::from_secs(60),
+            query_rows: 10_000,
+            query_time: Duration::from_secs(30),
+            ttl: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Answers kept, by request.
+const ANSWERS_KEPT: usize = 1024;
+/// Runs and histograms kept, by Snapshot fingerprint.
+const TALLIES_KEPT: usize = 256;
+/// Larger answers are not kept.
+const KEEP_AT_MOST: usize = 8 << 20;
+
+/// One answer, ready to send.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+    /// Extra headers (`X-Next-Cursor`, the query's limits).
+    pub headers: Vec<(&'static str, String)>,
+    pub etag: String,
+}
+
+pub const JSON: &str = "application/json";
+pub const JSON_LINES: &str = "application/x-ndjson";
+
+impl Answer {
+    pub fn ok(content_type: &'static str, body: Vec<u8>) -> Answer {
+        let etag = etag_of(&body);
+        Answer {
+            status: StatusCode::OK,
+            content_type,
+            body,
+            headers: Vec::new(),
+            etag,
+        }
+    }
+
+    /// `{"code", "message", "fix"}` with the status the code stands for.
+    pub fn error(e: &Error) -> Answer {
+        let message = match &e.path {
+            Some(path) => format!("{}: {}", path.display(), e.message),
+            None => e.message.clone(),
+        };
+        let body = serde_json::json!({
+            "code": e.code.as_str(),
+            "message": message,
+            "fix": e.code.fixup(),
+        });
+        let mut body = serde_json::to_vec_pretty(&body).expect("a JSON value serializes");
+        body.push(b'\n');
+        let mut answer = Answer::ok(JSON, body);
+        answer.status = status_of(e);
+        answer
+    }
+
+    /// This answer, or `304` when the client holds it already.
+    pub fn to_response(&self, if_none_match: Option<&HeaderValue>) -> Response {
+        let etag = HeaderValue::from_str(&self.etag).expect("an ETag is hex in quotes");
+        if self.status == StatusCode::OK && if_none_match.is_some_and(|v| v == etag) {
+            return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+        }
+        let mut response = (self.status, self.body.clone()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(self.content_type),
+        );
+        if self.status == StatusCode::OK {
+            headers.insert(header::ETAG, etag);
+        }
+        for (name, value) in &self.headers {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                headers.insert(*name, value);
+            }
+        }
+        response
+    }
+}
+
+/// A strong ETag of `body`.
+pub fn etag_of(body: &[u8]) -> String {
+    let digest = Sha256::digest(body);
+    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    format!("\"{hex}\"")
+}
+
+/// The HTTP status an error stands for.
+fn status_of(e: &Error) -> StatusCode {
+    match e.code {
+        ErrorCode::FilterInvalid
+        | ErrorCode::PathInvalid
+        | ErrorCode::NameNotUtf8
+        | ErrorCode::ServeRequestInvalid
+        | ErrorCode::QueryInvalid
+        | ErrorCode::QueryRefused => StatusCode::BAD_REQUEST,
+        ErrorCode::ServeUnauthorized => StatusCode::UNAUTHORIZED,
+        ErrorCode::PathNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::CursorInvalid => StatusCode::CONFLICT,
+        ErrorCode::Busy | ErrorCode::AnswerLate | ErrorCode::RemoteUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ErrorCode::Io => match e.os_error {
+            Some(libc::ENOENT | libc::ENOTDIR) => StatusCode::NOT_FOUND,
+            Some(libc::EACCES | libc::EPERM) => StatusCode::FORBIDDEN,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        },
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The server's shared state.
+pub struct Served {
+    pub catalog: Arc<Catalog>,
+    /// The served path, relative to the catalog's root.
+    base: PathBuf,
+    pub token: Option<String>,
+    /// `Host` values a request may carry.
+    pub hosts: Vec<String>,
+    pub limits: Limits,
+    pub metrics: Metrics,
+    answers: Mutex<lru::LruCache<String, (Instant, Arc<Answer>)>>,
+    tallies: Mutex<lru::LruCache<String, Arc<Answer>>>,
+    running: tokio::sync::Semaphore,
+    waiting: AtomicUsize,
+}
+
+impl Served {
+    pub fn new(
+        catalog: Catalog,
+        base: PathBuf,
+        token: Option<String>,
+        local: SocketAddr,
+        limits: Limits,
+    ) -> Served {
+        let port = local.port();
+        let mut hosts = vec![
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+        ];
+        let own = match local {
+            SocketAddr::V4(v4) => format!("{}:{port}", v4.ip()),
+            SocketAddr::V6(v6) => format!("[{}]:{port}", v6.ip()),
+        };
+        if !hosts.contains(&own) && !local.ip().is_unspecified() {
+            hosts.push(own);
+        }
+        Served {
+            catalog: Arc::new(catalog),
+            base,
+            token,
+            hosts,
+            limits,
+            metrics: Metrics::default(),
+            answers: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(ANSWERS_KEPT).expect("non-zero"),
+            )),
+            tallies: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(TALLIES_KEPT).expect("non-zero"),
+            )),
+            running: tokio::sync::Semaphore::new(limits.max_requests.max(1)),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// A request's path (relative to the served root) relative to the
+    /// catalog's root.
+    pub fn rel(&self, path: &Path) -> PathBuf {
+        match (self.base.as_os_str() == ".", path.as_os_str() == ".") {
+            (true, _) => path.to_path_buf(),
+            (false, true) => self.base.clone(),
+            (false, false) => self.base.join(path),
+        }
+    }
+
+    /// The answer to `key` given within the TTL, if any.
+    pub fn recent(&self, key: &str) -> Option<Arc<Answer>> {
+        let mut answers = self.answers.lock();
+        match answers.get(key) {
+            Some((at, answer)) if at.elapsed() < self.limits.ttl => {
+                self.metrics.answer_kept(true);
+                Some(Arc::clone(answer))
+            }
+            _ => {
+                self.metrics.answer_kept(false);
+                None
+            }
+        }
+    }
+
+    /// Keeps `answer` to `key` for the TTL (a successful one, not too large).
+    pub fn keep(&self, key: String, answer: &Arc<Answer>) {
+        if answer.status == StatusCode::OK && answer.body.len() <= KEEP_AT_MOST {
+            self.answers
+                .lock()
+                .put(key, (Instant::now(), Arc::clone(answer)));
+        }
+    }
+
+    /// A tally kept for a Snapshot fingerprint.
+    pub fn tally(&self, key: &str) -> Option<Arc<Answer>> {
+        let hit = self.tallies.lock().get(key).cloned();
+        self.metrics.tally_kept(hit.is_some());
+        hit
+    }
+
+    pub fn keep_tally(&self, key: String, answer: &Arc<Answer>) {
+        if answer.body.len() <= KEEP_AT_MOST {
+            self.tallies.lock().put(key, Arc::clone(answer));
+        }
+    }
+
+    /// Runs `work` on a thread of its own, within the request budget,
+    /// once one of `max_requests` places is free (`PCHRONICLE_BUSY` when
+    /// too many already wait, `PCHRONICLE_ANSWER_LATE` past the budget:
+    /// the work is then stopped at its next read).
+    pub async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        what: &'static str,
+        work: impl FnOnce(&Served) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let waiting = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _leave = Leave(&self.waiting);
+        if waiting >= self.limits.max_waiting {
+            return Err(Error::new(
+                ErrorCode::Busy,
+                format!("{waiting} requests are waiting already; try again shortly"),
+            ));
+        }
+        let budget = self.limits.request_time;
+        let permit = tokio::time::timeout(budget, self.running.acquire())
+            .await
+            .map_err(|_| late(what, budget))?
+            .expect("the semaphore is never closed");
+        let job = crate::work::Work::within_budget(what, budget);
+        let (send, receive) = tokio::sync::oneshot::channel();
+        let served = Arc::clone(self);
+        let stop = Arc::clone(&job);
+        self.metrics.job_started();
+        std::thread::Builder::new()
+            .name("pchronicle-answer".into())
+            .spawn(move || {
+                let result = crate::work::within(&job, || work(&served));
+                let _ = send.send(result);
+            })
+            .map_err(|e| Error::new(ErrorCode::Busy, format!("cannot start a thread: {e}")))?;
+        let result = match tokio::time::timeout(budget, receive).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Error::new(
+                ErrorCode::RequestFailed,
+                format!("{what} panicked"),
+            )),
+            Err(_) => {
+                stop.cancel();
+                Err(late(what, budget))
+            }
+        };
+        drop(permit);
+        result
+    }
+}
+
+fn late(what: &str, budget: Duration) -> Error {
+    Error::new(
+        ErrorCode::AnswerLate,
+        format!(
+            "{what} took longer than {} s and was stopped",
+            budget.as_secs()
+        ),
+    )
+}
+
+/// Counts a waiting request out when it is done, however it ends.
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,664 @@
+//! `pchronicle serve`, API tier: the real server over real HTTP, every
+//! endpoint against the CLI command it names, byte for byte; paging,
+//! tallies, 304s, refused SQL and hostile requests.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{jsonl, pchronicle, stdout};
+
+/// A running `pchronicle serve`, stopped on drop.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+    pub token: String,
+}
+
+impl Server {
+    pub fn start(warehouse: &Path, extra: &[&str]) -> Server {
+        Server::start_with(warehouse, extra, &[])
+    }
+
+    /// [`Server::start`] with more environment (an object store's).
+    pub fn start_with(warehouse: &Path, extra: &[&str], env: &[(&str, String)]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pchronicle"))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+            .env("AWS_CONFIG_FILE", "/nonexistent")
+            .env_remove("AWS_PROFILE")
+            .arg("serve")
+            .arg(warehouse)
+            .args(["--listen", "127.0.0.1:0", "--no-cache"])
+            .args(extra)
+            .env("RUST_LOG", "off")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("pchronicle serve starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        // "serving WH at http://127.0.0.1:PORT/?token=T"
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string();
+        let rest = url.strip_prefix("http://").unwrap();
+        let (addr, query) = rest.split_once('/').unwrap();
+        let token = query
+            .strip_prefix("?token=")
+            .unwrap_or_default()
+            .to_string();
+        Server {
+            child,
+            addr: addr.to_string(),
+            token,
+        }
+    }
+
+    /// `GET target` with the token.
+    pub fn get(&self, target: &str) -> Reply {
+        self.request(
+            "GET",
+            target,
+            &[("Authorization", &format!("Bearer {}", self.token))],
+            b"",
+        )
+    }
+
+    /// `POST /api/query` of `body` (JSON).
+    pub fn query(&self, body: &serde_json::Value) -> Reply {
+        let bytes = serde_json::to_vec(body).unwrap();
+        self.request(
+            "POST",
+            "/api/query",
+            &[
+                ("Authorization", &format!("Bearer {}", self.token)),
+                ("Content-Type", "application/json"),
+            ],
+            &bytes,
+        )
+    }
+
+    pub fn request(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut head = format!("{method} {target} HTTP/1.1\r\nConnection: close\r\n");
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            head.push_str(&format!("Host: {}\r\n", self.addr));
+        }
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        Reply::parse(&raw)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    fn parse(raw: &[u8]) -> Reply {
+        let end = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a whole head");
+        let head = String::from_utf8_lossy(&raw[..end]);
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers: BTreeMap<String, String> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let mut body = raw[end + 4..].to_vec();
+        if headers
+            .get("transfer-encoding")
+            .is_some_and(|t| t == "chunked")
+        {
+            body = unchunk(&body);
+        }
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).unwrap()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
+    }
+
+    /// `{"code", …}` of an error answer.
+    pub fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or("").to_string()
+    }
+}
+
+fn unchunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let at = body.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..at]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&body[at + 2..at + 2 + size]);
+        body = &body[at + 2 + size + 2..];
+    }
+}
+
+/// `text` percent-encoded for a query string.
+pub fn enc(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn demo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().join("wh");
+    stdout(&pchronicle(&["demo", wh.to_str().unwrap()]));
+    // The first reader repairs the one leaf the demo leaves without a
+    // manifest: read it once, so that every later reader (CLI or server)
+    // sees the same `stats_origin`.
+    stdout(&pchronicle(&["stats", wh.to_str().unwrap()]));
+    dir
+}
+
+fn cli(args: &[&str]) -> Vec<u8> {
+    let out = pchronicle(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Every directory below `rel`, `rel` first, found through the API.
+fn directories(server: &Server, rel: &str) -> Vec<String> {
+    let mut all = vec![rel.to_string()];
+    let listing = server
+        .get(&format!("/api/explorer/tree?path={}", enc(rel)))
+        .json();
+    for entry in listing["entries"].as_array().unwrap() {
+        if entry["kind"] == "directory" {
+            let name = entry["name"].as_str().unwrap();
+            let child = if rel.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel}/{name}")
+            };
+            all.extend(directories(server, &child));
+        }
+    }
+    all
+}
+
+#[test]
+fn the_datasets_children_of_every_prefix_equal_ls_of_it() {
+    let dir = demo();
+    let wh = dir.path().join("wh");
+    let server = Server::start(&wh, &[]);
+    let prefixes = directories(&server, "");
+    assert!(prefixes.len() >= 6, "{prefixes:?}");
+    for rel in prefixes
+        .iter()
+        .map(String::as_str)
+        .chain(["team/codex_jsonl", "exports/highlights.json"])
+    {
+        let path = wh.join(rel);
+        let api = server.get(&format!("/api/explorer/tree?path={}", enc(rel)));
+        assert_eq!(api.status, 200, "{rel}: {}", api.text());
+        assert_eq!(api.headers["content-type"], "application/json");
+        let ls = cli(&["ls", path.to_str().unwrap(), "--json"]);
+        assert_eq!(
+            api.text(),
+            String::from_utf8(ls).unwrap(),
+            "tree of {rel:?}"
+        );
+    }
+}
+
+#[test]
+fn stats_sources_records_and_query_equal_their_cli_byte_for_byte() {
+    let dir = demo();
+    let wh = dir.path().join("wh");
+    let server = Server::start(&wh, &[]);
+    for (rel, filters, flags) in [
+        ("", "", vec![]),
+        (
+            "runs",
+            "&where=agent%3Dclaude",
+            vec!["--where", "agent=claude"],
+        ),
+        (
+            "team",
+            "&file=codex_jsonl%2F**",
+            vec!["--file", "codex_jsonl/**"],
+        ),
+        ("", "&contains=read_file", vec!["--contains", "read_file"]),
+        (
+            "sessions",
+            "&since=2026-11-05T00%3A00%3A00Z",
+            vec!["--since", "2026-11-05T00:00:00Z"],
+        ),
+    ] {
+        let path = wh.join(rel);
+        let path = path.to_str().unwrap();
+        let with = |verb: &[&str]| {
+            let mut args = verb.to_vec();
+            args.push(path);
+            args.extend(flags.iter().copied());
+            cli(&args)
+        };
+        let stats = server.get(&format!("/api/stats?path={rel}{filters}"));
+        assert_eq!(
+            stats.body,
+            with(&["stats", "--json"]),
+            "stats {rel} {filters}"
+        );
+        let sources = server.get(&format!("/api/sources?path={rel}{filters}"));
+        assert_eq!(
+            sources.body,
+            with(&["ls", "--sources", "--json"]),
+            "sources {rel} {filters}"
+        );
+        for (extra, cat_flags) in [
+            ("", vec![]),
+            ("&failed=1&annotate=1", vec!["--failed", "--annotate"]),
+        ] {
+            let mut cat = vec!["cat"];
+            cat.extend(cat_flags.iter().copied());
+            let whole = with(&cat);
+            let mut paged = Vec::new();
+            let mut after = String::new();
+            let mut pages = 0;
+            loop {
+                let page = server.get(&format!(
+                    "/api/records?path={rel}{filters}{extra}&limit=7{after}"
+                ));
+                assert_eq!(page.status, 200, "{}", page.text());
+                assert!(page.body.iter().filter(|&&b| b == b'\n').count() <= 7);
+                paged.extend_from_slice(&page.body);
+                pages += 1;
+                match page.headers.get("x-next-cursor") {
+                    Some(cursor) => after = format!("&after={}", enc(cursor)),
+                    None => break,
+                }
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&paged),
+                String::from_utf8_lossy(&whole),
+                "records {rel} {filters} {extra} in {pages} pages"
+            );
+        }
+        let sql = "SELECT _file_, count(*) AS n FROM records GROUP BY _file_ ORDER BY _file_";
+        let mut body = serde_json::json!({"path": rel, "sql": sql});
+        for pair in filters.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap();
+            let v = urlish_decode(v);
+            body[k] = serde_json::Value::String(v);
+        }
+        let answer = server.query(&body);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let mut args = vec!["query", path, sql, "--json"];
+        args.extend(flags.iter().copied());
+        assert_eq!(answer.body, cli(&args), "query {rel} {filters}");
+    }
+}
+
+fn urlish_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
+    let dir = demo();
+    let wh = dir.path().join("wh");
+    let server = Server::start(&wh, &["--ttl", "0"]);
+    let runs = server.get("/api/runs?path=");
+    assert_eq!(runs.status, 200, "{}", runs.text());
+    let runs = runs.json();
+    // Count from `cat --annotate --failed`; the shards of a session
+    // (`SESSION.TOKEN.jsonl|jsonseq`, an eight-character token) are one run.
+    let all = cli(&["cat", wh.to_str().unwrap(), "--annotate", "--failed"]);
+    let mut expected: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for line in String::from_utf8(all).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let file = v["_file_"].as_str().unwrap();
+        // The shards of a session (`SESSION.TOKEN.jsonl|jsonseq`, an
+        // eight-character token) are one run, wherever they are.
+        let (dir, name) = file.rsplit_once('/').unwrap_or(("", file));
+        let run = match name.split_once('.') {
+            Some((session, rest)) if rest.len() > 8 && rest.as_bytes()[8] == b'.' => {
+                format!("{dir}/{session}")
+            }
+            _ => file.to_string(),
+        };
+        let e = expected.entry(run).or_default();
+        e.0 += 1;
+        e.1 += u64::from(v["failed"] == true);
+    }
+    let got: BTreeMap<String, (u64, u64)> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["run"].as_str().unwrap().to_string(),
+                (
+                    r["records"].as_u64().unwrap(),
+                    r["failed"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected);
+    // The demo's sessions carry token usage and tool calls.
+    let with_tokens = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !r["tokens"].is_null())
+        .count();
+    assert!(with_tokens > 5, "{runs}");
+    assert!(runs["roles"]["assistant"].as_u64().unwrap() > 0);
+    // A run's `file` glob selects exactly its records.
+    let agent_a = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run"] == "sessions/agent-a")
+        .unwrap();
+    let page = server.get(&format!(
+        "/api/records?path=&limit=1000&file={}",
+        enc(agent_a["file"].as_str().unwrap())
+    ));
+    assert_eq!(
+        page.body.iter().filter(|&&b| b == b'\n').count() as u64,
+        agent_a["records"].as_u64().unwrap()
+    );
+
+    let tallied = |server: &Server| {
+        let text = server.get("/metrics").text();
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing from {text}"))
+                .parse::<u64>()
+                .unwrap()
+        };
+        (
+            value("pchronicle_tallies_kept_hits_total"),
+            value("pchronicle_tallies_kept_misses_total"),
+        )
+    };
+    let before = tallied(&server);
+    let again = server.get("/api/runs?path=");
+    assert_eq!(again.json(), runs);
+    let after = tallied(&server);
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 0),
+        "the second request was a tally kept"
+    );
+    // A changed file makes a new tally.
+    std::fs::write(wh.join("runs/new.jsonl"), jsonl(3, 1_700_000_000)).unwrap();
+    let changed = server.get("/api/runs?path=").json();
+    assert!(
+        changed["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["run"] == "runs/new.jsonl")
+    );
+
+    let histogram = server.get("/api/histogram?path=&bucket=day").json();
+    let total: u64 = histogram["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["records"].as_u64().unwrap())
+        .sum();
+    let records: u64 = changed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total + histogram["untimed"].as_u64().unwrap(), records);
+}
+
+#[test]
+fn unchanged_answers_are_304_and_every_answer_carries_the_security_headers() {
+    let dir = demo();
+    let server = Server::start(&dir.path().join("wh"), &[]);
+    let first = server.get("/api/explorer/tree?path=team");
+    let etag = first.headers["etag"].clone();
+    let auth = format!("Bearer {}", server.token);
+    let again = server.request(
+        "GET",
+        "/api/explorer/tree?path=team",
+        &[("Authorization", &auth), ("If-None-Match", &etag)],
+        b"",
+    );
+    assert_eq!(again.status, 304);
+    assert!(again.body.is_empty());
+    for reply in [
+        &first,
+        &again,
+        &server.get("/datasets"),
+        &server.get("/nowhere"),
+    ] {
+        assert!(reply.headers["content-security-policy"].contains("script-src 'self'"));
+        assert_eq!(reply.headers["x-content-type-options"], "nosniff");
+    }
+    assert_eq!(server.get("/nowhere").status, 404);
+    let page = server.get("/runs?path=team");
+    assert_eq!(page.status, 200);
+    assert!(page.headers["content-type"].starts_with("text/html"));
+    assert!(!page.text().contains("<script>"), "no inline script");
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("pchronicle_http_requests_total{endpoint=\"tree\",status=\"200\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pchronicle_resident_bytes "));
+}
+
+#[test]
+fn sql_that_writes_is_refused_and_limits_are_stated() {
+    let dir = demo();
+    let wh = dir.path().join("wh");
+    let out_file = dir.path().join("copied.csv");
+    let server = Server::start(&wh, &["--query-rows", "5"]);
+    for sql in [
+        format!("COPY (SELECT 1) TO '{}'", out_file.display()),
+        "CREATE TABLE t AS SELECT 1".to_string(),
+        "INSERT INTO records SELECT * FROM records".to_string(),
+        "SET datafusion.execution.batch_size = 1".to_string(),
+        "DROP TABLE records".to_string(),
+        format!("EXPLAIN COPY (SELECT 1) TO '{}'", out_file.display()),
+        format!(
+            "WITH x AS (SELECT 1) SELECT * FROM x; COPY (SELECT 1) TO '{}'",
+            out_file.display()
+        ),
+    ] {
+        let answer = server.query(&serde_json::json!({"sql": sql}));
+        assert_eq!(answer.status, 400, "{sql}: {}", answer.text());
+        assert!(
+            ["PCHRONICLE_QUERY_REFUSED", "PCHRONICLE_QUERY_INVALID"]
+                .contains(&answer.code().as_str()),
+            "{sql}: {}",
+            answer.text()
+        );
+        let cli = pchronicle(&["query", wh.to_str().unwrap(), &sql]);
+        assert_eq!(cli.status.code(), Some(1), "{sql}");
+    }
+    assert!(!out_file.exists(), "nothing was written");
+    let capped = server.query(&serde_json::json!({"sql": "SELECT line FROM records"}));
+    assert_eq!(capped.status, 200);
+    assert_eq!(capped.headers["x-row-cap"], "5");
+    assert_eq!(capped.text().lines().count(), 5);
+    let form = server.request(
+        "POST",
+        "/api/query",
+        &[
+            ("Authorization", &format!("Bearer {}", server.token)),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        b"sql=SELECT+1",
+    );
+    assert_eq!(form.status, 400, "a form post is refused");
+    let large =
+        server.query(&serde_json::json!({"sql": format!("SELECT '{}'", "x".repeat(100 << 10))}));
+    assert_eq!(large.status, 413);
+}
+
+#[test]
+fn hostile_requests_are_refused_and_nothing_outside_the_root_is_reached() {
+    let dir = demo();
+    let wh = dir.path().join("wh");
+    std::fs::create_dir(dir.path().join("secret")).unwrap();
+    std::fs::write(dir.path().join("secret/keys.jsonl"), "{\"k\":1}\n").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("secret"), wh.join("runs/link")).unwrap();
+    let server = Server::start(&wh, &[]);
+    // No token, a wrong one, a wrong Host.
+    let none = server.request("GET", "/api/explorer/tree", &[], b"");
+    assert_eq!(
+        (none.status, none.code().as_str()),
+        (401, "PCHRONICLE_SERVE_UNAUTHORIZED")
+    );
+    let wrong = server.request(
+        "GET",
+        "/api/explorer/tree",
+        &[("Authorization", "Bearer nope")],
+        b"",
+    );
+    assert_eq!(wrong.status, 401);
+    let auth = format!("Bearer {}", server.token);
+    let rebinding = server.request(
+        "GET",
+        "/api/explorer/tree",
+        &[("Authorization", &auth), ("Host", "evil.example:80")],
+        b"",
+    );
+    assert_eq!(rebinding.status, 400);
+    // The token in the URL sets a cookie and moves on without it.
+    let moved = server.request(
+        "GET",
+        &format!("/runs?path=team&token={}", server.token),
+        &[],
+        b"",
+    );
+    assert_eq!(moved.status, 303);
+    assert_eq!(moved.headers["location"], "/runs?path=team");
+    let cookie = moved.headers["set-cookie"]
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(moved.headers["set-cookie"].contains("HttpOnly"));
+    let with_cookie = server.request("GET", "/api/stats?path=team", &[("Cookie", &cookie)], b"");
+    assert_eq!(with_cookie.status, 200);
+    // Paths that leave the root, however they are spelt.
+    for path in [
+        "..",
+        "../secret",
+        "%2e%2e%2fsecret",
+        "runs%2F..%2F..%2Fsecret",
+        "/etc",
+        "runs/link",
+        "runs/link/keys.jsonl",
+    ] {
+        let reply = server.get(&format!("/api/records?path={path}"));
+        assert!(
+            reply.status == 400 || reply.status == 404,
+            "{path}: {} {}",
+            reply.status,
+            reply.text()
+        );
+        assert!(!reply.text().contains("\"k\""), "{path} reached outside");
+    }
+    // Unknown parameters and bad values are refused, not ignored.
+    assert_eq!(server.get("/api/stats?wher=agent%3Dx").status, 400);
+    assert_eq!(server.get("/api/records?limit=0").status, 400);
+    assert_eq!(
+        server.get("/api/records?after=1.2.3").code(),
+        "PCHRONICLE_CURSOR_INVALID"
+    );
+    assert_eq!(server.get("/api/explorer/tree?path=nowhere").status, 404);
+}
+
+#[test]
+fn a_non_loopback_address_needs_a_token() {
+    let dir = demo();
+    let out = pchronicle(&[
+        "serve",
+        dir.path().join("wh").to_str().unwrap(),
+        "--listen",
+        "0.0.0.0:0",
+        "--no-token",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_SERVE_LISTEN"));
+}

@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""The pages of `pchronicle serve`, tested the way a person meets them: in a
+real, headless Chromium driven over WebDriver (chromium-driver).
+
+Each check loads a page of the demo warehouse, waits for the rendered DOM
+and compares it with what the CLI answers for the same path: the Datasets
+children and counts, the Runs histogram's bars, a run's tool call and its
+result, a SQL result. It clicks through Datasets -> Open in Runs -> Run and
+saves a screenshot of every page. A hostile warehouse (names and records
+that hold markup, script and `javascript:` links) must render as text and
+run nothing.
+
+Usage: browser.py PCHRONICLE_BINARY OUTPUT_DIR
+Ends with a line `N passed, N failed`; exits 1 when any check failed.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+BIN = os.path.abspath(sys.argv[1])
+OUT = os.path.abspath(sys.argv[2])
+os.makedirs(OUT, exist_ok=True)
+
+# What a hostile writer names files and writes into records. Each payload,
+# if it ran, would set window.__pwned (or raise an alert).
+PAYLOADS = [
+    "<script>window.__pwned=1</script>",
+    "<img src=x onerror=\"window.__pwned=2\">",
+    "\"><svg onload=window.__pwned=3>",
+    "javascript:window.__pwned=4",
+    "\u202eexe.jsonl",
+]
+
+
+def cli(*args):
+    out = subprocess.run([BIN, *args], check=True, capture_output=True)
+    return out.stdout.decode()
+
+
+class Server:
+    def __init__(self, warehouse):
+        self.proc = subprocess.Popen(
+            [BIN, "serve", warehouse, "--listen", "127.0.0.1:0", "--no-cache"],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "RUST_LOG": "warn"},
+        )
+        line = self.proc.stdout.readline().decode()
+        self.url = next(w for w in line.split() if w.startswith("http://"))
+        self.base = self.url.split("/?")[0]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def driver():
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        options.binary_location = chromium
+    service = Service(executable_path=shutil.which("chromedriver"))
+    return webdriver.Chrome(options=options, service=service)
+
+
+def wait_for(browser, css, count=1, timeout=20):
+    """The elements matching css, once there are at least count."""
+    try:
+        WebDriverWait(browser, timeout).until(
+            lambda b: len(b.find_elements(By.CSS_SELECTOR, css)) >= count)
+    except TimeoutException:
+        raise AssertionError(f"no {count} x {css!r} on {browser.current_url}: "
+                             f"{browser.find_element(By.TAG_NAME, 'body').text[:500]!r}")
+    return browser.find_elements(By.CSS_SELECTOR, css)
+
+
+def shot(browser, name):
+    browser.save_screenshot(os.path.join(OUT, f"{name}.png"))
+
+
+def no_script_ran(browser):
+    try:
+        alert = browser.switch_to.alert
+        raise AssertionError(f"an alert opened: {alert.text!r}")
+    except NoAlertPresentException:
+        pass
+    pwned = browser.execute_script("return window.__pwned === undefined ? null : window.__pwned")
+    assert pwned is None, f"a payload ran: window.__pwned = {pwned}"
+
+
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+@check
+def datasets_show_the_same_children_and_counts_as_ls(ctx):
+    b, server, wh = ctx["browser"], ctx["server"], ctx["demo"]
+    b.get(server.url)  # the token URL: sets the cookie, moves on
+    for rel in ("", "team", "runs"):
+        b.get(f"{server.base}/datasets?path={rel}")
+        listing = json.loads(cli("ls", os.path.join(wh, rel), "--json"))
+        rows = wait_for(b, "#entries tr.entry", len(listing["entries"]))
+        shown = {r.get_attribute("data-name"): r for r in rows}
+        assert sorted(shown) == sorted(e["name"] for e in listing["entries"]), (rel, sorted(shown))
+        for entry in listing["entries"]:
+            row = shown[entry["name"]]
+            assert row.get_attribute("data-kind") == entry["kind"], entry
+            if entry["kind"] == "dataset" and entry["record_count"] is not None:
+                records = row.find_element(By.CSS_SELECTOR, "td.records").text.replace(",", "")
+                assert records == str(entry["record_count"]), (entry["name"], records)
+        stats = json.loads(cli("stats", os.path.join(wh, rel), "--json"))
+        shown_records = wait_for(b, "#stats-records")[0].text.replace(",", "")
+        assert shown_records == str(stats["record_count"]), (rel, shown_records)
+        shot(b, f"datasets-{rel or 'root'}")
+
+
+@check
+def a_directory_navigates_and_open_in_runs_keeps_the_path(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    b.get(f"{server.base}/datasets?path=")
+    link = next(r for r in wait_for(b, "#entries tr.entry")
+                if r.get_attribute("data-name") == "sessions").find_element(By.TAG_NAME, "a")
+    link.click()
+    WebDriverWait(b, 10).until(lambda b: "path=sessions" in b.current_url)
+    wait_for(b, "#entries tr.entry")
+    b.find_element(By.CSS_SELECTOR, "a#open-in-runs").click()
+    WebDriverWait(b, 10).until(lambda b: "/runs" in b.current_url and "sessions" in b.current_url)
+    runs = wait_for(b, "#runs .run[data-run]")
+    names = sorted(r.get_attribute("data-run") for r in runs)
+    assert "agent-a" in names or "sessions/agent-a" in names or any(n.endswith("agent-a") for n in names), names
+    shot(b, "runs-sessions")
+
+
+@check
+def the_runs_histogram_has_a_bar_per_day_with_records(ctx):
+    b, server, wh = ctx["browser"], ctx["server"], ctx["demo"]
+    b.get(f"{server.base}/runs?path=")
+    bars = wait_for(b, "svg#histogram rect.bar")
+    days = {}
+    for line in cli("cat", wh, "--annotate", "--failed").splitlines():
+        ts = json.loads(line)["timestamp"]
+        if ts:
+            days[ts[:10]] = days.get(ts[:10], 0) + 1
+    shown = {bar.get_attribute("data-start")[:10]: int(bar.get_attribute("data-records")) for bar in bars}
+    assert shown == days, (shown, days)
+    shot(b, "runs-root")
+
+
+@check
+def a_run_reads_as_a_conversation_with_tool_calls_and_results(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    b.get(f"{server.base}/runs?path=")
+    run = next(r for r in wait_for(b, "#runs .run[data-run]")
+               if r.get_attribute("data-run").endswith("s-0001.jsonl"))
+    run.find_element(By.TAG_NAME, "a").click()
+    WebDriverWait(b, 10).until(lambda b: "/run?" in b.current_url)
+    turns = wait_for(b, "#conversation .turn", 12)
+    assert len(turns) == 12, len(turns)
+    call = wait_for(b, "#conversation .tool-call")[0]
+    assert call.find_element(By.CSS_SELECTOR, ".tool-name").text.strip() in ("shell", "read_file", "search"), call.text
+    result = wait_for(b, "#conversation .tool-result")[0]
+    assert result.text.strip(), "a tool result shows its output"
+    roles = {t.get_attribute("data-role") for t in turns}
+    assert {"user", "assistant"} <= roles, roles
+    toggle = turns[0].find_element(By.CSS_SELECTOR, "button.raw-toggle")
+    toggle.click()
+    raw = wait_for(b, "#conversation pre.raw")[0]
+    assert "s-0001-0000" in raw.text, raw.text
+    shot(b, "run-s-0001")
+
+
+@check
+def a_failed_record_is_marked_with_its_raw_text(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    b.get(f"{server.base}/runs?path=runs")
+    run = next(r for r in wait_for(b, "#runs .run[data-run]")
+               if r.get_attribute("data-run").endswith("s-0002.ndjson"))
+    run.find_element(By.TAG_NAME, "a").click()
+    failed = wait_for(b, "#conversation .turn.failed-record")
+    assert "s-00" in failed[0].text, failed[0].text
+    shot(b, "run-failed-record")
+
+
+@check
+def a_sql_query_shows_its_rows_as_a_table(ctx):
+    b, server, wh = ctx["browser"], ctx["server"], ctx["demo"]
+    sql = "SELECT _file_, count(*) AS n FROM records GROUP BY _file_ ORDER BY _file_"
+    b.get(f"{server.base}/sql?path=")
+    box = wait_for(b, "textarea#sql")[0]
+    box.clear()
+    box.send_keys(sql)
+    b.find_element(By.CSS_SELECTOR, "button#run-sql").click()
+    expected = [json.loads(l) for l in cli("query", wh, sql, "--json").splitlines()]
+    rows = wait_for(b, "table#sql-result tbody tr", len(expected))
+    cells = [[td.text for td in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+    assert cells == [[str(row["_file_"]), str(row["n"])] for row in expected], cells[:3]
+    shot(b, "sql")
+
+
+@check
+def a_hostile_warehouse_renders_as_text_and_runs_nothing(ctx):
+    b = ctx["browser"]
+    server = ctx["hostile_server"]
+    b.get(server.url)
+    for page in ("datasets", "runs"):
+        b.get(f"{server.base}/{page}?path=")
+        if page == "datasets":
+            rows = wait_for(b, "#entries tr.entry", len(PAYLOADS))
+            names = {r.get_attribute("data-name") for r in rows}
+            for payload in PAYLOADS[:3]:
+                named = payload.replace("/", "_")  # as the file was named
+                assert any(named in n for n in names), (named, names)
+            body = b.find_element(By.TAG_NAME, "body").text
+            assert "<script>" in body, "the markup shows as text"
+        else:
+            wait_for(b, "#runs .run[data-run]")
+        links = [a.get_attribute("href") or "" for a in b.find_elements(By.TAG_NAME, "a")]
+        assert not any(h.lower().startswith(("javascript:", "data:")) for h in links), links
+        time.sleep(0.5)
+        no_script_ran(b)
+        shot(b, f"hostile-{page}")
+    b.get(f"{server.base}/runs?path=")
+    run = wait_for(b, "#runs .run[data-run]")[0]
+    run.find_element(By.TAG_NAME, "a").click()
+    wait_for(b, "#conversation .turn")
+    links = [a.get_attribute("href") or "" for a in b.find_elements(By.TAG_NAME, "a")]
+    assert not any(h.lower().startswith(("javascript:", "data:")) for h in links), links
+    time.sleep(0.5)
+    no_script_ran(b)
+    shot(b, "hostile-run")
+
+
+def hostile_warehouse(root):
+    wh = os.path.join(root, "hostile")
+    os.makedirs(wh)
+    for i, payload in enumerate(PAYLOADS):
+        name = payload.replace("/", "_") + ("" if payload.endswith(".jsonl") else f".{i}.jsonl")
+        record = {"role": "assistant", "ts": "2026-11-02T10:00:00Z",
+                  "content": f"see {payload} and [x](javascript:alert(1)) and data:text/html,<script>1</script>",
+                  "tool_calls": [{"id": "c1", "type": "function",
+                                  "function": {"name": payload, "arguments": json.dumps({"url": "javascript:alert(2)"})}}]}
+        with open(os.path.join(wh, name), "w") as f:
+            f.write(json.dumps({"role": "user", "content": payload, "ts": "2026-11-02T09:00:00Z"}) + "\n")
+            f.write(json.dumps(record) + "\n")
+    with open(os.path.join(wh, "x" * 200 + ".jsonl"), "w") as f:
+        f.write("{\"role\":\"user\",\"content\":\"long name\"}\n")
+    return wh
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="pchronicle-browser-")
+    demo = os.path.join(root, "demo")
+    cli("demo", demo)
+    ctx = {"demo": demo, "server": Server(demo), "hostile_server": Server(hostile_warehouse(root))}
+    passed = failed = 0
+    browser = driver()
+    ctx["browser"] = browser
+    try:
+        for fn in CHECKS:
+            try:
+                fn(ctx)
+                print(f"ok   {fn.__name__}")
+                passed += 1
+            except Exception:
+                print(f"FAIL {fn.__name__}")
+                traceback.print_exc()
+                shot(browser, f"FAILED-{fn.__name__}")
+                failed += 1
+    finally:
+        browser.quit()
+        ctx["server"].stop()
+        ctx["hostile_server"].stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"screenshots in {OUT}")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
