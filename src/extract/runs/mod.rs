@@ -8,12 +8,13 @@
 //! looked at only for the few fields a summary needs (a role, a type,
 //! token usage); its other bytes are skipped without being kept.
 
-use std::borrow::Cow;
+mod peek;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::ControlFlow;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::{Plan, Position, Selected};
 use crate::catalog::{Catalog, Source, Timestamp, Warning};
@@ -126,14 +127,58 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
     selection.failed = true;
     selection.limit = None;
     plan.set_selection(selection);
-    let mut tally = RunTally::default();
-    let _ = plan.visit(catalog, Position::default(), true, &mut tally)?;
-    let mut runs: Vec<RunSummary> = tally.runs.into_values().map(RunState::finish).collect();
+    // This thread reads and counts; another looks into the records'
+    // bytes, handed over in batches, so a pass costs about what reading
+    // alone does.
+    let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
+    let looker = std::thread::Builder::new()
+        .name("pchronicle-runs".into())
+        .spawn(move || {
+            let mut looked = Looked::default();
+            for batch in receive {
+                looked.add(&batch);
+            }
+            looked
+        })
+        .map_err(|e| {
+            crate::error::Error::new(
+                crate::error::ErrorCode::Io,
+                format!("cannot start a thread: {e}"),
+            )
+        })?;
+    let mut tally = RunTally {
+        send: Some(send),
+        ..RunTally::default()
+    };
+    let visited = plan.visit(catalog, Position::default(), true, &mut tally);
+    tally.hand_over();
+    drop(tally.send.take());
+    let looked = looker.join().expect("the runs thread does not panic");
+    let _ = visited?;
+    let mut states = tally.runs;
+    for (at, seen) in looked.runs.into_iter().enumerate() {
+        let summary = &mut states[at].summary;
+        summary.steps = seen.steps;
+        summary.tokens = seen.tokens;
+    }
+    let mut runs: Vec<RunSummary> = states.into_iter().map(RunState::finish).collect();
     runs.sort_by(|a, b| a.run.cmp(&b.run));
+    // A run's records all come from sources of one directory, so they
+    // share its hive attributes.
+    let mut facets: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for run in &runs {
+        for (key, value) in &run.path_attrs {
+            *facets
+                .entry(key.clone())
+                .or_default()
+                .entry(value.clone())
+                .or_default() += run.records;
+        }
+    }
     Ok(Runs {
         runs,
-        facets: tally.facets,
-        roles: tally.roles,
+        facets,
+        roles: looked.roles,
         truncated: plan.truncated(),
         warnings: plan.warnings().to_vec(),
     })
@@ -203,12 +248,87 @@ fn run_of(file: &str) -> (String, String) {
 
 #[derive(Default)]
 struct RunTally {
-    runs: HashMap<String, RunState>,
-    /// The run of the last record's `_file_` (most records follow one of
-    /// the same file).
-    last: Option<(String, String)>,
-    facets: BTreeMap<String, BTreeMap<String, u64>>,
+    runs: Vec<RunState>,
+    /// Where each run is in `runs`.
+    by_name: HashMap<String, usize>,
+    /// The last record's `_file_` and its run's place (most records
+    /// follow one of the same file, and then cost one comparison).
+    last: Option<(String, usize)>,
+    /// Record bytes on their way to the thread that looks into them.
+    batch: Batch,
+    send: Option<std::sync::mpsc::SyncSender<Batch>>,
+}
+
+/// Records' bytes handed to the looking thread at once.
+const BATCH_BYTES: usize = 1 << 20;
+/// Batches on their way at most (bounding the memory of a pass).
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Valid records' bytes, each with its run's place.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// (run, end of the record in `bytes`)
+    records: Vec<(usize, usize)>,
+}
+
+impl RunTally {
+    /// Sends the batch gathered so far.
+    fn hand_over(&mut self) {
+        if self.batch.records.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        if let Some(send) = &self.send {
+            // The looking thread ends only when this side drops `send`.
+            let _ = send.send(batch);
+        }
+    }
+}
+
+/// What the looking thread found: per run (by place), and roles.
+#[derive(Default)]
+struct Looked {
+    runs: Vec<RunLooked>,
     roles: BTreeMap<String, u64>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct RunLooked {
+    steps: u64,
+    tokens: Option<Tokens>,
+}
+
+impl Looked {
+    fn add(&mut self, batch: &Batch) {
+        let mut start = 0;
+        for &(at, end) in &batch.records {
+            let bytes = &batch.bytes[start..end];
+            start = end;
+            let Some(seen) = peek::seen(bytes) else {
+                continue;
+            };
+            if let Some(role) = seen.role {
+                match self.roles.get_mut(&*role) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.roles.insert(role.into_owned(), 1);
+                    }
+                }
+            }
+            if self.runs.len() <= at {
+                self.runs.resize(at + 1, RunLooked::default());
+            }
+            let run = &mut self.runs[at];
+            run.steps += seen.steps;
+            if let Some(tokens) = seen.tokens {
+                let sum = run.tokens.get_or_insert_with(Tokens::default);
+                sum.input += tokens.input;
+                sum.output += tokens.output;
+                sum.total += tokens.total;
+            }
+        }
+    }
 }
 
 struct RunState {
@@ -238,34 +358,35 @@ impl Selected for RunTally {
         _after: Position,
     ) -> io::Result<ControlFlow<()>> {
         if self.last.as_ref().is_none_or(|(f, _)| f != file) {
-            self.last = Some((file.to_string(), run_of(file).0));
+            let (run, glob) = run_of(file);
+            let at = match self.by_name.get(&run) {
+                Some(&at) => at,
+                None => {
+                    self.runs.push(RunState {
+                        summary: RunSummary {
+                            run: run.clone(),
+                            file: glob,
+                            records: 0,
+                            failed: 0,
+                            first: None,
+                            last: None,
+                            duration_seconds: None,
+                            steps: 0,
+                            tokens: None,
+                            path_attrs: source.path_attrs.clone(),
+                        },
+                        first: None,
+                        last: None,
+                    });
+                    self.by_name.insert(run, self.runs.len() - 1);
+                    self.runs.len() - 1
+                }
+            };
+            self.last = Some((file.to_string(), at));
         }
-        let run = &self.last.as_ref().expect("set just above").1;
-        let state = self.runs.entry(run.clone()).or_insert_with(|| RunState {
-            summary: RunSummary {
-                run: run.clone(),
-                file: run_of(file).1,
-                records: 0,
-                failed: 0,
-                first: None,
-                last: None,
-                duration_seconds: None,
-                steps: 0,
-                tokens: None,
-                path_attrs: source.path_attrs.clone(),
-            },
-            first: None,
-            last: None,
-        });
+        let at = self.last.as_ref().expect("set just above").1;
+        let state = &mut self.runs[at];
         state.summary.records += 1;
-        for (key, value) in &source.path_attrs {
-            *self
-                .facets
-                .entry(key.clone())
-                .or_default()
-                .entry(value.clone())
-                .or_default() += 1;
-        }
         if let Some(ts) = record.timestamp {
             state.first = Some(state.first.map_or(ts, |f| f.min(ts)));
             state.last = Some(state.last.map_or(ts, |l| l.max(ts)));
@@ -280,18 +401,10 @@ impl Selected for RunTally {
         if bytes.len() > PEEK_LIMIT {
             return Ok(ControlFlow::Continue(()));
         }
-        if let Ok(peek) = serde_json::from_slice::<Peek<'_>>(bytes) {
-            let seen = peek.seen();
-            if let Some(role) = seen.role {
-                *self.roles.entry(role.into_owned()).or_default() += 1;
-            }
-            state.summary.steps += seen.steps;
-            if let Some(tokens) = seen.tokens {
-                let sum = state.summary.tokens.get_or_insert_with(Tokens::default);
-                sum.input += tokens.input;
-                sum.output += tokens.output;
-                sum.total += tokens.total;
-            }
+        self.batch.bytes.extend_from_slice(bytes);
+        self.batch.records.push((at, self.batch.bytes.len()));
+        if self.batch.bytes.len() >= BATCH_BYTES {
+            self.hand_over();
         }
         Ok(ControlFlow::Continue(()))
     }
@@ -323,173 +436,14 @@ impl Selected for BucketTally {
     }
 }
 
-/// The fields of a record a run summary reads; everything else is skipped.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Peek<'a> {
-    #[serde(borrow)]
-    role: Option<Cow<'a, str>>,
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    usage: Option<Usage>,
-    #[serde(borrow)]
-    message: Option<PeekMessage<'a>>,
-    /// Codex rollout lines wrap the item.
-    #[serde(borrow)]
-    payload: Option<PeekMessage<'a>>,
-    #[serde(borrow)]
-    schema_version: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    steps: Option<Vec<AtifStep<'a>>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct PeekMessage<'a> {
-    #[serde(borrow)]
-    role: Option<Cow<'a, str>>,
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    usage: Option<Usage>,
-}
-
-#[derive(Deserialize, Default, Clone, Copy)]
-#[serde(default)]
-struct Usage {
-    input_tokens: Option<u64>,
-    prompt_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-    total_tokens: Option<u64>,
-}
-
-impl Usage {
-    fn tokens(self) -> Tokens {
-        let input = self.input_tokens.or(self.prompt_tokens).unwrap_or(0);
-        let output = self.output_tokens.or(self.completion_tokens).unwrap_or(0);
-        Tokens {
-            input,
-            output,
-            total: self.total_tokens.unwrap_or(input + output),
-        }
-    }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct AtifStep<'a> {
-    #[serde(borrow)]
-    source: Option<Cow<'a, str>>,
-    metrics: Option<Usage>,
-}
-
-/// What one record adds to its run.
-struct Seen<'a> {
-    role: Option<Cow<'a, str>>,
-    steps: u64,
-    tokens: Option<Tokens>,
-}
-
-impl<'a> Peek<'a> {
-    fn seen(self) -> Seen<'a> {
-        if self
-            .schema_version
-            .as_deref()
-            .is_some_and(|v| v.starts_with("ATIF-"))
-        {
-            return atif(self.steps.unwrap_or_default());
-        }
-        let inner = self.message.or(self.payload).unwrap_or_default();
-        let role = self
-            .role
-            .or(inner.role)
-            .or(self.kind.clone())
-            .or(inner.kind);
-        let assistant =
-            role.as_deref() == Some("assistant") || self.kind.as_deref() == Some("assistant");
-        let usage = self.usage.or(inner.usage);
-        Seen {
-            role,
-            steps: u64::from(assistant),
-            tokens: usage.map(Usage::tokens),
-        }
-    }
-}
-
-/// A whole ATIF trajectory in one record: its agent steps and their
-/// token metrics.
-fn atif(steps: Vec<AtifStep<'_>>) -> Seen<'static> {
-    let mut tokens: Option<Tokens> = None;
-    let mut agent = 0;
-    for step in steps {
-        agent += u64::from(step.source.as_deref() == Some("agent"));
-        if let Some(metrics) = step.metrics {
-            let t = metrics.tokens();
-            let sum = tokens.get_or_insert_with(Tokens::default);
-            sum.input += t.input;
-            sum.output += t.output;
-            sum.total += t.total;
-        }
-    }
-    Seen {
-        role: Some(Cow::Borrowed("trajectory")),
-        steps: agent,
-        tokens,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn seen(json: &str) -> (Option<String>, u64, Option<Tokens>) {
-        let s = serde_json::from_str::<Peek<'_>>(json).unwrap().seen();
-        (s.role.map(Cow::into_owned), s.steps, s.tokens)
-    }
-
-    #[test]
-    fn roles_steps_and_tokens_of_the_common_shapes() {
-        // OpenAI chat
-        let (role, steps, tokens) = seen(
-            r#"{"role":"assistant","content":"hi","usage":{"prompt_tokens":10,"completion_tokens":5}}"#,
-        );
-        assert_eq!(role.as_deref(), Some("assistant"));
-        assert_eq!(steps, 1);
-        assert_eq!(
-            tokens,
-            Some(Tokens {
-                input: 10,
-                output: 5,
-                total: 15
-            })
-        );
-        // Claude Code
-        let (role, steps, tokens) = seen(
-            r#"{"type":"assistant","message":{"role":"assistant","usage":{"input_tokens":3,"output_tokens":4,"total_tokens":9}}}"#,
-        );
-        assert_eq!((role.as_deref(), steps), (Some("assistant"), 1));
-        assert_eq!(tokens.unwrap().total, 9);
-        // Codex
-        let (role, steps, tokens) =
-            seen(r#"{"type":"response_item","payload":{"type":"function_call","name":"sh"}}"#);
-        assert_eq!(
-            (role.as_deref(), steps, tokens),
-            (Some("response_item"), 0, None)
-        );
-        // ATIF
-        let (role, steps, tokens) = seen(
-            r#"{"schema_version":"ATIF-v1.4","steps":[{"source":"user"},{"source":"agent","metrics":{"prompt_tokens":7,"completion_tokens":2}},{"source":"agent"}]}"#,
-        );
-        assert_eq!((role.as_deref(), steps), (Some("trajectory"), 2));
-        assert_eq!(tokens.unwrap().total, 9);
-        // Not an object at all
-        assert!(serde_json::from_str::<Peek<'_>>("[1,2]").is_err());
-    }
-
     #[test]
     fn session_shards_make_one_run_and_globs_match_only_themselves() {
         assert_eq!(
-            run_of("store/s-1.abcdefgh.jsonl").0,
+            run_of("store/s-1.0a1b2c3d.jsonl").0,
             "store/s-1",
             "a shard's run is its session"
         );
