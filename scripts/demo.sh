@@ -24,5 +24,5 @@ cat "$mnt/.stats"
 echo
 echo "next:  ls $mnt/team   cat $mnt/team/codex_jsonl/.stats   getfattr -d $mnt/team/planner"
 echo "       pchronicle ls --sources $dir   ($bin)"
-echo "web:   $bin serve $dir    (prints http://127.0.0.1:8765/?token=...: open it in a browser)"
+echo "web:   $bin serve $dir    (prints http://127.0.0.1:8765/#token=...: open it in a browser)"
 echo "done:  $bin umount $mnt"

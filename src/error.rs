@@ -208,7 +208,7 @@ error_codes! {
         "Write filters as `--where session=abc`, `--since 2026-01-01T00:00:00Z`, `--file 'team/**/*.jsonl'`; see `pchronicle cat --help`.";
     QueryInvalid => "PCHRONICLE_QUERY_INVALID",
         "the SQL of `pchronicle query` could not be parsed or planned (a syntax error, an unknown table, column or function)",
-        "Correct the SQL at the position shown; the tables are `records` and `sources` (`pchronicle query PATH 'DESCRIBE records'` lists the columns).";
+        "Correct the SQL at the position shown; the tables are `records` and `sources` (`pchronicle query PATH 'SELECT * FROM records LIMIT 1'` shows the columns).";
     QueryFailed => "PCHRONICLE_QUERY_FAILED",
         "a query was planned but failed while it ran (a record source could not be read, or a function failed on a value)",
         "Read the cause in the message; `pchronicle stats PATH` shows whether every source can be read, and `--where`/`--file` leave out a broken one.";
@@ -240,8 +240,8 @@ error_codes! {
         "a records cursor (`after=` of `GET /api/records`) could not be read, or names a source that is no longer where it was (the warehouse changed under the paging)",
         "Start the paging again without `after=`; a cursor is only valid for the path and filters it was handed out with.";
     ServeUnauthorized => "PCHRONICLE_SERVE_UNAUTHORIZED",
-        "a request to `pchronicle serve` came without its token (no `token` cookie, no `Authorization: Bearer` header, no `?token=`), or with another one",
-        "Open the URL `pchronicle serve` printed (it holds the token once and sets a cookie), or send `Authorization: Bearer TOKEN`; the token is the one given with `--token` or printed at start.";
+        "an API request to `pchronicle serve` came without its token (no `Authorization: Bearer` header, no `token=` parameter), or with another one",
+        "Open the URL `pchronicle serve` printed (its `#token=` lets the pages in), or send `Authorization: Bearer TOKEN`; the token is the one given with `--token` or printed at start.";
     ServeRequestInvalid => "PCHRONICLE_SERVE_REQUEST_INVALID",
         "a request to `pchronicle serve` could not be answered as asked: an unknown endpoint or parameter, a `Host` header that names neither the listening address nor localhost (DNS rebinding), a body too large, or a value out of range",
         "Use the endpoints and parameters of docs/web.md; reach the server by the address it printed (or localhost), and keep request bodies under 64 KiB.";

@@ -58,7 +58,7 @@ class Server:
         )
         line = self.proc.stdout.readline().decode()
         self.url = next(w for w in line.split() if w.startswith("http://"))
-        self.base = self.url.split("/?")[0]
+        self.base = self.url.split("/#")[0]
 
     def stop(self):
         self.proc.terminate()
@@ -113,7 +113,7 @@ def check(fn):
 @check
 def datasets_show_the_same_children_and_counts_as_ls(ctx):
     b, server, wh = ctx["browser"], ctx["server"], ctx["demo"]
-    b.get(server.url)  # the token URL: sets the cookie, moves on
+    b.get(server.url)  # the printed URL: the page keeps its #token
     for rel in ("", "team", "runs"):
         b.get(f"{server.base}/datasets?path={rel}")
         listing = json.loads(cli("ls", os.path.join(wh, rel), "--json"))

@@ -121,9 +121,9 @@ pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM
     /// until SIGINT or SIGTERM.
     #[cfg(feature = "serve")]
     #[command(after_help = "Examples:\n  \
-pchronicle serve ./warehouse                  # prints http://127.0.0.1:8765/?token=...\n  \
+pchronicle serve ./warehouse                  # prints http://127.0.0.1:8765/#token=...\n  \
 pchronicle serve s3://bucket/warehouse --listen 0.0.0.0:8080\n\n\
-Open the printed URL: its token sets a cookie. Programs send `Authorization: Bearer TOKEN`. \
+Open the printed URL: the pages keep its token. Programs send `Authorization: Bearer TOKEN`. \
 The API is documented in docs/web.md.")]
     Serve(serve::ServeArgs),
     /// Build, list, verify or drop the sidecar point-lookup indexes of a

@@ -51,31 +51,13 @@ pub(super) struct FilterArgs {
 
 impl FilterArgs {
     pub(super) fn selection(&self) -> Result<Selection> {
-        let mut selection = Selection::default();
-        for text in &self.where_ {
-            selection.add_where(text)?;
-        }
-        if let Some(text) = &self.since {
-            selection.set_time(text, false)?;
-        }
-        if let Some(text) = &self.until {
-            selection.set_time(text, true)?;
-        }
-        if let Some(pattern) = &self.file {
-            selection.set_file(pattern)?;
-        }
-        if let Some(text) = &self.contains {
-            selection.set_contains(text)?;
-        }
-        if let (Some(since), Some(until)) = (selection.since, selection.until) {
-            if since >= until {
-                return Err(Error::new(
-                    ErrorCode::FilterInvalid,
-                    "--since must be earlier than --until",
-                ));
-            }
-        }
-        Ok(selection)
+        Selection::from_filters(
+            self.where_.iter().map(String::as_str),
+            self.since.as_deref(),
+            self.until.as_deref(),
+            self.file.as_deref(),
+            self.contains.as_deref(),
+        )
     }
 }
 

@@ -21,7 +21,8 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8765")]
     listen: SocketAddr,
     /// The token requests must bring (default: a random one, printed in
-    /// the URL). Also read from PCHRONICLE_SERVE_TOKEN.
+    /// the URL). PCHRONICLE_SERVE_TOKEN does the same without showing it
+    /// to other users in `ps`.
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
     /// Require no token: anyone who can reach the address reads the

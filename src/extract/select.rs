@@ -34,6 +34,43 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// The selection the filters' texts name (`--where` as often as
+    /// given, `--since`, `--until`, `--file`, `--contains`), as the CLI and
+    /// the web API both take them.
+    pub fn from_filters<'a>(
+        wheres: impl IntoIterator<Item = &'a str>,
+        since: Option<&str>,
+        until: Option<&str>,
+        file: Option<&str>,
+        contains: Option<&str>,
+    ) -> Result<Selection> {
+        let mut selection = Selection::default();
+        for text in wheres {
+            selection.add_where(text)?;
+        }
+        if let Some(text) = since {
+            selection.set_time(text, false)?;
+        }
+        if let Some(text) = until {
+            selection.set_time(text, true)?;
+        }
+        if let Some(pattern) = file {
+            selection.set_file(pattern)?;
+        }
+        if let Some(text) = contains {
+            selection.set_contains(text)?;
+        }
+        if let (Some(since), Some(until)) = (selection.since, selection.until) {
+            if since >= until {
+                return Err(Error::new(
+                    ErrorCode::FilterInvalid,
+                    "--since must be earlier than --until",
+                ));
+            }
+        }
+        Ok(selection)
+    }
+
     /// Adds one `--where KEY=VALUE`.
     pub fn add_where(&mut self, text: &str) -> Result<()> {
         let invalid =

@@ -185,7 +185,7 @@ async fn records(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderM
     })
     .await
     .unwrap_or_else(|e| Answer::error(&e))
-    .to_response(if_none_match.as_ref())
+    .into_response_once(if_none_match.as_ref())
 }
 
 /// One page of `cat`: at most `limit` records from `after` on.
@@ -215,8 +215,7 @@ fn page_of_records(served: &Served, params: &Params) -> Result<Answer> {
     let _ = plan.run(&served.catalog, from, &mut page)?;
     let mut answer = Answer::ok(JSON_LINES, Vec::new());
     if page.more {
-        let (len, after) = page.kept.expect("a page with more has kept its end");
-        page.body.truncate(len);
+        let (_, after) = page.kept.expect("a page with more has kept its end");
         answer
             .headers
             .push(("x-next-cursor", cursor::format(after, &plan)));
@@ -239,7 +238,11 @@ struct Page {
 
 impl Write for Page {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.body.extend_from_slice(bytes);
+        // Past the page's end only whether a record follows matters: its
+        // bytes are not kept (it may be as large as its writer made it).
+        if self.kept.is_none() {
+            self.body.extend_from_slice(bytes);
+        }
         Ok(bytes.len())
     }
 
@@ -317,7 +320,7 @@ async fn query_of(State(s): State<Arc<Served>>, h: HeaderMap, body: Bytes) -> Re
     let json = h
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"));
     if !json {
         // A form of another site cannot send this type without asking.
         return Answer::error(&invalid(
@@ -328,7 +331,7 @@ async fn query_of(State(s): State<Arc<Served>>, h: HeaderMap, body: Bytes) -> Re
     s.run("query", move |served| run_query(served, &body))
         .await
         .unwrap_or_else(|e| Answer::error(&e))
-        .to_response(None)
+        .into_response_once(None)
 }
 
 fn run_query(served: &Served, body: &[u8]) -> Result<Answer> {

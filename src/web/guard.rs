@@ -1,25 +1,27 @@
 //! Who may ask, and what every answer carries.
 //!
-//! A request must name this server in its `Host` header (a page of
-//! another site that resolves its own name to 127.0.0.1 cannot read the
-//! answers: DNS rebinding), and bring the token: as the `token` of the URL
-//! the server printed (a page then sets it as a cookie and sends the
-//! browser on to the same URL without it), as that cookie, or as
-//! `Authorization: Bearer TOKEN`. Every answer forbids scripts and styles
-//! from anywhere but this server, content sniffing and framing.
+//! A request to a loopback server must name it in its `Host` header (a
+//! page of another site that resolves its own name to 127.0.0.1 cannot
+//! read the answers: DNS rebinding). Every API call and `/metrics` must
+//! bring the token, as `Authorization: Bearer TOKEN` (what the pages send:
+//! they take it from the fragment of the URL the server printed, which no
+//! server ever sees, and keep it in the origin's storage) or as a `token`
+//! parameter (a program, a JSON link). The pages' shell and scripts hold
+//! no data and need no token. There is no cookie: a cookie would be sent
+//! to every other server on the same host, whatever its port. Every answer
+//! forbids scripts and styles from anywhere but this server, content
+//! sniffing and framing.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use super::state::{Answer, Served};
 use crate::error::{Error, ErrorCode};
-
-const COOKIE: &str = "pchronicle_token";
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
 connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -29,10 +31,9 @@ connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 pub async fn check(State(served): State<Arc<Served>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let endpoint = endpoint_name(request.uri().path());
-    let mut response = match admit(&served, &request) {
-        Admit::Yes => next.run(request).await,
-        Admit::Redirect(to) => redirect_with_cookie(&served, &to),
-        Admit::No(e) => Answer::error(&e).to_response(None),
+    let mut response = match admit(&served, &request, endpoint) {
+        Ok(()) => next.run(request).await,
+        Err(e) => Answer::error(&e).to_response(None),
     };
     secure(response.headers_mut());
     served
@@ -41,76 +42,41 @@ pub async fn check(State(served): State<Arc<Served>>, request: Request, next: Ne
     response
 }
 
-enum Admit {
-    Yes,
-    /// The token came in the URL: set the cookie, go on without it.
-    Redirect(String),
-    No(Error),
-}
-
-fn admit(served: &Served, request: &Request) -> Admit {
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    if !served.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
-        return Admit::No(Error::new(
-            ErrorCode::ServeRequestInvalid,
-            format!(
-                "the Host header {host:?} does not name this server; use {}",
-                served.hosts.join(" or ")
-            ),
-        ));
+fn admit(served: &Served, request: &Request, endpoint: &str) -> Result<(), Error> {
+    if !served.hosts.is_empty() {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        if !served.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            return Err(Error::new(
+                ErrorCode::ServeRequestInvalid,
+                format!(
+                    "the Host header {host:?} does not name this server; use {}",
+                    served.hosts.join(" or ")
+                ),
+            ));
+        }
     }
     let Some(token) = &served.token else {
-        return Admit::Yes;
+        return Ok(());
     };
-    if bearer(request.headers()).is_some_and(|t| same(t, token))
-        || cookie(request.headers()).is_some_and(|t| same(t, token))
-    {
-        return Admit::Yes;
+    // The shell of the pages and their scripts hold nothing of the
+    // warehouse.
+    if matches!(endpoint, "page" | "asset") {
+        return Ok(());
     }
-    let uri = request.uri();
-    let params: Vec<(String, String)> =
-        form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-    if params.iter().any(|(k, v)| k == "token" && same(v, token)) {
-        // A program that put the token in the URL gets its answer; a
-        // browser on a page is moved to a URL without it.
-        if uri.path().starts_with("/api/") || uri.path() == "/metrics" {
-            return Admit::Yes;
-        }
-        let rest: Vec<&(String, String)> = params.iter().filter(|(k, _)| k != "token").collect();
-        let mut to = uri.path().to_string();
-        if !rest.is_empty() {
-            to.push('?');
-            to.push_str(
-                &form_urlencoded::Serializer::new(String::new())
-                    .extend_pairs(rest.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .finish(),
-            );
-        }
-        return Admit::Redirect(to);
+    let query = request.uri().query().unwrap_or("");
+    let in_query =
+        form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "token" && same(&v, token));
+    if in_query || bearer(request.headers()).is_some_and(|t| same(t, token)) {
+        return Ok(());
     }
-    Admit::No(Error::new(
+    Err(Error::new(
         ErrorCode::ServeUnauthorized,
         "this server needs its token: open the URL `pchronicle serve` printed, or send `Authorization: Bearer TOKEN`",
     ))
-}
-
-fn redirect_with_cookie(served: &Served, to: &str) -> Response {
-    let token = served.token.as_deref().unwrap_or("");
-    let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    let headers = response.headers_mut();
-    if let (Ok(location), Ok(cookie)) = (HeaderValue::from_str(to), HeaderValue::from_str(&cookie))
-    {
-        headers.insert(header::LOCATION, location);
-        headers.insert(header::SET_COOKIE, cookie);
-    }
-    response
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -120,15 +86,6 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .ok()?
         .strip_prefix("Bearer ")
         .map(str::trim)
-}
-
-fn cookie(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
 }
 
 /// Compares in time that depends only on the lengths.
@@ -187,9 +144,9 @@ mod tests {
         assert!(!same("ab", "abc"));
         let mut headers = HeaderMap::new();
         headers.insert(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; pchronicle_token=xyz; b=2"),
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer xyz"),
         );
-        assert_eq!(cookie(&headers), Some("xyz"));
+        assert_eq!(bearer(&headers), Some("xyz"));
     }
 }

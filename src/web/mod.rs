@@ -120,7 +120,9 @@ async fn run(
         .map_err(|e| Error::new(ErrorCode::ServeListen, e.to_string()))?;
     let app = api::router(served);
     let url = match &options.token {
-        Some(token) => format!("http://{}/?token={token}", display_host(local)),
+        // In the fragment: a browser never sends it to any server, and the
+        // pages take it from there (see guard.rs).
+        Some(token) => format!("http://{}/#token={token}", display_host(local)),
         None => format!("http://{}/", display_host(local)),
     };
     println!(

@@ -53,6 +53,8 @@ const ANSWERS_KEPT: usize = 1024;
 const TALLIES_KEPT: usize = 256;
 /// Larger answers are not kept.
 const KEEP_AT_MOST: usize = 8 << 20;
+/// Bytes of answers kept at most, in each of the two caches.
+const KEPT_BYTES: usize = 128 << 20;
 
 /// One answer, ready to send.
 #[derive(Debug, Clone)]
@@ -100,11 +102,17 @@ impl Answer {
 
     /// This answer, or `304` when the client holds it already.
     pub fn to_response(&self, if_none_match: Option<&HeaderValue>) -> Response {
+        self.clone().into_response_once(if_none_match)
+    }
+
+    /// [`Answer::to_response`] of an answer not kept: its body is handed
+    /// over, not copied.
+    pub fn into_response_once(self, if_none_match: Option<&HeaderValue>) -> Response {
         let etag = HeaderValue::from_str(&self.etag).expect("an ETag is hex in quotes");
         if self.status == StatusCode::OK && if_none_match.is_some_and(|v| v == etag) {
             return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
         }
-        let mut response = (self.status, self.body.clone()).into_response();
+        let mut response = (self.status, self.body).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -163,9 +171,9 @@ pub struct Served {
     pub hosts: Vec<String>,
     pub limits: Limits,
     pub metrics: Metrics,
-    answers: Mutex<lru::LruCache<String, (Instant, Arc<Answer>)>>,
-    tallies: Mutex<lru::LruCache<String, Arc<Answer>>>,
-    running: tokio::sync::Semaphore,
+    answers: Mutex<Kept<(Instant, Arc<Answer>)>>,
+    tallies: Mutex<Kept<Arc<Answer>>>,
+    running: Arc<tokio::sync::Semaphore>,
     waiting: AtomicUsize,
 }
 
@@ -177,18 +185,24 @@ impl Served {
         local: SocketAddr,
         limits: Limits,
     ) -> Served {
+        // A loopback server is what DNS rebinding reaches: it answers only
+        // to its own names. Another address needs the token in a header,
+        // which a page of another origin never has, and may be reached
+        // by any name (a LAN address, a DNS name).
         let port = local.port();
-        let mut hosts = vec![
-            format!("localhost:{port}"),
-            format!("127.0.0.1:{port}"),
-            format!("[::1]:{port}"),
-        ];
-        let own = match local {
-            SocketAddr::V4(v4) => format!("{}:{port}", v4.ip()),
-            SocketAddr::V6(v6) => format!("[{}]:{port}", v6.ip()),
-        };
-        if !hosts.contains(&own) && !local.ip().is_unspecified() {
-            hosts.push(own);
+        let mut hosts = Vec::new();
+        if local.ip().is_loopback() {
+            for name in ["localhost", "127.0.0.1", "[::1]"] {
+                hosts.push(format!("{name}:{port}"));
+                if port == 80 {
+                    hosts.push(name.to_string());
+                }
+            }
+            if let SocketAddr::V4(v4) = local {
+                if v4.ip().octets() != [127, 0, 0, 1] {
+                    hosts.push(format!("{}:{port}", v4.ip()));
+                }
+            }
         }
         Served {
             catalog: Arc::new(catalog),
@@ -197,13 +211,9 @@ impl Served {
             hosts,
             limits,
             metrics: Metrics::default(),
-            answers: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(ANSWERS_KEPT).expect("non-zero"),
-            )),
-            tallies: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(TALLIES_KEPT).expect("non-zero"),
-            )),
-            running: tokio::sync::Semaphore::new(limits.max_requests.max(1)),
+            answers: Mutex::new(Kept::new(ANSWERS_KEPT)),
+            tallies: Mutex::new(Kept::new(TALLIES_KEPT)),
+            running: Arc::new(tokio::sync::Semaphore::new(limits.max_requests.max(1))),
             waiting: AtomicUsize::new(0),
         }
     }
@@ -221,8 +231,8 @@ impl Served {
     /// The answer to `key` given within the TTL, if any.
     pub fn recent(&self, key: &str) -> Option<Arc<Answer>> {
         let mut answers = self.answers.lock();
-        match answers.get(key) {
-            Some((at, answer)) if at.elapsed() < self.limits.ttl => {
+        match answers.lru.get(key) {
+            Some(((at, answer), _)) if at.elapsed() < self.limits.ttl => {
                 self.metrics.answer_kept(true);
                 Some(Arc::clone(answer))
             }
@@ -236,22 +246,24 @@ impl Served {
     /// Keeps `answer` to `key` for the TTL (a successful one, not too large).
     pub fn keep(&self, key: String, answer: &Arc<Answer>) {
         if answer.status == StatusCode::OK && answer.body.len() <= KEEP_AT_MOST {
+            let size = answer.body.len();
             self.answers
                 .lock()
-                .put(key, (Instant::now(), Arc::clone(answer)));
+                .put(key, (Instant::now(), Arc::clone(answer)), size);
         }
     }
 
     /// A tally kept for a Snapshot fingerprint.
     pub fn tally(&self, key: &str) -> Option<Arc<Answer>> {
-        let hit = self.tallies.lock().get(key).cloned();
+        let hit = self.tallies.lock().lru.get(key).map(|(v, _)| Arc::clone(v));
         self.metrics.tally_kept(hit.is_some());
         hit
     }
 
     pub fn keep_tally(&self, key: String, answer: &Arc<Answer>) {
         if answer.body.len() <= KEEP_AT_MOST {
-            self.tallies.lock().put(key, Arc::clone(answer));
+            let size = answer.body.len();
+            self.tallies.lock().put(key, Arc::clone(answer), size);
         }
     }
 
@@ -273,7 +285,10 @@ impl Served {
             ));
         }
         let budget = self.limits.request_time;
-        let permit = tokio::time::timeout(budget, self.running.acquire())
+        // The place is held by the work, not by the request: work stopped
+        // at the budget keeps it until it has really stopped, so no more
+        // than `max_requests` pieces of work ever run.
+        let permit = tokio::time::timeout(budget, Arc::clone(&self.running).acquire_owned())
             .await
             .map_err(|_| late(what, budget))?
             .expect("the semaphore is never closed");
@@ -286,6 +301,7 @@ impl Served {
             .name("pchronicle-answer".into())
             .spawn(move || {
                 let result = crate::work::within(&job, || work(&served));
+                drop(permit);
                 let _ = send.send(result);
             })
             .map_err(|e| Error::new(ErrorCode::Busy, format!("cannot start a thread: {e}")))?;
@@ -300,8 +316,35 @@ impl Served {
                 Err(late(what, budget))
             }
         };
-        drop(permit);
         result
+    }
+}
+
+/// An LRU of answers bounded in entries and in bytes.
+struct Kept<V> {
+    lru: lru::LruCache<String, (V, usize)>,
+    bytes: usize,
+}
+
+impl<V> Kept<V> {
+    fn new(entries: usize) -> Kept<V> {
+        Kept {
+            lru: lru::LruCache::new(NonZeroUsize::new(entries).expect("non-zero")),
+            bytes: 0,
+        }
+    }
+
+    fn put(&mut self, key: String, value: V, size: usize) {
+        if let Some((_, (_, old))) = self.lru.push(key, (value, size)) {
+            self.bytes -= old;
+        }
+        self.bytes += size;
+        while self.bytes > KEPT_BYTES {
+            match self.lru.pop_lru() {
+                Some((_, (_, old))) => self.bytes -= old,
+                None => break,
+            }
+        }
     }
 }
 

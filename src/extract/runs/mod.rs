@@ -259,6 +259,9 @@ struct RunTally {
     send: Option<std::sync::mpsc::SyncSender<Batch>>,
 }
 
+/// Longest role counted (in bytes).
+const ROLE_AT_MOST: usize = 64;
+
 /// Records' bytes handed to the looking thread at once.
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches on their way at most (bounding the memory of a pass).
@@ -308,7 +311,8 @@ impl Looked {
             let Some(seen) = peek::seen(bytes) else {
                 continue;
             };
-            if let Some(role) = seen.role {
+            // A role is a word; a long one is some writer's text, not kept.
+            if let Some(role) = seen.role.filter(|r| r.len() <= ROLE_AT_MOST) {
                 match self.roles.get_mut(&*role) {
                     Some(n) => *n += 1,
                     None => {

@@ -18,6 +18,23 @@
   const TITLES = { datasets: 'Datasets', runs: 'Runs', run: 'Run', sql: 'SQL' };
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
+  // The token comes once, in the fragment of the URL the server printed
+  // (`#token=…`, never sent to any server), and is kept in this origin's
+  // localStorage: unlike a cookie, it is not sent to other servers of the
+  // same host, and only this origin's scripts (ours: the CSP allows no
+  // other) can read it. Every API call sends it as a Bearer header.
+  const TOKEN_KEY = 'pchronicle-token';
+  (function takeToken() {
+    const found = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+    if (!found) return;
+    try { localStorage.setItem(TOKEN_KEY, decodeURIComponent(found[1])); } catch (e) { /* kept nowhere */ }
+    history.replaceState(history.state, '', location.pathname + location.search);
+  })();
+  const token = () => { try { return localStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } };
+  // An API URL a person opens (the JSON twin) carries the token itself.
+  const withToken = (url) => url + (url.includes('?') ? '&' : '?') + 'token=' + encodeURIComponent(token());
+  PC.withToken = withToken;
+
   // ---------------------------------------------------------------- DOM
 
   const $ = (sel) => document.querySelector(sel);
@@ -191,7 +208,7 @@
     const message = field('message') || text.slice(0, 500) || response.statusText;
     let fix = field('fix') || '';
     if (response.status === 401) {
-      fix = 'Open the URL `pchronicle serve` printed when it started (the one with ?token=…): ' +
+      fix = 'Open the URL `pchronicle serve` printed when it started (the one with #token=…): ' +
         'it lets this browser in.';
     }
     return new ApiError(response.status, code, message, fix);
@@ -202,7 +219,8 @@
   async function request(url, init) {
     let response;
     try {
-      response = await fetch(url, { credentials: 'same-origin', cache: 'no-cache', ...init });
+      const headers = { ...((init && init.headers) || {}), Authorization: 'Bearer ' + token() };
+      response = await fetch(url, { credentials: 'omit', cache: 'no-cache', ...init, headers });
     } catch (e) {
       throw new ApiError(0, 'NETWORK', 'the server did not answer (' + e.message + ')',
         'Is `pchronicle serve` still running? Reload the page once it is.');
@@ -324,7 +342,7 @@
   function setTwin(url) {
     const twin = $('#json-twin');
     twin.hidden = !url;
-    if (url) twin.setAttribute('href', url);
+    if (url) twin.setAttribute('href', withToken(url));
   }
 
   function section(id, title, ...kids) {
