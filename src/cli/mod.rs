@@ -9,7 +9,8 @@
 //! live together, by area: `browse.rs` (ls, stats), `records.rs` (cat,
 //! query and the filters they share), `mount.rs` (mount,
 //! umount, refresh), `ingest.rs` (import, append), `index.rs` (index,
-//! lookup) and `guide.rs` (errors, demo, completions, man); `table.rs` renders answers for people,
+//! lookup), `serve.rs` (serve) and `guide.rs` (errors, demo, completions,
+//! man); `table.rs` renders answers for people,
 //! and `out.rs` writes everything (escaped for a terminal, exact for machines). The
 //! flag structs carry no doc comment of their own: clap would read it as
 //! the command's description, which the [`Command`] variant gives.

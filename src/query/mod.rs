@@ -101,10 +101,45 @@ pub fn run_limited(
     }
 }
 
-/// Refuses SQL whose first word is not `SELECT`, `WITH` or `EXPLAIN`
-/// (comments and parentheses before it skipped). The engine refuses
-/// definitions, changes and statements again in the plan itself.
+/// Refuses SQL that starts with the word of a statement that does not
+/// read (comments and parentheses before it skipped). Anything else goes
+/// to the parser, so a misspelt query gets its syntax error with a caret;
+/// the engine then refuses definitions, changes, `COPY` and other
+/// statements in the plan itself, subqueries included.
 fn refuse_writes(sql: &str) -> Result<()> {
+    const REFUSED: &[&str] = &[
+        "ALTER",
+        "ANALYZE",
+        "BEGIN",
+        "CACHE",
+        "COMMENT",
+        "COMMIT",
+        "COPY",
+        "CREATE",
+        "DEALLOCATE",
+        "DELETE",
+        "DESCRIBE",
+        "DROP",
+        "EXECUTE",
+        "GRANT",
+        "INSERT",
+        "LOAD",
+        "MERGE",
+        "PREPARE",
+        "REPLACE",
+        "RESET",
+        "REVOKE",
+        "ROLLBACK",
+        "SAVEPOINT",
+        "SET",
+        "SHOW",
+        "START",
+        "TRUNCATE",
+        "UNLOAD",
+        "UPDATE",
+        "USE",
+        "VACUUM",
+    ];
     let mut rest = sql;
     loop {
         let trimmed = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '(');
@@ -122,15 +157,12 @@ fn refuse_writes(sql: &str) -> Result<()> {
         .take_while(char::is_ascii_alphabetic)
         .collect::<String>()
         .to_ascii_uppercase();
-    if matches!(word.as_str(), "SELECT" | "WITH" | "EXPLAIN") {
+    if !REFUSED.contains(&word.as_str()) {
         return Ok(());
     }
     Err(crate::error::Error::new(
         crate::error::ErrorCode::QueryRefused,
-        format!(
-            "only queries that read are run (SELECT, WITH, EXPLAIN); this one starts with {:?}",
-            word
-        ),
+        format!("only queries that read are run (SELECT, WITH, EXPLAIN); this one is {word}"),
     ))
 }
 
@@ -139,8 +171,11 @@ mod limit_tests {
     use super::refuse_writes;
 
     #[test]
-    fn only_reading_statements_pass_the_first_word() {
+    fn statements_that_do_not_read_are_refused_by_their_first_word() {
         for ok in [
+            "SELEC 1",
+            "",
+            "-- only a comment",
             "SELECT 1",
             "  with x as (select 1) select * from x",
             "-- c\n(SELECT 1)",
@@ -154,8 +189,8 @@ mod limit_tests {
             "INSERT INTO t VALUES (1)",
             "SET x = 1",
             "DROP TABLE records",
-            "",
-            "-- only a comment",
+            "/* hidden */ ( copy records to 'x')",
+            "describe records",
         ] {
             assert!(refuse_writes(bad).is_err(), "{bad}");
         }
