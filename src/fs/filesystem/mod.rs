@@ -134,6 +134,9 @@ pub struct WarehouseFs {
     /// The names the kernel was told do not exist, most recent ones (see
     /// `refresh`).
     negatives: Mutex<lru::LruCache<(u64, Box<str>), ()>>,
+    /// The root as last seen: what a remote mount shows of its root while
+    /// the store cannot be reached (the mount stays; its contents fail).
+    root_seen: Mutex<Option<Node>>,
 }
 
 /// Negative answers remembered for `refresh`.
@@ -173,6 +176,7 @@ impl WarehouseFs {
             negatives: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(NEGATIVES_KEPT).expect("not zero"),
             )),
+            root_seen: Mutex::new(None),
         }
     }
 
@@ -342,7 +346,7 @@ impl WarehouseFs {
         if let Some(meta) = handle.and_then(opened) {
             return described(meta);
         }
-        let node = self.node(rel)?;
+        let node = self.path_node(rel)?;
         if self.replaced(ino, &node) {
             return match self.handles.any_of(ino).as_deref().and_then(opened) {
                 Some(meta) => described(meta),
@@ -505,6 +509,22 @@ impl WarehouseFs {
 
     fn node(&self, rel: &Path) -> Result<Node, FsError> {
         Ok(self.catalog().node(rel)?)
+    }
+
+    /// [`Self::node`] for attributes: a remote mount's root, when the store
+    /// cannot be reached, is described as it was last seen.
+    fn path_node(&self, rel: &Path) -> Result<Node, FsError> {
+        let root = rel == Path::new(".") && self.is_remote();
+        match self.node(rel) {
+            Ok(node) => {
+                if root {
+                    *self.root_seen.lock() = Some(node.clone());
+                }
+                Ok(node)
+            }
+            Err(e) if root => self.root_seen.lock().clone().ok_or(e),
+            Err(e) => Err(e),
+        }
     }
 
     /// A directory-like node (directory or dataset) at `rel`, or ENOTDIR.
