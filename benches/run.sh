@@ -62,21 +62,12 @@ umount_at() { "$bin" umount "$1" >/dev/null; }
 daemon_pid() { pgrep -n -f -- "pchronicle mount .*$1"; }
 now_ns() { date +%s%N; }
 ms_since() { echo $(( ($(now_ns) - $1) / 1000000 )); }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "inf"; else printf "%.2f", a / b }'; }
 mib_s() { awk -v mib="$1" -v ms="$2" 'BEGIN { if (ms == 0) print "inf"; else printf "%.0f", mib * 1000 / ms }'; }
 kib_to_mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 drop_caches() { if [ -w /proc/sys/vm/drop_caches ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
 median_ms() { python3 "$gen" median-ms "$1" sh -c "$2"; }
 
-# The goals table, printed at the end: one row per figure.
-goals=()
-# goal FIGURE MEASURED VALUE le|ge TARGET TARGET_TEXT: records a row.
-goal() {
-  local verdict
-  verdict=$(awk -v v="$3" -v op="$4" -v g="$5" \
-    'BEGIN { ok = (op == "le") ? (v + 0 <= g + 0) : (v + 0 >= g + 0); print ok ? "met" : "MISSED" }')
-  goals+=("$(printf '%-58s %-44s %-14s %s' "$1" "$2" "$6" "$verdict")")
-}
+source benches/goals.sh
 
 echo "== 1. ls -l of ${PCHRONICLE_BENCH_ENTRIES:-10000} entries"
 PCHRONICLE_BENCH_DIR="$work" bash benches/mount.sh

@@ -47,14 +47,7 @@ serve() {
   token=${url#*token=}
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "inf"; else printf "%.2f", a / b }'; }
-goals=()
-goal() {  # FIGURE MEASURED VALUE le|ge TARGET TARGET_TEXT
-  local verdict
-  verdict=$(awk -v v="$3" -v op="$4" -v g="$5" \
-    'BEGIN { ok = (op == "le") ? (v + 0 <= g + 0) : (v + 0 >= g + 0); print ok ? "met" : "MISSED" }')
-  goals+=("$(printf '%-58s %-36s %-10s %s' "$1" "$2" "$6" "$verdict")")
-}
+source benches/goals.sh
 
 echo "== 1. $clients clients polling a $leaves-leaf warehouse every 5 s for ${poll_seconds}s"
 python3 "$gen" leaves "$work/leaves" "$leaves"
