@@ -109,6 +109,96 @@ fn session_records(session: &str, day: u32, turns: u32) -> Vec<String> {
         .collect()
 }
 
+/// The lines a Claude Code session writes: `type`, `message` (with its
+/// `role`, content blocks and `usage`), `timestamp`, `sessionId`, `uuid`.
+fn claude_code_lines(session: &str, day: u32, turns: u32) -> Vec<String> {
+    let seed = session.bytes().map(usize::from).sum::<usize>();
+    (0..turns)
+        .map(|i| {
+            let head = format!(
+                r#""sessionId":"{session}","uuid":"{session}-{i:04}","timestamp":"2026-11-{day:02}T{:02}:{:02}:00Z","cwd":"/work/app""#,
+                10 + i / 60,
+                i % 60
+            );
+            let (tool, args, output) = CALLS[(seed + i as usize / 3) % CALLS.len()];
+            let call = format!("toolu_{session}_{:04}", i - i % 3 + 1);
+            let tokens = 1200 + 41 * i;
+            match i % 3 {
+                0 => format!(
+                    r#"{{"type":"user",{head},"message":{{"role":"user","content":"{}"}}}}"#,
+                    TASKS[(seed + i as usize) % TASKS.len()]
+                ),
+                1 => format!(
+                    r#"{{"type":"assistant",{head},"message":{{"role":"assistant","model":"claude-sonnet-4-5","content":[{{"type":"thinking","thinking":"{tool} will tell me more."}},{{"type":"tool_use","id":"{call}","name":"{tool}","input":{}}}],"usage":{{"input_tokens":{tokens},"output_tokens":{},"cache_read_input_tokens":{}}}}}}}"#,
+                    args.replace("\\\"", "\""),
+                    tokens / 12,
+                    tokens / 2
+                ),
+                _ => format!(
+                    r#"{{"type":"user",{head},"message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"{call}","content":"{output}"}}]}}}}"#
+                ),
+            }
+        })
+        .collect()
+}
+
+/// The items a Codex session's rollout holds: `response_item`s whose
+/// payload is a `message`, a `reasoning`, a `function_call` or its
+/// `function_call_output`.
+fn codex_rollout_lines(session: &str, day: u32, turns: u32) -> Vec<String> {
+    let seed = session.bytes().map(usize::from).sum::<usize>();
+    (0..turns)
+        .map(|i| {
+            let ts = format!(
+                "2026-11-{day:02}T{:02}:{:02}:30Z",
+                14 + i / 60,
+                i % 60
+            );
+            let (tool, args, output) = CALLS[(seed + i as usize / 4) % CALLS.len()];
+            let call = format!("call_{session}_{:04}", i - i % 4 + 2);
+            let payload = match i % 4 {
+                0 => format!(
+                    r#"{{"type":"message","role":"user","content":[{{"type":"input_text","text":"{}"}}]}}"#,
+                    TASKS[(seed + i as usize) % TASKS.len()]
+                ),
+                1 => format!(
+                    r#"{{"type":"reasoning","summary":[{{"type":"summary_text","text":"Start with {tool}."}}]}}"#
+                ),
+                2 => format!(
+                    r#"{{"type":"function_call","name":"{tool}","arguments":"{args}","call_id":"{call}"}}"#
+                ),
+                _ => format!(
+                    r#"{{"type":"function_call_output","call_id":"{call}","output":"{output}"}}"#
+                ),
+            };
+            format!(r#"{{"timestamp":"{ts}","type":"response_item","payload":{payload}}}"#)
+        })
+        .collect()
+}
+
+/// One whole run as a single record in the Agent Trajectory Interchange
+/// Format: the agent, and steps with their messages, tool calls,
+/// observations and metrics.
+fn atif_trajectory(session: &str, day: u32) -> String {
+    let seed = session.bytes().map(usize::from).sum::<usize>();
+    let (tool, args, output) = CALLS[seed % CALLS.len()];
+    let task = TASKS[seed % TASKS.len()];
+    let at = |minute: u32| format!("2026-11-{day:02}T16:{minute:02}:00Z");
+    format!(
+        r#"{{"schema_version":"ATIF-v1.2","session_id":"{session}","agent":{{"name":"harbor-agent","version":"0.4.1","model_name":"gpt-5"}},"steps":[{{"step_id":1,"timestamp":"{}","source":"user","message":"{task}"}},{{"step_id":2,"timestamp":"{}","source":"agent","message":"Checking with {tool}.","reasoning_content":"The quickest evidence comes from {tool}.","tool_calls":[{{"tool_call_id":"tc-{session}-1","function_name":"{tool}","arguments":{}}}],"observation":{{"results":[{{"source_call_id":"tc-{session}-1","content":"{output}"}}]}},"metrics":{{"prompt_tokens":{},"completion_tokens":{}}}}},{{"step_id":3,"timestamp":"{}","source":"agent","message":"Done: the cause is in the output above.","metrics":{{"prompt_tokens":{},"completion_tokens":{}}}}}],"final_metrics":{{"total_prompt_tokens":{},"total_completion_tokens":{},"total_steps":3}}}}"#,
+        at(0),
+        at(1),
+        args.replace("\\\"", "\""),
+        1500 + seed,
+        120,
+        at(3),
+        1700 + seed,
+        40,
+        3200 + 2 * seed,
+        160,
+    )
+}
+
 fn write(dir: &Path, rel: &str, content: &str) -> Result<()> {
     let path = dir.join(rel);
     if let Some(parent) = path.parent() {
@@ -163,28 +253,31 @@ pub fn build(dir: &Path) -> Result<DemoSummary> {
         packed(&session_records("s-0003", 2, 6)),
         6,
     )?;
+    // Three runs exported as ATIF trajectories, one record each.
     loose(
         "exports/highlights.json",
-        format!("[{}]\n", session_records("s-0001", 1, 3).join(",")),
+        format!(
+            "[{}]\n",
+            ["h-0001", "h-0002", "h-0003"]
+                .iter()
+                .enumerate()
+                .map(|(i, s)| atif_trajectory(s, 7 + i as u32))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
         3,
     )?;
     // A record store: per-session sealed shards, line (`.jsonl`) and
     // packed (`.jsonseq`), one session rotated onto a second shard, and a
-    // legacy shard named without a token.
+    // legacy shard named without a token. `agent-a` is a Claude Code
+    // session, `agent-b` a Codex one.
+    let claude = claude_code_lines("agent-a", 4, 9);
     for (rel, content, records) in [
-        (
-            "sessions/agent-a.3f9c21d0.jsonl",
-            lines(&session_records("agent-a", 4, 5)),
-            5,
-        ),
-        (
-            "sessions/agent-a.7b20e4c1.jsonl",
-            lines(&session_records("agent-a", 5, 4)),
-            4,
-        ),
+        ("sessions/agent-a.3f9c21d0.jsonl", lines(&claude[..5]), 5),
+        ("sessions/agent-a.7b20e4c1.jsonl", lines(&claude[5..]), 4),
         (
             "sessions/agent-b.c0ffee12.jsonseq",
-            packed(&session_records("agent-b", 5, 6)),
+            packed(&codex_rollout_lines("agent-b", 5, 6)),
             6,
         ),
         (

@@ -236,9 +236,12 @@ error_codes! {
     QueryRefused => "PCHRONICLE_QUERY_REFUSED",
         "a query that would define, change or write something was refused: `query` and `POST /api/query` run only statements that read (SELECT, WITH, EXPLAIN), never DDL, DML, COPY or SET",
         "Write the question as a SELECT (`WITH … SELECT` for steps); to export results, redirect `pchronicle query PATH SQL --json` or `--csv` to a file.";
+    QueryMemory => "PCHRONICLE_QUERY_MEMORY",
+        "a query of `POST /api/query` needed more memory than the server lets one query hold (`serve --query-memory-mib`): a sort, a grouping or a join over more rows than fit",
+        "Narrow it (`WHERE`, the filters, a smaller `path`), group by fewer values or add a `LIMIT` under `ORDER BY`; run it with `pchronicle query` (no such bound), or serve with a larger `--query-memory-mib`.";
     CursorInvalid => "PCHRONICLE_CURSOR_INVALID",
-        "a records cursor (`after=` of `GET /api/records`) could not be read, or names a source that is no longer where it was (the warehouse changed under the paging)",
-        "Start the paging again without `after=`; a cursor is only valid for the path and filters it was handed out with.";
+        "a records cursor (`after=` of `GET /api/records`) is not one this server handed out for this path and these filters (edited, made up, from before the server restarted), or names a source that is no longer where it was (the warehouse changed under the paging)",
+        "Start the paging again without `after=`; a cursor is only valid for the path and filters it was handed out with, while the server that handed it out runs.";
     ServeUnauthorized => "PCHRONICLE_SERVE_UNAUTHORIZED",
         "an API request to `pchronicle serve` came without its token (no `Authorization: Bearer` header, no `token=` parameter), or with another one",
         "Open the URL `pchronicle serve` printed (its `#token=` lets the pages in), or send `Authorization: Bearer TOKEN`; the token is the one given with `--token` or printed at start.";

@@ -188,6 +188,32 @@ def a_run_reads_as_a_conversation_with_tool_calls_and_results(ctx):
 
 
 @check
+def claude_code_codex_and_atif_runs_read_as_conversations(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    # (run, prefix, turns shown): a Claude Code session over two shards, a
+    # Codex rollout, and three ATIF trajectories of three steps each.
+    for run_name, prefix, turns_shown in (("sessions/agent-a", "sessions", 9),
+                                          ("sessions/agent-b", "sessions", 6),
+                                          ("exports/highlights.json", "", 9)):
+        b.get(f"{server.base}/runs?path={prefix}")
+        run = next(r for r in wait_for(b, "#runs .run[data-run]")
+                   if run_name.endswith(r.get_attribute("data-run")) or r.get_attribute("data-run").endswith(run_name))
+        run.find_element(By.TAG_NAME, "a").click()
+        WebDriverWait(b, 10).until(lambda b: "/run?" in b.current_url)
+        turns = wait_for(b, "#conversation .turn", turns_shown)
+        roles = [t.get_attribute("data-role") for t in turns]
+        # Every record was recognised: none is left as plain JSON.
+        assert "record" not in roles, (run_name, roles)
+        assert {"user", "assistant"} <= set(roles), (run_name, roles)
+        call = wait_for(b, "#conversation .tool-call")[0]
+        assert call.find_element(By.CSS_SELECTOR, ".tool-name").text.strip() in ("shell", "read_file", "search"), call.text
+        result = wait_for(b, "#conversation .tool-result")[0]
+        assert result.text.strip(), (run_name, "a tool result shows its output")
+        assert b.find_elements(By.CSS_SELECTOR, "#conversation .reasoning"), (run_name, "reasoning shows")
+        shot(b, "run-" + run_name.replace("/", "-"))
+
+
+@check
 def a_failed_record_is_marked_with_its_raw_text(ctx):
     b, server = ctx["browser"], ctx["server"]
     b.get(f"{server.base}/runs?path=runs")

@@ -44,6 +44,11 @@ pub(super) struct ServeArgs {
     /// Longest a query may run (header X-Time-Limit when it was stopped).
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     query_seconds: u64,
+    /// Memory one query's sorts, groupings and joins may hold; a query
+    /// that needs more fails (422, PCHRONICLE_QUERY_MEMORY), and nothing
+    /// spills to disk.
+    #[arg(long, value_name = "MIB", default_value_t = Limits::default().query_memory >> 20)]
+    query_memory_mib: usize,
     /// How long an answer is given again before the warehouse is looked
     /// at anew (pages poll every 5 s).
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
@@ -94,6 +99,7 @@ impl ServeArgs {
                 request_time: Duration::from_secs(self.request_seconds.max(1)),
                 query_rows: self.query_rows.max(1),
                 query_time: Duration::from_secs(self.query_seconds.max(1)),
+                query_memory: self.query_memory_mib.clamp(1, 1 << 20) << 20,
                 ttl,
                 ..Limits::default()
             },

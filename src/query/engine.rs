@@ -7,6 +7,8 @@ use std::sync::Arc;
 use datafusion::common::DataFusionError;
 use datafusion::execution::config::SessionConfig;
 use datafusion::execution::context::SQLOptions;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
@@ -46,7 +48,19 @@ pub(super) fn run(
     let config = SessionConfig::new()
         .with_target_partitions(threads)
         .set_bool("datafusion.sql_parser.collect_spans", true);
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = match limits.memory {
+        None => SessionContext::new_with_config(config),
+        Some(bytes) => {
+            let env = RuntimeEnvBuilder::new()
+                .with_memory_limit(bytes, 1.0)
+                .with_disk_manager_builder(
+                    DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+                )
+                .build_arc()
+                .map_err(|e| Error::new(ErrorCode::QueryFailed, e.to_string()))?;
+            SessionContext::new_with_config_rt(config, env)
+        }
+    };
     let registered = (|| {
         let mut ctx = ctx.clone();
         datafusion_functions_json::register_all(&mut ctx)?;
@@ -154,7 +168,12 @@ fn position_in_text(text: &str) -> Option<(u64, u64)> {
 }
 
 fn failed(error: &DataFusionError) -> Error {
-    Error::new(ErrorCode::QueryFailed, error.find_root().to_string())
+    let root = error.find_root();
+    let code = match root {
+        DataFusionError::ResourcesExhausted(_) => ErrorCode::QueryMemory,
+        _ => ErrorCode::QueryFailed,
+    };
+    Error::new(code, root.to_string())
 }
 
 #[cfg(test)]

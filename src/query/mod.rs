@@ -46,6 +46,11 @@ pub enum ResultFormat {
 pub struct Limits {
     pub rows: Option<u64>,
     pub time: Option<std::time::Duration>,
+    /// Bytes the query's operators (sorts, groupings, joins) may hold;
+    /// past it the query fails with `PCHRONICLE_QUERY_MEMORY` and nothing
+    /// spills to disk. `None`: unbounded, spilling to a temporary
+    /// directory as DataFusion does.
+    pub memory: Option<usize>,
 }
 
 /// How a query ended.

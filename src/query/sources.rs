@@ -121,16 +121,21 @@ impl TableProvider for SourcesTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
-        let snapshot = self
-            .catalog
-            .open(&self.rel)
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let sources: Vec<Source> = snapshot
-            .sources
-            .into_iter()
-            .filter(|s| self.selection.may_match(s))
-            .collect();
-        let batch = self.batch(&sources)?;
+        // The rows of `ls --sources` with the same filters, by the same call
+        // (`--contains` keeps only the sources holding the text).
+        // Off the runtime's threads: it may read records (and block on Lance).
+        let (catalog, rel, selection) = (
+            Arc::clone(&self.catalog),
+            self.rel.clone(),
+            self.selection.clone(),
+        );
+        let snapshot = tokio::task::spawn_blocking(move || {
+            crate::extract::sources(&catalog, &rel, &selection)
+        })
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let batch = self.batch(&snapshot.sources)?;
         let table = MemTable::try_new(Arc::clone(&self.schema), vec![vec![batch]])?;
         table.scan(state, projection, filters, limit).await
     }

@@ -202,7 +202,7 @@ fn page_of_records(served: &Served, params: &Params) -> Result<Answer> {
     let limit = params.number("limit", 100, PAGE_RECORDS)?;
     let plan = Plan::new(&served.catalog, &rel, selection, shape)?;
     let from = match params.one("after")? {
-        Some(text) => cursor::parse(text, &plan)?,
+        Some(text) => cursor::parse(text, &plan, &served.cursor_key)?,
         None => Position::default(),
     };
     let mut page = Page {
@@ -216,12 +216,13 @@ fn page_of_records(served: &Served, params: &Params) -> Result<Answer> {
     let mut answer = Answer::ok(JSON_LINES, Vec::new());
     if page.more {
         let (_, after) = page.kept.expect("a page with more has kept its end");
-        answer
-            .headers
-            .push(("x-next-cursor", cursor::format(after, &plan)));
+        answer.headers.push((
+            "x-next-cursor",
+            cursor::format(after, &plan, &served.cursor_key),
+        ));
     }
     answer.etag = super::state::etag_of(&page.body);
-    answer.body = page.body;
+    answer.body = page.body.into();
     Ok(answer)
 }
 
@@ -269,31 +270,34 @@ impl Output for Page {
 mod cursor {
     use super::*;
 
-    /// `SOURCE.PART.OFFSET.LINE.TAG`, the tag naming the source's `_file_`
-    /// so a cursor into a changed Snapshot is refused, not misread.
-    pub fn format(at: Position, plan: &Plan) -> String {
+    /// `SOURCE.PART.OFFSET.LINE.TAG`. The tag signs the position and the
+    /// source's `_file_` with a key of this process: a cursor into a
+    /// changed Snapshot, or one not handed out here (made up, edited, or
+    /// from before a restart), is refused, never read from.
+    pub fn format(at: Position, plan: &Plan, key: &str) -> String {
         let Resume { part, offset, line } = at.within;
-        format!(
-            "{}.{part}.{offset}.{line}.{}",
-            at.source,
-            tag(plan, at.source)
-        )
+        let position = format!("{}.{part}.{offset}.{line}", at.source);
+        let tag = tag(plan, at.source, &position, key);
+        format!("{position}.{tag}")
     }
 
-    pub fn parse(text: &str, plan: &Plan) -> Result<Position> {
+    pub fn parse(text: &str, plan: &Plan, key: &str) -> Result<Position> {
         let bad = || {
             Error::new(
                 ErrorCode::CursorInvalid,
-                format!("the cursor {text:?} is not one this path and these filters handed out"),
+                format!(
+                    "the cursor {text:?} is not one this server handed out for this path and these filters"
+                ),
             )
         };
-        let parts: Vec<&str> = text.split('.').collect();
-        let [source, part, offset, line, given] = parts.as_slice() else {
+        let (position, given) = text.rsplit_once('.').ok_or_else(bad)?;
+        let parts: Vec<&str> = position.split('.').collect();
+        let [source, part, offset, line] = parts.as_slice() else {
             return Err(bad());
         };
         let number = |s: &str| s.parse::<u64>().map_err(|_| bad());
         let source = usize::try_from(number(source)?).map_err(|_| bad())?;
-        if source >= plan.sources().len() || tag(plan, source) != *given {
+        if source >= plan.sources().len() || tag(plan, source, position, key) != given {
             return Err(bad());
         }
         Ok(Position {
@@ -306,9 +310,14 @@ mod cursor {
         })
     }
 
-    fn tag(plan: &Plan, source: usize) -> String {
+    fn tag(plan: &Plan, source: usize, position: &str, key: &str) -> String {
         let file = plan.sources().get(source).map_or("", |s| s.file.as_str());
-        Sha256::digest(file.as_bytes())[..6]
+        let mut digest = Sha256::new();
+        for piece in [key, file, position] {
+            digest.update((piece.len() as u64).to_le_bytes());
+            digest.update(piece.as_bytes());
+        }
+        digest.finalize()[..12]
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
@@ -350,6 +359,7 @@ fn run_query(served: &Served, body: &[u8]) -> Result<Answer> {
     let limits = Limits {
         rows: Some(served.limits.query_rows),
         time: Some(served.limits.query_time),
+        memory: Some(served.limits.query_memory),
     };
     let mut out = Vec::new();
     let outcome = query::run_limited(

@@ -24,6 +24,7 @@ pub struct Metrics {
     tallies_kept_hits: AtomicU64,
     tallies_kept_misses: AtomicU64,
     jobs: AtomicU64,
+    connections_closed_idle: AtomicU64,
 }
 
 impl Metrics {
@@ -56,6 +57,10 @@ impl Metrics {
             &self.tallies_kept_misses
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_closed_idle(&self) {
+        self.connections_closed_idle.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn job_started(&self) {
@@ -125,6 +130,11 @@ impl Metrics {
                 "pchronicle_renders_total",
                 "Answers made by reading the warehouse (one thread each).",
                 load(&self.jobs),
+            ),
+            (
+                "pchronicle_connections_closed_idle_total",
+                "Idle connections closed to make room for a new one (all places were taken).",
+                load(&self.connections_closed_idle),
             ),
             (
                 "pchronicle_catalog_dir_hits_total",

@@ -16,6 +16,7 @@
 
 mod api;
 mod assets;
+mod connections;
 mod guard;
 mod metrics;
 mod params;
@@ -34,7 +35,8 @@ use crate::error::{Error, ErrorCode, Result};
 pub use state::Limits;
 use state::Served;
 
-/// Connections open at once; more wait in the kernel's backlog.
+/// Connections open at once. When all are taken, the one idle the longest
+/// is closed for a new one; while all are busy, new ones wait.
 const MAX_CONNECTIONS: usize = 256;
 /// Time a client has to send a request's head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,6 +95,7 @@ pub fn serve(options: ServeOptions) -> Result<()> {
         options.token.clone(),
         local,
         options.limits,
+        random_token()?,
     ));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -118,7 +121,7 @@ async fn run(
     let local = listener
         .local_addr()
         .map_err(|e| Error::new(ErrorCode::ServeListen, e.to_string()))?;
-    let app = api::router(served);
+    let app = api::router(Arc::clone(&served));
     let url = match &options.token {
         // In the fragment: a browser never sends it to any server, and the
         // pages take it from there (see guard.rs).
@@ -134,13 +137,9 @@ async fn run(
     if let Some(n) = &notifier {
         n.ready(None, &format!("serving on {local}"));
     }
-    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let connections = connections::Connections::new(MAX_CONNECTIONS);
     let mut stop = std::pin::pin!(stop_signal());
     loop {
-        let permit = tokio::select! {
-            _ = &mut stop => break,
-            permit = Arc::clone(&connections).acquire_owned() => permit.expect("never closed"),
-        };
         let (stream, _peer) = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
@@ -153,24 +152,66 @@ async fn run(
                 }
             },
         };
-        let service = TowerToHyperService::new(app.clone());
-        tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEAD_TIMEOUT)
-                .max_buf_size(64 << 10)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = connection.await {
-                log::debug!("a connection ended: {e}");
-            }
-            drop(permit);
-        });
+        // A place for it: while every place is busy, it waits (and the
+        // next ones in the kernel's backlog).
+        let (place, closed_one) = tokio::select! {
+            _ = &mut stop => break,
+            admitted = connections.admit() => admitted,
+        };
+        if closed_one {
+            served.metrics.connection_closed_idle();
+        }
+        tokio::spawn(serve_connection(stream, app.clone(), place));
     }
     if let Some(n) = &notifier {
         n.stopping();
     }
     log::info!("stopped serving");
     Ok(())
+}
+
+/// Serves one connection until it ends, or until it is told to make room
+/// while no request of it is being answered (see `connections.rs`).
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: axum::Router,
+    place: connections::Place,
+) {
+    let inner = TowerToHyperService::new(app);
+    let slot = Arc::clone(&place.slot);
+    let service = hyper::service::service_fn(move |request| {
+        let busy = slot.busy();
+        let answer = hyper::service::Service::call(&inner, request);
+        async move {
+            answer
+                .await
+                .map(|response| response.map(|body| connections::Guarded::body(body, busy)))
+        }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(64 << 10)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    loop {
+        tokio::select! {
+            ended = &mut connection => {
+                if let Err(e) = ended {
+                    log::debug!("a connection ended: {e}");
+                }
+                break;
+            }
+            () = place.slot.closing() => {
+                // A request that came in since this one was chosen keeps it.
+                if place.slot.is_idle() {
+                    log::debug!("closed an idle connection to make room for a new one");
+                    break;
+                }
+            }
+        }
+    }
+    drop(place);
 }
 
 /// `ip:port` as a URL's host (IPv6 in brackets).

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
@@ -30,6 +31,8 @@ pub struct Limits {
     pub query_rows: u64,
     /// Longest a query may run.
     pub query_time: Duration,
+    /// Memory one query's sorts, groupings and joins may hold.
+    pub query_memory: usize,
     /// How long an answer is reused before the warehouse is looked at again.
     pub ttl: Duration,
 }
@@ -42,6 +45,7 @@ impl Default for Limits {
             request_time: Duration::from_secs(60),
             query_rows: 10_000,
             query_time: Duration::from_secs(30),
+            query_memory: 256 << 20,
             ttl: Duration::from_secs(2),
         }
     }
@@ -61,7 +65,8 @@ const KEPT_BYTES: usize = 128 << 20;
 pub struct Answer {
     pub status: StatusCode,
     pub content_type: &'static str,
-    pub body: Vec<u8>,
+    /// Shared, not copied, when a kept answer is given again.
+    pub body: Bytes,
     /// Extra headers (`X-Next-Cursor`, the query's limits).
     pub headers: Vec<(&'static str, String)>,
     pub etag: String,
@@ -76,7 +81,7 @@ impl Answer {
         Answer {
             status: StatusCode::OK,
             content_type,
-            body,
+            body: Bytes::from(body),
             headers: Vec::new(),
             etag,
         }
@@ -146,6 +151,7 @@ fn status_of(e: &Error) -> StatusCode {
         | ErrorCode::ServeRequestInvalid
         | ErrorCode::QueryInvalid
         | ErrorCode::QueryRefused => StatusCode::BAD_REQUEST,
+        ErrorCode::QueryMemory => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::ServeUnauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::PathNotFound => StatusCode::NOT_FOUND,
         ErrorCode::CursorInvalid => StatusCode::CONFLICT,
@@ -171,6 +177,9 @@ pub struct Served {
     pub hosts: Vec<String>,
     pub limits: Limits,
     pub metrics: Metrics,
+    /// Signs the cursors this process hands out (`api.rs`), so only those
+    /// are read from.
+    pub cursor_key: String,
     answers: Mutex<Kept<(Instant, Arc<Answer>)>>,
     tallies: Mutex<Kept<Arc<Answer>>>,
     running: Arc<tokio::sync::Semaphore>,
@@ -184,6 +193,7 @@ impl Served {
         token: Option<String>,
         local: SocketAddr,
         limits: Limits,
+        cursor_key: String,
     ) -> Served {
         // A loopback server is what DNS rebinding reaches: it answers only
         // to its own names. Another address needs the token in a header,
@@ -211,6 +221,7 @@ impl Served {
             hosts,
             limits,
             metrics: Metrics::default(),
+            cursor_key,
             answers: Mutex::new(Kept::new(ANSWERS_KEPT)),
             tallies: Mutex::new(Kept::new(TALLIES_KEPT)),
             running: Arc::new(tokio::sync::Semaphore::new(limits.max_requests.max(1))),
@@ -306,7 +317,7 @@ impl Served {
             })
             .map_err(|e| Error::new(ErrorCode::Busy, format!("cannot start a thread: {e}")))?;
         let result = match tokio::time::timeout(budget, receive).await {
-            Ok(Ok(result)) => result,
+            Ok(Ok(result)) => result.map_err(|e| self.shown(e)),
             Ok(Err(_)) => Err(Error::new(
                 ErrorCode::RequestFailed,
                 format!("{what} panicked"),
@@ -317,6 +328,33 @@ impl Served {
             }
         };
         result
+    }
+}
+
+impl Served {
+    /// `e` as a client is shown it: paths relative to the served root, as
+    /// the client named them, not where the server keeps the warehouse.
+    fn shown(&self, mut e: Error) -> Error {
+        let root = if self.base.as_os_str() == "." {
+            self.catalog.root().to_path_buf()
+        } else {
+            self.catalog.root().join(&self.base)
+        };
+        if let Some(rel) = e.path.as_deref().and_then(|p| p.strip_prefix(&root).ok()) {
+            e.path = Some(if rel.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                rel.to_path_buf()
+            });
+        }
+        let text = root.display().to_string();
+        if text.len() > 1 {
+            e.message = e
+                .message
+                .replace(&format!("{text}/"), "")
+                .replace(&text, ".");
+        }
+        e
     }
 }
 

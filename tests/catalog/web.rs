@@ -572,6 +572,20 @@ fn sql_that_writes_is_refused_and_limits_are_stated() {
     let large =
         server.query(&serde_json::json!({"sql": format!("SELECT '{}'", "x".repeat(100 << 10))}));
     assert_eq!(large.status, 413);
+    // A query's sorts hold at most --query-memory-mib; the same query
+    // within the bound answers.
+    let small = Server::start(&wh, &["--query-memory-mib", "1"]);
+    let sort = "SELECT a.record, b.record FROM records a, records b ORDER BY a.record, b.record";
+    let refused = small.query(&serde_json::json!({"sql": sort}));
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (422, "PCHRONICLE_QUERY_MEMORY"),
+        "{}",
+        refused.text()
+    );
+    let fits =
+        small.query(&serde_json::json!({"sql": "SELECT _file_ FROM records ORDER BY _file_"}));
+    assert_eq!(fits.status, 200, "{}", fits.text());
 }
 
 #[test]
@@ -648,7 +662,77 @@ fn hostile_requests_are_refused_and_nothing_outside_the_root_is_reached() {
         server.get("/api/records?after=1.2.3").code(),
         "PCHRONICLE_CURSOR_INVALID"
     );
-    assert_eq!(server.get("/api/explorer/tree?path=nowhere").status, 404);
+    let missing = server.get("/api/explorer/tree?path=nowhere");
+    assert_eq!(missing.status, 404);
+    // Errors name paths as the client does, not where the server keeps
+    // the warehouse.
+    let root = wh.canonicalize().unwrap();
+    assert!(
+        !missing.text().contains(root.to_str().unwrap()),
+        "{}",
+        missing.text()
+    );
+    // Only cursors this server handed out are read from: one edited to
+    // any position, however far, is refused like one made up.
+    let first = server.get("/api/records?limit=1");
+    let cursor = first.headers["x-next-cursor"].clone();
+    let (position, tag) = cursor.rsplit_once('.').unwrap();
+    let fields: Vec<&str> = position.split('.').collect();
+    for offset in ["0", "2", "18446744073709551615", "9223372036854775808"] {
+        if offset == fields[2] {
+            continue;
+        }
+        let edited = format!("{}.{}.{offset}.{}.{tag}", fields[0], fields[1], fields[3]);
+        let reply = server.get(&format!("/api/records?limit=1&after={edited}"));
+        assert_eq!(
+            (reply.status, reply.code().as_str()),
+            (409, "PCHRONICLE_CURSOR_INVALID"),
+            "{edited}: {}",
+            reply.text()
+        );
+    }
+    let handed_out = server.get(&format!("/api/records?limit=1&after={cursor}"));
+    assert_eq!(handed_out.status, 200, "{}", handed_out.text());
+    // Another server (or this one restarted) does not take it.
+    let other = Server::start(&wh, &[]);
+    let elsewhere = other.get(&format!("/api/records?limit=1&after={cursor}"));
+    assert_eq!(elsewhere.code(), "PCHRONICLE_CURSOR_INVALID");
+}
+
+#[test]
+fn clients_that_send_nothing_cannot_keep_others_out() {
+    let dir = demo();
+    let server = Server::start(&dir.path().join("wh"), &[]);
+    // Every place taken by connections that trickle a head and never end
+    // it (the server holds 256).
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        let Ok(mut stream) = TcpStream::connect(&server.addr) else {
+            break;
+        };
+        let _ = stream.write_all(b"GET /api/stats HTTP/1.1\r\nHost: ");
+        idle.push(stream);
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    // A client with a whole request is answered at once, more than once.
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let reply = server.get("/api/stats");
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "answered after {:?}",
+            started.elapsed()
+        );
+    }
+    let metrics = server.get("/metrics").text();
+    let closed: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pchronicle_connections_closed_idle_total "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no closed-idle counter in {metrics}"));
+    assert!(closed >= 3, "{closed} idle connections closed");
+    drop(idle);
 }
 
 #[test]

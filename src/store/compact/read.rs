@@ -136,7 +136,9 @@ impl Scan {
             scanner.filter_expr(filter);
         }
         if self.offset > 0 {
-            scanner.limit(None, Some(self.offset as i64))?;
+            // Past i64's range is past any leaf's rows.
+            let offset = i64::try_from(self.offset).unwrap_or(i64::MAX);
+            scanner.limit(None, Some(offset))?;
         }
         scanner
             .scan_in_order(true)
