@@ -316,6 +316,31 @@ fn query_answers_agree_with_an_independent_count() {
             assert_eq!(row[key], source[key], "{key}");
         }
     }
+    // --contains narrows both tables as it narrows cat and ls --sources:
+    // only session a has a record with n = 119.
+    let needle = ["--contains", "\"n\":119"];
+    let held = reference
+        .iter()
+        .filter(|(_, _, v, failed)| !failed && v["n"] == 119)
+        .count() as u64;
+    let rows = query(&wh, "SELECT count(*) AS n FROM records", &needle);
+    assert_eq!(rows[0]["n"].as_u64(), Some(held));
+    let rows = query(&wh, "SELECT _file_ FROM sources ORDER BY _file_", &needle);
+    let mut args = vec!["ls", wh.to_str().unwrap(), "--sources", "--json"];
+    args.extend_from_slice(&needle);
+    let narrowed: Vec<Value> = stdout(&pchronicle(&args))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(narrowed.len(), 1, "{narrowed:?}");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["_file_"], narrowed[0]["_file_"]);
+    assert!(
+        rows[0]["_file_"]
+            .as_str()
+            .unwrap()
+            .starts_with("session=a/")
+    );
 }
 
 #[test]
