@@ -260,6 +260,35 @@ impl Plan {
         Ok(ControlFlow::Continue(()))
     }
 
+    /// The plan's sources in at most `n` groups of about equal bytes (a
+    /// leaf counts by its records), each a list of source indexes in
+    /// order: the parts of a read made on several threads.
+    pub fn balanced(&self, n: usize) -> Vec<Vec<usize>> {
+        let sources = &self.sources;
+        let weight = |s: &Source| match s.kind {
+            SourceKind::File => s.size.unwrap_or(0),
+            SourceKind::Dataset => s.counts.record_count.unwrap_or(0).saturating_mul(512),
+        };
+        let mut order: Vec<usize> = (0..sources.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(weight(&sources[i])));
+        let mut groups: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); n.min(sources.len())];
+        for i in order {
+            let lightest = groups
+                .iter_mut()
+                .min_by_key(|(w, _)| *w)
+                .expect("at least one group when there is a source");
+            lightest.0 += weight(&sources[i]).max(1);
+            lightest.1.push(i);
+        }
+        groups
+            .into_iter()
+            .map(|(_, mut g)| {
+                g.sort_unstable();
+                g
+            })
+            .collect()
+    }
+
     /// This plan with only the sources `keep` says yes to (a query reads
     /// disjoint parts of a plan on several threads).
     pub fn part(&self, keep: impl Fn(usize, &Source) -> bool) -> Plan {
@@ -334,6 +363,12 @@ pub trait Selected {
         record: Record<'_>,
         after: Position,
     ) -> io::Result<ControlFlow<()>>;
+
+    /// Whether records should come with their landmarks (see
+    /// [`RecordSink::wants_landmarks`]).
+    fn wants_landmarks(&self) -> bool {
+        false
+    }
 }
 
 /// Applies the per-record filters and the limit.
@@ -356,6 +391,10 @@ struct Named {
 }
 
 impl RecordSink for Filter<'_> {
+    fn wants_landmarks(&self) -> bool {
+        self.consumer.wants_landmarks()
+    }
+
     fn record(&mut self, record: Record<'_>, next: Resume) -> io::Result<ControlFlow<()>> {
         let Some(source) = self.source else {
             return Ok(ControlFlow::Break(()));

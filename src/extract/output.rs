@@ -140,6 +140,7 @@ mod tests {
             timestamp: Some(0),
             failed,
             body: Body::Bytes(body),
+            landmarks: None,
         };
         write_record(&mut out, shape, "x/s.jsonl", Some(&attrs), record).unwrap();
         String::from_utf8(out).unwrap()

@@ -39,7 +39,7 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use datafusion::scalar::ScalarValue;
 use tokio::sync::mpsc::Sender;
 
-use crate::catalog::{Catalog, Source, SourceKind};
+use crate::catalog::{Catalog, Source};
 use crate::extract::{Glob, Plan, Position, Selected, Selection};
 use crate::records::read::{Body, Record};
 
@@ -324,11 +324,11 @@ impl TableProvider for RecordsTable {
                 bodies,
             })
         };
-        let mut partitions: Vec<Arc<dyn PartitionStream>> =
-            balance(narrowed.sources(), self.partitions)
-                .into_iter()
-                .map(|group| partition(&|i| group.binary_search(&i).is_ok()))
-                .collect();
+        let mut partitions: Vec<Arc<dyn PartitionStream>> = narrowed
+            .balanced(self.partitions)
+            .into_iter()
+            .map(|group| partition(&|i| group.binary_search(&i).is_ok()))
+            .collect();
         if partitions.is_empty() {
             // No source: one partition that yields no rows.
             partitions.push(partition(&|_| false));
@@ -342,33 +342,6 @@ impl TableProvider for RecordsTable {
             None,
         )?))
     }
-}
-
-/// Splits sources into at most `n` groups of about equal bytes (a leaf
-/// counts by its records), each a list of source indexes.
-fn balance(sources: &[Source], n: usize) -> Vec<Vec<usize>> {
-    let weight = |s: &Source| match s.kind {
-        SourceKind::File => s.size.unwrap_or(0),
-        SourceKind::Dataset => s.counts.record_count.unwrap_or(0).saturating_mul(512),
-    };
-    let mut order: Vec<usize> = (0..sources.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(weight(&sources[i])));
-    let mut groups: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); n.min(sources.len())];
-    for i in order {
-        let lightest = groups
-            .iter_mut()
-            .min_by_key(|(w, _)| *w)
-            .expect("at least one group when there is a source");
-        lightest.0 += weight(&sources[i]).max(1);
-        lightest.1.push(i);
-    }
-    groups
-        .into_iter()
-        .map(|(_, mut g)| {
-            g.sort_unstable();
-            g
-        })
-        .collect()
 }
 
 /// One partition of a scan: some of the plan's sources.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::parallel::RangeReader;
 use super::read_parallel::Ended;
-use super::scan::RecordScanner;
+use super::scan::{Landmarks, RecordScanner};
 use super::segments::{OversizeSegment, SegmentVisitor, for_each_segment_sized};
 use super::timestamp::Micros;
 use super::{ProbedSegment, RecordFormat};
@@ -74,6 +74,9 @@ pub struct Record<'a> {
     /// Not valid JSON: its raw text is the body.
     pub failed: bool,
     pub body: Body<'a>,
+    /// Where its run-summary fields are in `body`, when the read found
+    /// them (a record scanned as it was read).
+    pub landmarks: Option<Landmarks>,
 }
 
 /// A record's stored bytes.
@@ -90,6 +93,12 @@ pub enum Body<'a> {
 pub trait RecordSink {
     /// `next`: resuming there reads the records after this one.
     fn record(&mut self, record: Record<'_>, next: Resume) -> io::Result<ControlFlow<()>>;
+
+    /// Whether records should come with their [`Landmarks`] (finding them
+    /// costs a scan a little; only a run summary reads them).
+    fn wants_landmarks(&self) -> bool {
+        false
+    }
 }
 
 /// Reads the records of an open record file from `from`, in order, in
@@ -143,6 +152,7 @@ pub(super) fn read_serial(
         offset: from.offset,
         line: from.line,
         scanner: RecordScanner::default(),
+        landmarks: sink.wants_landmarks(),
         sink,
         stopped: false,
     };
@@ -175,10 +185,30 @@ pub fn limit_threads(threads: usize) {
     MAX_THREADS.store(threads.max(1), Ordering::Relaxed);
 }
 
+thread_local! {
+    /// This thread's reads are made on it alone (see [`serially`]).
+    static SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every record file it reads on this thread read on this
+/// thread alone: for a caller that already reads several files at once,
+/// one per thread, where scanning threads of each would only contend.
+pub fn serially<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
+}
+
 /// Scanning threads worth using for `left` bytes: one below
-/// [`PARALLEL_MIN_BYTES`], else one per core, at most the limit.
+/// [`PARALLEL_MIN_BYTES`] or within [`serially`], else one per core, at
+/// most the limit.
 fn parallel_threads(left: u64) -> usize {
-    if left < PARALLEL_MIN_BYTES {
+    if left < PARALLEL_MIN_BYTES || SERIAL.with(std::cell::Cell::get) {
         return 1;
     }
     let cap = MAX_THREADS.load(Ordering::Relaxed);
@@ -233,6 +263,24 @@ struct SegmentReader<'a> {
     scanner: RecordScanner,
     sink: &'a mut dyn RecordSink,
     stopped: bool,
+    /// The sink wants each record's landmarks.
+    landmarks: bool,
+}
+
+/// A record's scan: `None` when it is not valid JSON, else its timestamp;
+/// its landmarks when `landmarks` asks for them.
+pub(super) fn scanned(
+    scanner: &mut RecordScanner,
+    text: &[u8],
+    landmarks: bool,
+) -> (Option<Option<Micros>>, Option<Landmarks>) {
+    if !landmarks {
+        return (scanner.scan(text), None);
+    }
+    match scanner.facts(text) {
+        Some(facts) => (Some(facts.timestamp()), Some(facts.landmarks())),
+        None => (None, None),
+    }
 }
 
 impl SegmentReader<'_> {
@@ -262,13 +310,14 @@ impl SegmentVisitor for SegmentReader<'_> {
             return Ok(());
         }
         self.line += 1;
-        let timestamp = self.scanner.scan(text);
+        let (timestamp, landmarks) = scanned(&mut self.scanner, text, self.landmarks);
         let record = Record {
             file: self.name,
             line: self.line,
             timestamp: timestamp.flatten(),
             failed: timestamp.is_none(),
             body: Body::Bytes(text),
+            landmarks,
         };
         self.deliver(record, next)
     }
@@ -316,6 +365,7 @@ impl SegmentVisitor for SegmentReader<'_> {
                 reader: &mut range,
                 len,
             },
+            landmarks: None,
         };
         self.deliver(record, next)
     }
@@ -378,13 +428,14 @@ fn read_document(
         .enumerate()
         .skip(from.offset as usize)
     {
-        let timestamp = scanner.scan(element);
+        let (timestamp, landmarks) = scanned(&mut scanner, element, sink.wants_landmarks());
         let record = Record {
             file: name,
             line: index as u64 + 1,
             timestamp: timestamp.flatten(),
             failed: timestamp.is_none(),
             body: Body::Bytes(element),
+            landmarks,
         };
         let next = Resume {
             part: from.part,

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::sync::mpsc;
 
 use super::read::{Body, Record, RecordSink, Resume};
-use super::scan::RecordScanner;
+use super::scan::{Landmarks, RecordScanner};
 use super::segments::find_separator;
 use super::timestamp::Micros;
 use crate::warehouse::Blob;
@@ -42,6 +42,9 @@ struct Scanned {
     offset: u64,
     bytes: Vec<u8>,
     found: Vec<Found>,
+    /// The landmarks of each valid record in `found`, in order, when the
+    /// sink wants them.
+    landmarks: Vec<Landmarks>,
     /// Its scan failed (a panic); reading stops with an error.
     failed: bool,
 }
@@ -70,6 +73,7 @@ pub(super) fn read_parallel(
     let (jobs, job_queue) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads * IN_FLIGHT);
     let (results, scanned) = mpsc::channel::<Scanned>();
     let job_queue = Mutex::new(job_queue);
+    let wants_landmarks = sink.wants_landmarks();
     std::thread::scope(|scope| {
         for _ in 0..threads {
             let results = results.clone();
@@ -84,13 +88,15 @@ pub(super) fn read_parallel(
                     // A panic (a bug) is sent on as a failed chunk, never
                     // left for the reader to wait on.
                     let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        scan_chunk(&bytes, &mut scanner)
+                        scan_chunk(&bytes, &mut scanner, wants_landmarks)
                     }));
                     let failed = found.is_err();
+                    let (found, landmarks) = found.unwrap_or_default();
                     let scanned = Scanned {
                         offset,
                         bytes,
-                        found: found.unwrap_or_default(),
+                        found,
+                        landmarks,
                         failed,
                     };
                     if results.send(scanned).is_err() || failed {
@@ -105,6 +111,7 @@ pub(super) fn read_parallel(
             offset: from.offset,
             end,
             oversize_at: None,
+            spare: Vec::new(),
         };
         // `jobs` moves into the delivery, so every way out of it closes
         // the queue and the workers end before the scope does.
@@ -164,25 +171,46 @@ fn deliver(
         }
         delivered += 1;
         next_offset = chunk.offset + chunk.bytes.len() as u64;
-        for found in &chunk.found {
-            line += 1;
-            let record = Record {
-                file: name,
-                line,
-                timestamp: found.scanned.flatten(),
-                failed: found.scanned.is_none(),
-                body: Body::Bytes(&chunk.bytes[found.start..found.end]),
-            };
-            let resume = Resume {
-                part: from.part,
-                offset: chunk.offset + found.after as u64,
-                line,
-            };
-            if sink.record(record, resume)?.is_break() {
-                return Ok(Ended::Stopped);
-            }
+        let flow = deliver_chunk(&chunk, name, from.part, &mut line, sink)?;
+        reading.spare.push(chunk.bytes);
+        if flow.is_break() {
+            return Ok(Ended::Stopped);
         }
     }
+}
+
+/// Hands one scanned chunk's records to the sink.
+fn deliver_chunk(
+    chunk: &Scanned,
+    name: &str,
+    part: u64,
+    line: &mut u64,
+    sink: &mut dyn RecordSink,
+) -> io::Result<std::ops::ControlFlow<()>> {
+    let mut marks = chunk.landmarks.iter();
+    for found in &chunk.found {
+        *line += 1;
+        let record = Record {
+            file: name,
+            line: *line,
+            timestamp: found.scanned.flatten(),
+            failed: found.scanned.is_none(),
+            body: Body::Bytes(&chunk.bytes[found.start..found.end]),
+            landmarks: match found.scanned {
+                Some(_) => marks.next().copied(),
+                None => None,
+            },
+        };
+        let resume = Resume {
+            part,
+            offset: chunk.offset + found.after as u64,
+            line: *line,
+        };
+        if sink.record(record, resume)?.is_break() {
+            return Ok(std::ops::ControlFlow::Break(()));
+        }
+    }
+    Ok(std::ops::ControlFlow::Continue(()))
 }
 
 /// Reads chunks that end just past a separator (the last one may end at
@@ -193,6 +221,9 @@ struct Reading<'f> {
     end: u64,
     /// Where a chunk without any separator started: reading stops there.
     oversize_at: Option<u64>,
+    /// Buffers of chunks delivered, read into again (not allocated and
+    /// zeroed anew for every chunk).
+    spare: Vec<Vec<u8>>,
 }
 
 impl Reading<'_> {
@@ -201,7 +232,8 @@ impl Reading<'_> {
             return Ok(None);
         }
         let want = (self.end - self.offset).min(CHUNK as u64) as usize;
-        let mut bytes = vec![0u8; want];
+        let mut bytes = self.spare.pop().unwrap_or_default();
+        bytes.resize(want, 0);
         let mut filled = 0;
         while filled < want {
             match self
@@ -238,8 +270,13 @@ impl Reading<'_> {
 }
 
 /// The records of one chunk, validated.
-fn scan_chunk(bytes: &[u8], scanner: &mut RecordScanner) -> Vec<Found> {
+fn scan_chunk(
+    bytes: &[u8],
+    scanner: &mut RecordScanner,
+    landmarks: bool,
+) -> (Vec<Found>, Vec<Landmarks>) {
     let mut found = Vec::new();
+    let mut marks = Vec::new();
     let mut start = 0;
     while start < bytes.len() {
         let (segment_end, after) = match find_separator(&bytes[start..]) {
@@ -254,12 +291,16 @@ fn scan_chunk(bytes: &[u8], scanner: &mut RecordScanner) -> Vec<Found> {
                 start: start + lead,
                 end: start + lead + text.len(),
                 after,
-                scanned: scanner.scan(text),
+                scanned: {
+                    let (scanned, landmarks) = super::read::scanned(scanner, text, landmarks);
+                    marks.extend(landmarks);
+                    scanned
+                },
             });
         }
         start = after;
     }
-    found
+    (found, marks)
 }
 
 #[cfg(test)]

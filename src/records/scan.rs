@@ -56,7 +56,38 @@ pub(super) enum Field {
     Timestamp,
     Ts,
     Id,
+    /// One of the [`Landmarks`].
+    Mark(Mark),
     Other,
+}
+
+impl Field {
+    pub(super) fn is_mark(self) -> bool {
+        matches!(self, Field::Mark(_))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mark {
+    Role,
+    Type,
+    Inner,
+    Usage,
+    SchemaVersion,
+}
+
+/// Where a record's top-level `role`, `type`, `message` or `payload`,
+/// `usage` and `schema_version` values start in its text (the last one of
+/// a repeated key): what a run summary reads, found by the scan that
+/// validates the record, so the summary need not walk the record again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Landmarks {
+    pub role: Option<u32>,
+    pub kind: Option<u32>,
+    /// `message` (chat lines) or `payload` (Codex rollout lines).
+    pub inner: Option<u32>,
+    pub usage: Option<u32>,
+    pub schema_version: Option<u32>,
 }
 
 enum State {
@@ -259,6 +290,7 @@ pub struct RecordFacts {
     /// The byte range of the `id` value: a string token (quotes included)
     /// or a number.
     id: Option<(std::ops::Range<usize>, IdToken)>,
+    landmarks: Landmarks,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +304,10 @@ impl RecordFacts {
     /// The top-level `timestamp`, or `ts` when `timestamp` gave none.
     pub fn timestamp(&self) -> Option<Micros> {
         self.from_timestamp.or(self.from_ts)
+    }
+
+    pub fn landmarks(&self) -> Landmarks {
+        self.landmarks
     }
 
     /// The top-level `id` when it is a string or a number (a number as its
@@ -304,6 +340,22 @@ impl RecordFacts {
         text: &[u8],
         days: &mut DayMemo,
     ) {
+        if let Field::Mark(mark) = field {
+            // Texts longer than u32 are never records this reads.
+            let at = u32::try_from(member.value.start).ok();
+            let marks = &mut self.landmarks;
+            match mark {
+                Mark::Role => marks.role = at,
+                Mark::Type => marks.kind = at,
+                // Only an object is looked into (a later one of another
+                // type leaves an earlier object in place).
+                Mark::Inner if member.token == Token::Object => marks.inner = at,
+                Mark::Inner => {}
+                Mark::Usage => marks.usage = at,
+                Mark::SchemaVersion => marks.schema_version = at,
+            }
+            return;
+        }
         match member.token {
             Token::String { escaped } => {
                 self.note_string(field, member.value.clone(), escaped, text, days)
@@ -339,7 +391,7 @@ impl RecordFacts {
                 };
                 self.id = Some((token, kind));
             }
-            Field::Other => {}
+            Field::Mark(_) | Field::Other => {}
         }
     }
 
@@ -354,7 +406,7 @@ impl RecordFacts {
             Field::Timestamp => self.from_timestamp = ts(),
             Field::Ts => self.from_ts = ts(),
             Field::Id => self.id = Some((token, IdToken::Number)),
-            Field::Other => {}
+            Field::Mark(_) | Field::Other => {}
         }
     }
 }
@@ -461,6 +513,11 @@ fn field_named(name: &[u8]) -> Field {
         b"timestamp" => Field::Timestamp,
         b"ts" => Field::Ts,
         b"id" => Field::Id,
+        b"role" => Field::Mark(Mark::Role),
+        b"type" => Field::Mark(Mark::Type),
+        b"message" | b"payload" => Field::Mark(Mark::Inner),
+        b"usage" => Field::Mark(Mark::Usage),
+        b"schema_version" => Field::Mark(Mark::SchemaVersion),
         _ => Field::Other,
     }
 }

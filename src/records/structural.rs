@@ -603,7 +603,8 @@ impl Walk<'_, '_> {
         let key = &b[key_start..key_end];
         let escaped = |s: &[u8]| self.any_backslash && s.contains(&b'\\');
         let key_escaped = escaped(key);
-        let Some(field) = scan::fact_field(key, key_escaped) else {
+        // Counting reads timestamps only, never a record's landmarks.
+        let Some(field) = scan::fact_field(key, key_escaped).filter(|f| !f.is_mark()) else {
             return;
         };
         let token = match token {

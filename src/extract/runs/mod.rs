@@ -20,6 +20,7 @@ use super::{Plan, Position, Selected};
 use crate::catalog::{Catalog, Source, Timestamp, Warning};
 use crate::error::Result;
 use crate::records::read::{Body, Record};
+use crate::records::scan::Landmarks;
 use crate::records::timestamp::Micros;
 use crate::shards::ShardName;
 
@@ -127,42 +128,21 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
     selection.failed = true;
     selection.limit = None;
     plan.set_selection(selection);
-    // This thread reads and counts; another looks into the records'
-    // bytes, handed over in batches, so a pass costs about what reading
-    // alone does.
-    let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
-    let looker = std::thread::Builder::new()
-        .name("pchronicle-runs".into())
-        .spawn(move || {
-            let mut looked = Looked::default();
-            for batch in receive {
-                looked.add(&batch);
-            }
-            looked
-        })
-        .map_err(|e| {
-            crate::error::Error::new(
-                crate::error::ErrorCode::Io,
-                format!("cannot start a thread: {e}"),
-            )
-        })?;
-    let mut tally = RunTally {
-        send: Some(send),
-        ..RunTally::default()
+    // Sources in groups of about equal bytes, each read and looked into
+    // on a thread of its own; a single source is read on this thread
+    // while another looks into its records.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    let groups = plan.balanced(threads);
+    let tallies = if groups.len() > 1 {
+        let parts: Vec<Plan> = groups
+            .iter()
+            .map(|group| plan.part(|j, _| group.binary_search(&j).is_ok()))
+            .collect();
+        in_parallel(catalog, &parts)?
+    } else {
+        vec![with_looker(catalog, plan)?]
     };
-    let visited = plan.visit(catalog, Position::default(), true, &mut tally);
-    tally.hand_over();
-    drop(tally.send.take());
-    let looked = looker.join().expect("the runs thread does not panic");
-    let _ = visited?;
-    let mut states = tally.runs;
-    for (at, seen) in looked.runs.into_iter().enumerate() {
-        let summary = &mut states[at].summary;
-        summary.steps = seen.steps;
-        summary.tokens = seen.tokens;
-    }
-    let mut runs: Vec<RunSummary> = states.into_iter().map(RunState::finish).collect();
-    runs.sort_by(|a, b| a.run.cmp(&b.run));
+    let (runs, roles) = merged(tallies);
     // A run's records all come from sources of one directory, so they
     // share its hive attributes.
     let mut facets: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
@@ -178,10 +158,143 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
     Ok(Runs {
         runs,
         facets,
-        roles: looked.roles,
+        roles,
         truncated: plan.truncated(),
         warnings: plan.warnings().to_vec(),
     })
+}
+
+/// Threads reading a plan's sources for its runs, at most.
+const MAX_THREADS: usize = 8;
+
+/// What one part of a plan adds up to.
+struct Tallied {
+    /// Steps and tokens included.
+    runs: Vec<RunState>,
+    roles: BTreeMap<String, u64>,
+}
+
+/// Tallies each part on a thread of its own, each reading its files on
+/// that thread alone and looking into the records as it goes.
+fn in_parallel(catalog: &Catalog, parts: &[Plan]) -> Result<Vec<Tallied>> {
+    let work = crate::work::current();
+    std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(parts.len());
+        for part in parts {
+            let work = work.clone();
+            let handle = std::thread::Builder::new()
+                .name("pchronicle-runs".into())
+                .spawn_scoped(scope, move || {
+                    crate::work::within_opt(work.as_ref(), || {
+                        crate::records::read::serially(|| tallied(catalog, part, None))
+                    })
+                })
+                .map_err(thread_error)?;
+            handles.push(handle);
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::error::Error::new(
+                        crate::error::ErrorCode::RequestFailed,
+                        "a runs thread panicked",
+                    ))
+                })
+            })
+            .collect()
+    })
+}
+
+/// Tallies `plan` reading on this thread while another looks into the
+/// records' bytes, handed over in batches, so a pass costs about what
+/// reading alone does.
+fn with_looker(catalog: &Catalog, plan: &Plan) -> Result<Tallied> {
+    let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
+    // Batches looked into come back to be filled again.
+    let (give_back, returned) = std::sync::mpsc::channel::<Batch>();
+    let looker = std::thread::Builder::new()
+        .name("pchronicle-runs".into())
+        .spawn(move || {
+            let mut looked = Looked::default();
+            for mut batch in receive {
+                looked.add(&batch);
+                batch.bytes.clear();
+                batch.records.clear();
+                let _ = give_back.send(batch);
+            }
+            looked
+        })
+        .map_err(thread_error)?;
+    tallied(catalog, plan, Some((send, returned, looker)))
+}
+
+/// Tallies `plan`: with a looking thread, its bytes go there; without,
+/// they are looked into here.
+fn tallied(
+    catalog: &Catalog,
+    plan: &Plan,
+    looker: Option<(
+        std::sync::mpsc::SyncSender<Batch>,
+        std::sync::mpsc::Receiver<Batch>,
+        std::thread::JoinHandle<Looked>,
+    )>,
+) -> Result<Tallied> {
+    let (send, returned, thread) = match looker {
+        Some((send, returned, thread)) => (Some(send), Some(returned), Some(thread)),
+        None => (None, None, None),
+    };
+    let mut tally = RunTally {
+        send,
+        returned,
+        ..RunTally::default()
+    };
+    let visited = plan.visit(catalog, Position::default(), true, &mut tally);
+    tally.hand_over();
+    drop(tally.send.take());
+    let looked = match thread {
+        Some(thread) => thread.join().expect("the runs thread does not panic"),
+        None => std::mem::take(&mut tally.looked),
+    };
+    let _ = visited?;
+    let mut runs = tally.runs;
+    for (at, seen) in looked.runs.into_iter().enumerate() {
+        let summary = &mut runs[at].summary;
+        summary.steps = seen.steps;
+        summary.tokens = seen.tokens;
+    }
+    Ok(Tallied {
+        runs,
+        roles: looked.roles,
+    })
+}
+
+/// The runs of all parts (a run's records may be in several), by name.
+fn merged(tallies: Vec<Tallied>) -> (Vec<RunSummary>, BTreeMap<String, u64>) {
+    let mut roles: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, RunState> = BTreeMap::new();
+    for tally in tallies {
+        for (role, n) in tally.roles {
+            *roles.entry(role).or_default() += n;
+        }
+        for state in tally.runs {
+            match by_name.entry(state.summary.run.clone()) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(state);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().absorb(state),
+            }
+        }
+    }
+    let runs = by_name.into_values().map(RunState::finish).collect();
+    (runs, roles)
+}
+
+fn thread_error(e: io::Error) -> crate::error::Error {
+    crate::error::Error::new(
+        crate::error::ErrorCode::Io,
+        format!("cannot start a thread: {e}"),
+    )
 }
 
 /// The records of `plan` per `bucket` (failed ones counted as such).
@@ -257,6 +370,10 @@ struct RunTally {
     /// Record bytes on their way to the thread that looks into them.
     batch: Batch,
     send: Option<std::sync::mpsc::SyncSender<Batch>>,
+    /// Batches the looking thread is done with.
+    returned: Option<std::sync::mpsc::Receiver<Batch>>,
+    /// Without a looking thread: what this one found.
+    looked: Looked,
 }
 
 /// Longest role counted (in bytes).
@@ -271,8 +388,8 @@ const BATCHES_IN_FLIGHT: usize = 4;
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
-    /// (run, end of the record in `bytes`)
-    records: Vec<(usize, usize)>,
+    /// (run, end of the record in `bytes`, its landmarks)
+    records: Vec<(usize, usize, Option<Landmarks>)>,
 }
 
 impl RunTally {
@@ -281,7 +398,12 @@ impl RunTally {
         if self.batch.records.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.batch);
+        let empty = self
+            .returned
+            .as_ref()
+            .and_then(|r| r.try_recv().ok())
+            .unwrap_or_default();
+        let batch = std::mem::replace(&mut self.batch, empty);
         if let Some(send) = &self.send {
             // The looking thread ends only when this side drops `send`.
             let _ = send.send(batch);
@@ -305,32 +427,41 @@ struct RunLooked {
 impl Looked {
     fn add(&mut self, batch: &Batch) {
         let mut start = 0;
-        for &(at, end) in &batch.records {
-            let bytes = &batch.bytes[start..end];
+        for &(at, end, marks) in &batch.records {
+            self.look(at, &batch.bytes[start..end], marks.as_ref());
             start = end;
-            let Some(seen) = peek::seen(bytes) else {
-                continue;
-            };
-            // A role is a word; a long one is some writer's text, not kept.
-            if let Some(role) = seen.role.filter(|r| r.len() <= ROLE_AT_MOST) {
-                match self.roles.get_mut(&*role) {
-                    Some(n) => *n += 1,
-                    None => {
-                        self.roles.insert(role.into_owned(), 1);
-                    }
+        }
+    }
+
+    /// Looks into one record of the run at `at`, from its landmarks when
+    /// the read found them.
+    fn look(&mut self, at: usize, bytes: &[u8], marks: Option<&Landmarks>) {
+        let seen = match marks {
+            Some(marks) => peek::seen_at(bytes, marks),
+            None => peek::seen(bytes),
+        };
+        let Some(seen) = seen else {
+            return;
+        };
+        // A role is a word; a long one is some writer's text, not kept.
+        if let Some(role) = seen.role.filter(|r| r.len() <= ROLE_AT_MOST) {
+            match self.roles.get_mut(&*role) {
+                Some(n) => *n += 1,
+                None => {
+                    self.roles.insert(role.into_owned(), 1);
                 }
             }
-            if self.runs.len() <= at {
-                self.runs.resize(at + 1, RunLooked::default());
-            }
-            let run = &mut self.runs[at];
-            run.steps += seen.steps;
-            if let Some(tokens) = seen.tokens {
-                let sum = run.tokens.get_or_insert_with(Tokens::default);
-                sum.input += tokens.input;
-                sum.output += tokens.output;
-                sum.total += tokens.total;
-            }
+        }
+        if self.runs.len() <= at {
+            self.runs.resize(at + 1, RunLooked::default());
+        }
+        let run = &mut self.runs[at];
+        run.steps += seen.steps;
+        if let Some(tokens) = seen.tokens {
+            let sum = run.tokens.get_or_insert_with(Tokens::default);
+            sum.input += tokens.input;
+            sum.output += tokens.output;
+            sum.total += tokens.total;
         }
     }
 }
@@ -342,6 +473,24 @@ struct RunState {
 }
 
 impl RunState {
+    /// Takes in the same run's records from another part.
+    fn absorb(&mut self, other: RunState) {
+        let (a, b) = (&mut self.summary, other.summary);
+        a.records += b.records;
+        a.failed += b.failed;
+        a.steps += b.steps;
+        a.tokens = match (a.tokens, b.tokens) {
+            (Some(x), Some(y)) => Some(Tokens {
+                input: x.input + y.input,
+                output: x.output + y.output,
+                total: x.total + y.total,
+            }),
+            (x, y) => x.or(y),
+        };
+        self.first = self.first.into_iter().chain(other.first).min();
+        self.last = self.last.into_iter().chain(other.last).max();
+    }
+
     fn finish(mut self) -> RunSummary {
         self.summary.first = self.first.map(Timestamp);
         self.summary.last = self.last.map(Timestamp);
@@ -354,6 +503,10 @@ impl RunState {
 }
 
 impl Selected for RunTally {
+    fn wants_landmarks(&self) -> bool {
+        true
+    }
+
     fn selected(
         &mut self,
         source: &Source,
@@ -405,8 +558,20 @@ impl Selected for RunTally {
         if bytes.len() > PEEK_LIMIT {
             return Ok(ControlFlow::Continue(()));
         }
+        // With its landmarks, a record without a `message`, `payload` or
+        // trajectory is looked into at once (a role and a usage cost
+        // little); the rest goes to the looking thread, when there is one.
+        let deep = record
+            .landmarks
+            .is_none_or(|m| m.inner.is_some() || m.schema_version.is_some());
+        if self.send.is_none() || !deep {
+            self.looked.look(at, bytes, record.landmarks.as_ref());
+            return Ok(ControlFlow::Continue(()));
+        }
         self.batch.bytes.extend_from_slice(bytes);
-        self.batch.records.push((at, self.batch.bytes.len()));
+        self.batch
+            .records
+            .push((at, self.batch.bytes.len(), record.landmarks));
         if self.batch.bytes.len() >= BATCH_BYTES {
             self.hand_over();
         }

@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::Tokens;
+use crate::records::scan::Landmarks;
 
 /// What one record adds to its run.
 pub(super) struct Seen<'a> {
@@ -31,15 +32,38 @@ pub(super) fn seen(record: &[u8]) -> Option<Seen<'_>> {
     if top.atif {
         return serde_json::from_slice::<Atif>(record).ok().map(Atif::seen);
     }
-    let inner = top.inner.take().unwrap_or_default();
-    let assistant = top.kind.as_deref() == Some("assistant");
-    let role = top.role.or(inner.role).or(top.kind).or(inner.kind);
-    let assistant = assistant || role.as_deref() == Some("assistant");
-    Some(Seen {
-        role,
-        steps: u64::from(assistant),
-        tokens: top.usage.or(inner.usage),
-    })
+    Some(top.seen())
+}
+
+/// [`seen`] of a record whose top-level fields the read's scan found
+/// already: only their values are read (a `message` or `payload` object
+/// walked, `usage` summed), never the rest of the record.
+pub(super) fn seen_at<'a>(record: &'a [u8], marks: &Landmarks) -> Option<Seen<'a>> {
+    let at = |start: Option<u32>| {
+        start.map(|i| Scan {
+            b: record,
+            i: i as usize,
+        })
+    };
+    if let Some(mut scan) = at(marks.schema_version) {
+        if scan.text().is_some_and(|v| v.starts_with("ATIF-")) {
+            return serde_json::from_slice::<Atif>(record).ok().map(Atif::seen);
+        }
+    }
+    let mut top = Fields {
+        role: at(marks.role).and_then(|mut s| s.text()),
+        kind: at(marks.kind).and_then(|mut s| s.text()),
+        usage: at(marks.usage).and_then(|mut s| usage(&mut s)),
+        ..Fields::default()
+    };
+    if let Some(mut scan) = at(marks.inner) {
+        if scan.at(b'{') {
+            let mut inner = Fields::default();
+            scan.object(&mut |key, scan| inner.take(key, scan, false))?;
+            top.inner = Some(Box::new(inner));
+        }
+    }
+    Some(top.seen())
 }
 
 /// The fields found in one object.
@@ -54,6 +78,20 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// What the top-level fields (and `message`'s or `payload`'s) add up
+    /// to.
+    fn seen(mut self) -> Seen<'a> {
+        let inner = self.inner.take().unwrap_or_default();
+        let assistant = self.kind.as_deref() == Some("assistant");
+        let role = self.role.or(inner.role).or(self.kind).or(inner.kind);
+        let assistant = assistant || role.as_deref() == Some("assistant");
+        Seen {
+            role,
+            steps: u64::from(assistant),
+            tokens: self.usage.or(inner.usage),
+        }
+    }
+
     /// Reads or skips the value of `key`.
     fn take(&mut self, key: &[u8], scan: &mut Scan<'a>, top: bool) -> Option<()> {
         match key {
@@ -106,6 +144,9 @@ struct Scan<'a> {
     i: usize,
 }
 
+/// Strings searched byte by byte up to this length.
+const SHORT: usize = 16;
+
 /// Containers nested deeper than this are not looked into.
 const DEPTH: u32 = 256;
 
@@ -130,6 +171,18 @@ impl<'a> Scan<'a> {
     fn raw_string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let start = self.i;
+        // Keys and most short values end within a few bytes: looked for
+        // one by one there, before a vector search's setup pays.
+        for k in start..self.b.len().min(start + SHORT) {
+            match self.b[k] {
+                b'"' => {
+                    self.i = k + 1;
+                    return Some(&self.b[start..k]);
+                }
+                b'\\' => break,
+                _ => {}
+            }
+        }
         let mut j = start;
         loop {
             let k = j + memchr::memchr2(b'"', b'\\', self.b.get(j..)?)?;
@@ -326,5 +379,47 @@ mod tests {
         assert!(seen(b"[1,2]").is_none());
         let (role, _, tokens) = look(r#"{"role":{"x":1},"usage":"none","type":7}"#);
         assert_eq!((role, tokens), (None, None));
+    }
+
+    /// What a record adds, however it was found.
+    fn effect(seen: Option<Seen<'_>>) -> (Option<String>, u64, Option<Tokens>) {
+        seen.map_or((None, 0, None), |s| {
+            (s.role.map(Cow::into_owned), s.steps, s.tokens)
+        })
+    }
+
+    #[test]
+    fn landmarks_from_the_scan_give_what_a_walk_of_the_record_gives() {
+        let records = [
+            r#"{"role":"assistant","content":"hi \"role\":\"user\" {[","usage":{"prompt_tokens":10,"completion_tokens":5}}"#,
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":3,"output_tokens":4,"total_tokens":9}}}"#,
+            r#"{"type":"response_item","payload":{"type":"function_call","name":"sh"}}"#,
+            r#" { "a" : [1, {"b": [true, null, -1.5e3]}], "role" : "us\u0065r" } "#,
+            r#"{"schema_version":"ATIF-v1.4","steps":[{"source":"agent","metrics":{"prompt_tokens":7}}]}"#,
+            r#"{"schema_version":"ATIF-v1.4","schema_version":"other","role":"user"}"#,
+            r#"{"role":{"x":1},"usage":"none","type":7}"#,
+            r#"{"message":{"role":"user"},"message":"text","usage":{"total_tokens":4}}"#,
+            r#"{"message":"text","payload":{"role":"tool"}}"#,
+            r#"{"payload":{"role":"tool"},"message":{"type":"assistant"}}"#,
+            r#"{"role":"user","role":"assistant","usage":{"input_tokens":1},"usage":{"output_tokens":2}}"#,
+            r#"{"message":{},"type":"user"}"#,
+            r#"{"message":{"usage":{"prompt_tokens":"x","completion_tokens":2}}}"#,
+            r#"{"ts":"2026-01-01T00:00:00Z","role":"tool","content":"wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww"}"#,
+            r#"[{"role":"user"}]"#,
+            r#""a string""#,
+            r#"{}"#,
+        ];
+        let mut scanner = crate::records::scan::RecordScanner::default();
+        for record in records {
+            let bytes = record.as_bytes();
+            let facts = scanner
+                .facts(bytes)
+                .unwrap_or_else(|| panic!("valid: {record}"));
+            assert_eq!(
+                effect(seen_at(bytes, &facts.landmarks())),
+                effect(seen(bytes)),
+                "{record}"
+            );
+        }
     }
 }

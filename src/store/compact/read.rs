@@ -316,6 +316,7 @@ impl<'b> Rows<'b> {
                     reader: &mut object,
                     len,
                 },
+                landmarks: None,
             };
             return sink.record(record, next).map_err(sink_error);
         }
@@ -329,6 +330,7 @@ impl<'b> Rows<'b> {
             timestamp,
             failed,
             body: Body::Bytes(text.as_bytes()),
+            landmarks: None,
         };
         sink.record(record, next).map_err(sink_error)
     }
