@@ -239,6 +239,18 @@ error_codes! {
     QueryMemory => "PCHRONICLE_QUERY_MEMORY",
         "a query of `POST /api/query` needed more memory than the server lets one query hold (`serve --query-memory-mib`): a sort, a grouping or a join over more rows than fit",
         "Narrow it (`WHERE`, the filters, a smaller `path`), group by fewer values or add a `LIMIT` under `ORDER BY`; run it with `pchronicle query` (no such bound), or serve with a larger `--query-memory-mib`.";
+    TagInvalid => "PCHRONICLE_TAG_INVALID",
+        "a tag name given to `pchronicle tag` is not a plain word: tag names are letters, digits, `.`, `-` and `_`, at most 100 bytes, neither starting nor ending with `.`, without `..` (a name becomes a file name, and a name under a leaf's `.tags/`)",
+        "Pick a name such as `trained-2026-11-30` or `eval.v2`.";
+    TagExists => "PCHRONICLE_TAG_EXISTS",
+        "`pchronicle tag LEAF NAME` found a tag of that name on the leaf already; a tag is never moved silently",
+        "Pick another name, or delete the old tag first (`pchronicle tag LEAF --delete NAME`); `pchronicle tag LEAF --list` shows the leaf's tags.";
+    TagNotFound => "PCHRONICLE_TAG_NOT_FOUND",
+        "the leaf has no tag of the name given",
+        "`pchronicle tag LEAF --list` shows the leaf's tags.";
+    VersionNotFound => "PCHRONICLE_VERSION_NOT_FOUND",
+        "a compact-jsonl leaf does not keep the version asked for: it was never committed, or Lance cleaned it up",
+        "The message lists the versions the leaf keeps; name one of them.";
     CursorInvalid => "PCHRONICLE_CURSOR_INVALID",
         "a records cursor (`after=` of `GET /api/records`) is not one this server handed out for this path and these filters (edited, made up, from before the server restarted), or names a source that is no longer where it was (the warehouse changed under the paging)",
         "Start the paging again without `after=`; a cursor is only valid for the path and filters it was handed out with, while the server that handed it out runs.";

@@ -1,5 +1,6 @@
-//! `import` and `append`: records into a compact-jsonl leaf, or onto a
-//! session's shard; the report printed as a sentence or as JSON.
+//! `import`, `append` and `tag`: records into a compact-jsonl leaf, or
+//! onto a session's shard, and names for a leaf's versions; the report
+//! printed as a sentence or as JSON.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -139,5 +140,88 @@ impl From<ModeArg> for ImportMode {
             ModeArg::Append => ImportMode::Append,
             ModeArg::Overwrite => ImportMode::Overwrite,
         }
+    }
+}
+
+// The flags of `tag`.
+#[cfg(feature = "compact-jsonl")]
+#[derive(Args, Debug)]
+pub(super) struct TagArgs {
+    /// The compact-jsonl leaf.
+    leaf: PathBuf,
+    /// The tag to make (with --delete: to delete).
+    #[arg(required_unless_present = "list")]
+    name: Option<String>,
+    /// The version to name (default: the newest).
+    #[arg(long, value_name = "N", conflicts_with_all = ["list", "delete"])]
+    version: Option<u64>,
+    /// List the leaf's tags instead.
+    #[arg(long, conflicts_with_all = ["delete", "name"])]
+    list: bool,
+    /// Delete the tag NAME (the version it names stays).
+    #[arg(long)]
+    delete: bool,
+    /// Print JSON (one object a line for --list).
+    #[arg(long)]
+    json: bool,
+}
+
+#[cfg(feature = "compact-jsonl")]
+impl TagArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        super::refuse_remote(&self.leaf, "tag")?;
+        let store = CompactJsonlStore::default();
+        let leaf = &self.leaf;
+        match (self.list, self.delete, self.name.as_deref()) {
+            (true, _, _) => {
+                let tags = store.tags(leaf)?;
+                if self.json {
+                    let lines: String = tags
+                        .iter()
+                        .map(|t| serde_json::to_string(t).expect("a tag serializes") + "\n")
+                        .collect();
+                    out::exact(&lines);
+                } else if tags.is_empty() {
+                    say!("{} has no tags", leaf.display());
+                } else {
+                    for t in &tags {
+                        say!(
+                            "{}\tversion {}\t{}",
+                            t.name,
+                            t.version,
+                            t.created_at.as_deref().unwrap_or("-")
+                        );
+                    }
+                }
+            }
+            (false, true, Some(name)) => {
+                let version = store.delete_tag(leaf, name)?;
+                if self.json {
+                    out::exact(&pretty_json(
+                        &serde_json::json!({"deleted": name, "version": version}),
+                    ));
+                } else {
+                    say!(
+                        "deleted tag {name} of {} (version {version} stays)",
+                        leaf.display()
+                    );
+                }
+            }
+            (false, false, Some(name)) => {
+                let tag = store.create_tag(leaf, name, self.version)?;
+                if self.json {
+                    out::exact(&pretty_json(&tag));
+                } else {
+                    say!(
+                        "tagged version {} of {} as {}",
+                        tag.version,
+                        leaf.display(),
+                        tag.name
+                    );
+                }
+            }
+            (false, _, None) => unreachable!("clap requires NAME without --list"),
+        }
+        Ok(ExitCode::SUCCESS)
     }
 }

@@ -8,7 +8,7 @@
 //! [`Command`] is the whole grammar. Each command's flags and its `run`
 //! live together, by area: `browse.rs` (ls, stats), `records.rs` (cat,
 //! query and the filters they share), `mount.rs` (mount,
-//! umount, refresh), `ingest.rs` (import, append), `index.rs` (index,
+//! umount, refresh), `ingest.rs` (import, append, tag), `index.rs` (index,
 //! lookup), `serve.rs` (serve) and `guide.rs` (errors, demo, completions,
 //! man); `table.rs` renders answers for people,
 //! and `out.rs` writes everything (escaped for a terminal, exact for machines). The
@@ -116,6 +116,16 @@ pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM
     /// written with one write(2); invalid JSON is refused and nothing is
     /// written.
     Append(ingest::AppendArgs),
+    /// Name a version of a compact-jsonl leaf (Lance's tags), list a
+    /// leaf's tags, or delete one. A tag keeps "the leaf as it was" findable
+    /// by name; deleting a tag leaves its version in place.
+    #[cfg(feature = "compact-jsonl")]
+    #[command(after_help = "Examples:\n  \
+pchronicle tag ./warehouse/team/codex_jsonl trained-2026-11-30\n  \
+pchronicle tag ./warehouse/team/codex_jsonl eval.v1 --version 3\n  \
+pchronicle tag ./warehouse/team/codex_jsonl --list\n  \
+pchronicle tag ./warehouse/team/codex_jsonl --delete eval.v1")]
+    Tag(ingest::TagArgs),
     /// Serve the warehouse over HTTP: the Datasets, Runs, Run and SQL pages
     /// for a browser, and the JSON API they are drawn from (each endpoint
     /// the bytes of the CLI command it names). Runs in the foreground
@@ -264,6 +274,8 @@ fn execute(command: Command) -> Result<ExitCode> {
         Command::Query(args) => args.run(),
         Command::Import(args) => args.run(),
         Command::Append(args) => args.run(),
+        #[cfg(feature = "compact-jsonl")]
+        Command::Tag(args) => args.run(),
         Command::Index(args) => args.run(),
         Command::Lookup(args) => args.run(),
         #[cfg(feature = "serve")]

@@ -472,3 +472,105 @@ fn an_imported_dataset_reads_back_in_plain_lance() {
     };
     assert_eq!(names(&arrow_schema), names(&expected));
 }
+
+/// `pchronicle tag` of the leaf at `leaf` with `args`.
+fn tag(leaf: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["tag", leaf.to_str().unwrap()];
+    all.extend_from_slice(args);
+    pchronicle(&all)
+}
+
+fn code_of(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    stderr
+        .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+        .find(|w| w.starts_with("PCHRONICLE_"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn tags_name_versions_and_are_listed_and_deleted() {
+    let w = Warehouse::new();
+    w.file("a.jsonl", jsonl(5, 0)).file("b.jsonl", jsonl(3, 0));
+    let store = CompactJsonlStore::default();
+    let leaf = w.abs("leaf");
+    store
+        .import_path(&w.abs("a.jsonl"), &leaf, ImportMode::Create)
+        .unwrap();
+    for _ in 0..2 {
+        store
+            .import_path(&w.abs("b.jsonl"), &leaf, ImportMode::Append)
+            .unwrap();
+    }
+    let made: serde_json::Value =
+        serde_json::from_str(&stdout(&tag(&leaf, &["first", "--version", "1", "--json"]))).unwrap();
+    assert_eq!(
+        (made["name"].as_str(), made["version"].as_u64()),
+        (Some("first"), Some(1))
+    );
+    assert!(made["created_at"].as_str().unwrap().ends_with('Z'));
+    let newest: serde_json::Value =
+        serde_json::from_str(&stdout(&tag(&leaf, &["newest", "--json"]))).unwrap();
+    assert_eq!(newest["version"].as_u64(), Some(3));
+    // Lance itself sees the tag at that version.
+    let runtime = lance_runtime();
+    let dataset = runtime
+        .block_on(Dataset::open(leaf.to_str().unwrap()))
+        .unwrap();
+    assert_eq!(
+        runtime
+            .block_on(dataset.tags().get_version("first"))
+            .unwrap(),
+        1
+    );
+    // Refused: a taken name, a version the leaf does not keep, names that
+    // are not plain words; none of them leaves a tag behind.
+    assert_eq!(code_of(&tag(&leaf, &["first"])), "PCHRONICLE_TAG_EXISTS");
+    assert_eq!(
+        code_of(&tag(&leaf, &["later", "--version", "9"])),
+        "PCHRONICLE_VERSION_NOT_FOUND"
+    );
+    for bad in ["a/b", "..", "../x", ".hidden", "x..y", "sp ace"] {
+        assert_eq!(
+            code_of(&tag(&leaf, &[bad])),
+            "PCHRONICLE_TAG_INVALID",
+            "{bad}"
+        );
+    }
+    let listed = stdout(&tag(&leaf, &["--list", "--json"]));
+    let listed: Vec<(String, u64)> = listed
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_string(),
+                v["version"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [("first".to_string(), 1), ("newest".to_string(), 3)]
+    );
+    // Deleting a tag leaves its version.
+    let deleted: serde_json::Value =
+        serde_json::from_str(&stdout(&tag(&leaf, &["first", "--delete", "--json"]))).unwrap();
+    assert_eq!(deleted["version"].as_u64(), Some(1));
+    assert_eq!(
+        code_of(&tag(&leaf, &["first", "--delete"])),
+        "PCHRONICLE_TAG_NOT_FOUND"
+    );
+    let again = stdout(&tag(&leaf, &["again", "--version", "1"]));
+    assert!(again.contains("version 1"), "{again}");
+    // Not a compact-jsonl leaf; a remote one is never written.
+    assert_eq!(
+        code_of(&tag(&w.abs("."), &["x"])),
+        "PCHRONICLE_NOT_COMPACT_JSONL"
+    );
+    assert_eq!(
+        code_of(&tag(Path::new("s3://bucket/leaf"), &["x"])),
+        "PCHRONICLE_REMOTE_READ_ONLY"
+    );
+}

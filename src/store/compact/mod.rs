@@ -35,6 +35,8 @@ pub mod import;
 mod read;
 #[cfg(all(feature = "compact-jsonl", feature = "remote"))]
 mod remote;
+#[cfg(feature = "compact-jsonl")]
+pub mod tags;
 pub mod versions;
 #[cfg(not(feature = "compact-jsonl"))]
 mod without_lance;

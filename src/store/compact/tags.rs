@@ -1,0 +1,198 @@
+//! Tags of a compact-jsonl leaf: names Lance keeps beside the dataset for
+//! one of its versions, so "what was in it when we trained X" has a name.
+//! Written only by `pchronicle tag` (never through a mount).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::CompactJsonlStore;
+use super::engine::lance_error;
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::timestamp::format_rfc3339;
+
+/// One tag of a leaf.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tag {
+    pub name: String,
+    /// The version it names.
+    pub version: u64,
+    /// When it was made (or last moved), UTC.
+    pub created_at: Option<String>,
+}
+
+/// Longest tag name: it must fit in a file name with room to spare.
+const NAME_AT_MOST: usize = 100;
+
+impl CompactJsonlStore {
+    /// The tags of the leaf at `dir`, by name.
+    pub fn tags(&self, dir: &Path) -> Result<Vec<Tag>> {
+        let dataset = self.open_leaf(dir)?;
+        let listed = self
+            .block_on(dataset.tags().list())?
+            .map_err(|e| lance_error(dir, e))?;
+        let mut tags: Vec<Tag> = listed
+            .into_iter()
+            .map(|(name, contents)| Tag {
+                name,
+                version: contents.version,
+                // To the second: a name for people, not an ordering key.
+                created_at: contents
+                    .created_at
+                    .map(|t| format_rfc3339(t.timestamp() * 1_000_000)),
+            })
+            .collect();
+        tags.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(tags)
+    }
+
+    /// Names `version` of the leaf at `dir` (its newest when `None`)
+    /// `name`. The version must still be kept; a tag of that name must
+    /// not exist yet.
+    pub fn create_tag(&self, dir: &Path, name: &str, version: Option<u64>) -> Result<Tag> {
+        check_name(dir, name)?;
+        let dataset = self.open_leaf(dir)?;
+        let kept = self
+            .block_on(dataset.versions())?
+            .map_err(|e| lance_error(dir, e))?;
+        let version = version.unwrap_or(dataset.version().version);
+        if !kept.iter().any(|v| v.version == version) {
+            let known: Vec<String> = kept.iter().map(|v| v.version.to_string()).collect();
+            return Err(Error::at(
+                ErrorCode::VersionNotFound,
+                dir,
+                format!(
+                    "the leaf keeps no version {version} (it keeps {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        match self.block_on(dataset.tags().create(name, version))? {
+            Ok(()) => {}
+            Err(lance::Error::RefConflict { .. }) => {
+                return Err(Error::at(
+                    ErrorCode::TagExists,
+                    dir,
+                    format!("the leaf has a tag {name:?} already"),
+                ));
+            }
+            Err(e) => return Err(lance_error(dir, e)),
+        }
+        self.tags(dir)?
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| {
+                Error::at(
+                    ErrorCode::Lance,
+                    dir,
+                    format!("the tag {name:?} was made but cannot be read back"),
+                )
+            })
+    }
+
+    /// Deletes the tag `name` of the leaf at `dir`; returns the version it
+    /// named (the version itself stays).
+    pub fn delete_tag(&self, dir: &Path, name: &str) -> Result<u64> {
+        check_name(dir, name)?;
+        let dataset = self.open_leaf(dir)?;
+        let tags = dataset.tags();
+        let version = match self.block_on(tags.get_version(name))? {
+            Ok(version) => version,
+            Err(lance::Error::RefNotFound { .. }) => {
+                return Err(Error::at(
+                    ErrorCode::TagNotFound,
+                    dir,
+                    format!("the leaf has no tag {name:?}"),
+                ));
+            }
+            Err(e) => return Err(lance_error(dir, e)),
+        };
+        self.block_on(tags.delete(name))?
+            .map_err(|e| lance_error(dir, e))?;
+        Ok(version)
+    }
+}
+
+impl CompactJsonlStore {
+    /// The dataset of the compact-jsonl leaf at `dir`; a directory that
+    /// holds no Lance dataset at all is said to be no leaf.
+    fn open_leaf(&self, dir: &Path) -> Result<lance::Dataset> {
+        if !dir.join(super::versions::VERSIONS_DIR).is_dir() {
+            return Err(Error::at(
+                ErrorCode::NotCompactJsonl,
+                dir,
+                "not a compact-jsonl leaf: no Lance dataset here",
+            ));
+        }
+        self.open_compact(dir)
+    }
+}
+
+/// A tag name is a plain word: letters, digits, `.`, `-`, `_`, neither
+/// starting nor ending with `.`, no `..`, at most [`NAME_AT_MOST`] bytes
+/// (it becomes a file name, and a name under `.tags/`).
+fn check_name(dir: &Path, name: &str) -> Result<()> {
+    let plain = !name.is_empty()
+        && name.len() <= NAME_AT_MOST
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !name.ends_with(".lock");
+    if plain {
+        Ok(())
+    } else {
+        Err(Error::at(
+            ErrorCode::TagInvalid,
+            dir,
+            format!("{name:?} is not a tag name"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_names_are_plain_words() {
+        let dir = Path::new("leaf");
+        for good in [
+            "v1",
+            "trained-2026-11-30",
+            "eval_set.v2",
+            "A",
+            &"x".repeat(100),
+        ] {
+            assert!(check_name(dir, good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "../x",
+            ".hidden",
+            "end.",
+            "a..b",
+            "sp ace",
+            "ünï",
+            "x.lock",
+            &"x".repeat(101),
+            "a\0b",
+            "tab\t",
+        ] {
+            assert_eq!(
+                check_name(dir, bad).unwrap_err().code,
+                ErrorCode::TagInvalid,
+                "{bad:?}"
+            );
+        }
+    }
+}
