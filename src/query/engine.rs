@@ -44,7 +44,18 @@ pub(super) fn run(
     let plan = Plan::new(&catalog, rel, selection.clone(), Shape::Plain)?;
     let warnings = plan.warnings().to_vec();
     let records = RecordsTable::new(plan, Arc::clone(&catalog), threads);
-    let sources = SourcesTable::new(Arc::clone(&catalog), rel.to_path_buf(), selection);
+    // The query's own budget when it has a time limit (what reads for it
+    // on other threads stops with it), else the caller's.
+    let job = match limits.time {
+        Some(time) => Some(crate::work::Work::within_budget("query", time)),
+        None => crate::work::current(),
+    };
+    let sources = SourcesTable::new(
+        Arc::clone(&catalog),
+        rel.to_path_buf(),
+        selection,
+        job.clone(),
+    );
     let config = SessionConfig::new()
         .with_target_partitions(threads)
         .set_bool("datafusion.sql_parser.collect_spans", true);
@@ -113,8 +124,16 @@ pub(super) fn run(
     })?;
     match ended {
         Some(capped) => outcome.rows_capped = capped,
-        None => outcome.timed_out = true,
+        None => {
+            outcome.timed_out = true;
+            // What still reads for it stops at its next check; nothing
+            // waits for that here.
+            if let Some(job) = &job {
+                job.cancel();
+            }
+        }
     }
+    runtime.shutdown_background();
     Ok(outcome)
 }
 

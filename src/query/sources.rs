@@ -24,6 +24,8 @@ pub(super) struct SourcesTable {
     rel: PathBuf,
     selection: Selection,
     schema: SchemaRef,
+    /// The query's budget: reading the sources stops with it.
+    work: Option<Arc<crate::work::Work>>,
 }
 
 impl fmt::Debug for SourcesTable {
@@ -35,7 +37,12 @@ impl fmt::Debug for SourcesTable {
 }
 
 impl SourcesTable {
-    pub(super) fn new(catalog: Arc<Catalog>, rel: PathBuf, selection: Selection) -> Self {
+    pub(super) fn new(
+        catalog: Arc<Catalog>,
+        rel: PathBuf,
+        selection: Selection,
+        work: Option<Arc<crate::work::Work>>,
+    ) -> Self {
         let time = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
         let schema = Schema::new(vec![
             Field::new("_file_", DataType::Utf8, false),
@@ -56,6 +63,7 @@ impl SourcesTable {
             rel,
             selection,
             schema: Arc::new(schema),
+            work,
         }
     }
 
@@ -129,8 +137,12 @@ impl TableProvider for SourcesTable {
             self.rel.clone(),
             self.selection.clone(),
         );
+        // Within the query's budget: stopped with it.
+        let work = self.work.clone();
         let snapshot = tokio::task::spawn_blocking(move || {
-            crate::extract::sources(&catalog, &rel, &selection)
+            crate::work::within_opt(work.as_ref(), || {
+                crate::extract::sources(&catalog, &rel, &selection)
+            })
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?

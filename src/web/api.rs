@@ -7,7 +7,6 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -201,8 +200,11 @@ fn page_of_records(served: &Served, params: &Params) -> Result<Answer> {
     };
     let limit = params.number("limit", 100, PAGE_RECORDS)?;
     let plan = Plan::new(&served.catalog, &rel, selection, shape)?;
+    // A cursor is good only for the request that handed it out: the same
+    // path and filters (the page size may change).
+    let asked = params.canonical(&["after", "limit", "token"]);
     let from = match params.one("after")? {
-        Some(text) => cursor::parse(text, &plan, &served.cursor_key)?,
+        Some(text) => cursor::parse(text, &plan, &served.cursor_key, &asked)?,
         None => Position::default(),
     };
     let mut page = Page {
@@ -218,7 +220,7 @@ fn page_of_records(served: &Served, params: &Params) -> Result<Answer> {
         let (_, after) = page.kept.expect("a page with more has kept its end");
         answer.headers.push((
             "x-next-cursor",
-            cursor::format(after, &plan, &served.cursor_key),
+            cursor::format(after, &plan, &served.cursor_key, &asked),
         ));
     }
     answer.etag = super::state::etag_of(&page.body);
@@ -270,18 +272,21 @@ impl Output for Page {
 mod cursor {
     use super::*;
 
-    /// `SOURCE.PART.OFFSET.LINE.TAG`. The tag signs the position and the
-    /// source's `_file_` with a key of this process: a cursor into a
-    /// changed Snapshot, or one not handed out here (made up, edited, or
-    /// from before a restart), is refused, never read from.
-    pub fn format(at: Position, plan: &Plan, key: &str) -> String {
+    /// `SOURCE.PART.OFFSET.LINE.TAG`. The tag signs, with a key of this
+    /// process, the position, the request's path and filters (`asked`),
+    /// the source's `_file_` and, for a leaf, its fingerprint (a leaf's
+    /// offsets count rows of one version): a cursor for other filters, into
+    /// a leaf that changed, or not handed out here (made up, edited, from
+    /// before a restart) is refused, never read from. A record file's
+    /// offsets are bytes, good while it grows: its size is not signed.
+    pub fn format(at: Position, plan: &Plan, key: &str, asked: &str) -> String {
         let Resume { part, offset, line } = at.within;
         let position = format!("{}.{part}.{offset}.{line}", at.source);
-        let tag = tag(plan, at.source, &position, key);
+        let tag = tag(plan, at.source, &position, key, asked);
         format!("{position}.{tag}")
     }
 
-    pub fn parse(text: &str, plan: &Plan, key: &str) -> Result<Position> {
+    pub fn parse(text: &str, plan: &Plan, key: &str, asked: &str) -> Result<Position> {
         let bad = || {
             Error::new(
                 ErrorCode::CursorInvalid,
@@ -297,7 +302,7 @@ mod cursor {
         };
         let number = |s: &str| s.parse::<u64>().map_err(|_| bad());
         let source = usize::try_from(number(source)?).map_err(|_| bad())?;
-        if source >= plan.sources().len() || tag(plan, source, position, key) != given {
+        if source >= plan.sources().len() || tag(plan, source, position, key, asked) != given {
             return Err(bad());
         }
         Ok(Position {
@@ -310,10 +315,17 @@ mod cursor {
         })
     }
 
-    fn tag(plan: &Plan, source: usize, position: &str, key: &str) -> String {
-        let file = plan.sources().get(source).map_or("", |s| s.file.as_str());
+    fn tag(plan: &Plan, source: usize, position: &str, key: &str, asked: &str) -> String {
+        let found = plan.sources().get(source);
+        let file = found.map_or("", |s| s.file.as_str());
+        let version = match found {
+            Some(s) if s.kind == crate::catalog::SourceKind::Dataset => {
+                s.fingerprint.as_deref().unwrap_or("")
+            }
+            _ => "",
+        };
         let mut digest = Sha256::new();
-        for piece in [key, file, position] {
+        for piece in [key, asked, file, version, position] {
             digest.update((piece.len() as u64).to_le_bytes());
             digest.update(piece.as_bytes());
         }
@@ -325,7 +337,7 @@ mod cursor {
 }
 
 /// `POST /api/query`: `{"path", "sql", FILTERS}`.
-async fn query_of(State(s): State<Arc<Served>>, h: HeaderMap, body: Bytes) -> Response {
+async fn query_of(State(s): State<Arc<Served>>, h: HeaderMap, body: axum::body::Body) -> Response {
     let json = h
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -337,6 +349,30 @@ async fn query_of(State(s): State<Arc<Served>>, h: HeaderMap, body: Bytes) -> Re
         ))
         .to_response(None);
     }
+    // The body within the time a head gets: a client that announces one
+    // and sends nothing does not keep its connection busy.
+    let body =
+        match tokio::time::timeout(super::HEAD_TIMEOUT, axum::body::to_bytes(body, BODY_LIMIT))
+            .await
+        {
+            Ok(Ok(body)) => body,
+            Ok(Err(_)) => {
+                let mut answer = Answer::error(&invalid(format!(
+                    "the body is larger than {} KiB (or was cut off)",
+                    BODY_LIMIT >> 10
+                )));
+                answer.status = StatusCode::PAYLOAD_TOO_LARGE;
+                return answer.to_response(None);
+            }
+            Err(_) => {
+                let mut answer = Answer::error(&invalid(format!(
+                    "the body did not arrive within {} s",
+                    super::HEAD_TIMEOUT.as_secs()
+                )));
+                answer.status = StatusCode::REQUEST_TIMEOUT;
+                return answer.to_response(None);
+            }
+        };
     s.run("query", move |served| run_query(served, &body))
         .await
         .unwrap_or_else(|e| Answer::error(&e))

@@ -6,9 +6,11 @@
 //! for a first request, for the rest of a slow head, or kept alive between
 //! requests). When every place is taken, the connection idle the longest
 //! is closed to make room: a client that trickles its head, or opens
-//! connections and sends nothing, cannot keep others out, and no answer
-//! is ever cut off to admit a new one (only when every connection is busy
-//! does a new one wait, in the kernel's backlog).
+//! connections and sends nothing, cannot keep others out. No answer is
+//! cut off to admit a new one: a connection is only chosen while none of
+//! its answers is being made, and is shut down gracefully (what is still
+//! being written is finished); only when every connection is busy does a
+//! new one wait, in the kernel's backlog.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -45,6 +47,11 @@ pub struct Slot {
     idle_since: Mutex<Instant>,
     /// Told when the connection is to close to make room.
     close: Notify,
+    /// It is closing (its answer, if any, finishing): not chosen again.
+    closing: std::sync::atomic::AtomicBool,
+    /// It has sent an answer (whose last bytes may still be on their way
+    /// out when it is chosen).
+    answered: std::sync::atomic::AtomicBool,
 }
 
 /// A place held by one connection; leaving it frees the place.
@@ -64,19 +71,16 @@ impl Connections {
     }
 
     /// A place for a new connection: a free one, else the place of the
-    /// connection idle the longest (told to close), else the first place
-    /// a busy connection leaves. Returns whether an idle one was closed.
-    pub async fn admit(self: &Arc<Self>) -> (Place, bool) {
-        let mut closed_one = false;
+    /// connection idle the longest (told to close; looked for again at
+    /// every [`GRACE`] while none frees), else the first place a busy
+    /// connection leaves.
+    pub async fn admit(self: &Arc<Self>) -> Place {
         let permit = loop {
             if let Ok(permit) = Arc::clone(&self.places).try_acquire_owned() {
                 break permit;
             }
-            if !closed_one {
-                if let Some(idle) = self.longest_idle() {
-                    idle.close.notify_one();
-                    closed_one = true;
-                }
+            if let Some(idle) = self.longest_idle() {
+                idle.close.notify_one();
             }
             // A place that frees itself, or another look for an idle one.
             tokio::select! {
@@ -90,18 +94,19 @@ impl Connections {
             busy: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             close: Notify::new(),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            answered: std::sync::atomic::AtomicBool::new(false),
         });
         let mut open = self.open.lock();
         let id = open.next;
         open.next += 1;
         open.slots.insert(id, Arc::clone(&slot));
-        let place = Place {
+        Place {
             id,
             slot,
             connections: Arc::clone(self),
             _permit: permit,
-        };
-        (place, closed_one)
+        }
     }
 
     /// The connection idle the longest, if one has been idle for at least
@@ -110,7 +115,7 @@ impl Connections {
         let open = self.open.lock();
         open.slots
             .values()
-            .filter(|s| s.is_idle())
+            .filter(|s| s.is_idle() && !s.closing.load(Ordering::SeqCst))
             .map(|s| (*s.idle_since.lock(), s))
             .filter(|(since, _)| since.elapsed() >= GRACE)
             .min_by_key(|(since, _)| *since)
@@ -135,6 +140,16 @@ impl Slot {
         self.close.notified().await;
     }
 
+    /// Whether it has sent an answer.
+    pub fn has_answered(&self) -> bool {
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Marks the connection as closing: it is not chosen again.
+    pub fn mark_closing(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+    }
+
     /// Marks a request as being answered until the guard (moved into its
     /// answer's body) is dropped.
     pub fn busy(self: &Arc<Self>) -> Busy {
@@ -149,6 +164,7 @@ pub struct Busy(Arc<Slot>);
 impl Drop for Busy {
     fn drop(&mut self) {
         *self.0.idle_since.lock() = Instant::now();
+        self.0.answered.store(true, Ordering::SeqCst);
         self.0.busy.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -193,9 +209,8 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_house_closes_the_longest_idle_and_never_a_busy_one() {
         let connections = Connections::new(2);
-        let (first, closed) = connections.admit().await;
-        assert!(!closed);
-        let (second, _) = connections.admit().await;
+        let first = connections.admit().await;
+        let second = connections.admit().await;
         let busy = second.slot.busy();
         // Nothing has been idle long enough yet.
         assert!(connections.longest_idle().is_none());
@@ -207,8 +222,7 @@ mod tests {
         });
         first.slot.closing().await;
         drop(first);
-        let (third, closed) = admitting.await.unwrap();
-        assert!(closed);
+        let third = admitting.await.unwrap();
         // Full again, and the only idle one is the newest; the busy one
         // is never chosen.
         std::thread::sleep(GRACE);

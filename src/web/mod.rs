@@ -154,14 +154,16 @@ async fn run(
         };
         // A place for it: while every place is busy, it waits (and the
         // next ones in the kernel's backlog).
-        let (place, closed_one) = tokio::select! {
+        let place = tokio::select! {
             _ = &mut stop => break,
             admitted = connections.admit() => admitted,
         };
-        if closed_one {
-            served.metrics.connection_closed_idle();
-        }
-        tokio::spawn(serve_connection(stream, app.clone(), place));
+        tokio::spawn(serve_connection(
+            stream,
+            app.clone(),
+            place,
+            Arc::clone(&served),
+        ));
     }
     if let Some(n) = &notifier {
         n.stopping();
@@ -176,6 +178,7 @@ async fn serve_connection(
     stream: tokio::net::TcpStream,
     app: axum::Router,
     place: connections::Place,
+    served: Arc<Served>,
 ) {
     let inner = TowerToHyperService::new(app);
     let slot = Arc::clone(&place.slot);
@@ -200,16 +203,33 @@ async fn serve_connection(
                 if let Err(e) = ended {
                     log::debug!("a connection ended: {e}");
                 }
-                break;
+                return;
             }
             () = place.slot.closing() => {
                 // A request that came in since this one was chosen keeps it.
                 if place.slot.is_idle() {
-                    log::debug!("closed an idle connection to make room for a new one");
                     break;
                 }
             }
         }
+    }
+    // Closed to make room. One that never answered has nothing to finish:
+    // it goes at once. Otherwise what is still being written of its last
+    // answer is finished (hyper ends the connection after it); a client
+    // that does not take it gets the head's time, then the connection is
+    // dropped.
+    place.slot.mark_closing();
+    served.metrics.connection_closed_idle();
+    log::debug!("closing an idle connection to make room for a new one");
+    if !place.slot.has_answered() {
+        return;
+    }
+    connection.as_mut().graceful_shutdown();
+    if tokio::time::timeout(HEAD_TIMEOUT, &mut connection)
+        .await
+        .is_err()
+    {
+        log::debug!("a connection closed to make room did not end in time");
     }
     drop(place);
 }

@@ -86,6 +86,21 @@ impl Params {
     /// `..`; empty or left out is the root. Symbolic links below the root
     /// are never followed by the catalog, so this is all it takes to stay
     /// inside.
+    /// Every pair but those named in `leave_out`, sorted: what a request
+    /// asked for, whatever the order it was written in.
+    pub fn canonical(&self, leave_out: &[&str]) -> String {
+        let mut pairs: Vec<&(String, String)> = self
+            .pairs
+            .iter()
+            .filter(|(k, _)| !leave_out.contains(&k.as_str()))
+            .collect();
+        pairs.sort();
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{}={}\0", k.len(), k) + &format!("{}:{v}\0", v.len()))
+            .collect()
+    }
+
     pub fn path(&self) -> Result<PathBuf> {
         let text = self.one("path")?.unwrap_or("");
         inside_root(text)

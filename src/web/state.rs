@@ -349,12 +349,55 @@ impl Served {
         }
         let text = root.display().to_string();
         if text.len() > 1 {
-            e.message = e
-                .message
-                .replace(&format!("{text}/"), "")
-                .replace(&text, ".");
+            // As the system names it, and as an object store does (no
+            // leading slash); only where a path starts, never inside
+            // another name.
+            e.message = strip_root(&e.message, &format!("{text}/"));
+            e.message = strip_root(&e.message, &format!("{}/", &text[1..]));
         }
         e
+    }
+}
+
+/// `message` without `root` (ending in `/`) where it begins a path: at the
+/// start, or after a space, a quote, a bracket, `:` or `=`.
+fn strip_root(message: &str, root: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(root) {
+        let starts_path = at == 0
+            || rest[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| " \t\"'`([<:=,".contains(c));
+        out.push_str(&rest[..at]);
+        if !starts_path {
+            out.push_str(root);
+        }
+        rest = &rest[at + root.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod shown_tests {
+    use super::strip_root;
+
+    #[test]
+    fn the_root_goes_only_where_a_path_starts() {
+        let root = "/data/wh/";
+        assert_eq!(strip_root("/data/wh/a/b: no", root), "a/b: no");
+        assert_eq!(strip_root("at \"/data/wh/x\"", root), "at \"x\"");
+        assert_eq!(strip_root("/data/wh2/x", root), "/data/wh2/x");
+        assert_eq!(strip_root("/srv/w/x", "/w/"), "/srv/w/x");
+        assert_eq!(
+            strip_root(
+                "Object at location data/wh/leaf/_versions/3.manifest",
+                "data/wh/"
+            ),
+            "Object at location leaf/_versions/3.manifest"
+        );
     }
 }
 

@@ -422,6 +422,22 @@ fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
         .count();
     assert!(with_tokens > 5, "{runs}");
     assert!(runs["roles"]["assistant"].as_u64().unwrap() > 0);
+    // One source alone (read on one thread while another looks into the
+    // records) adds up the same as among all.
+    let s0001 = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run"].as_str().unwrap().ends_with("s-0001.jsonl"))
+        .unwrap()
+        .clone();
+    let rel = s0001["run"].as_str().unwrap();
+    let alone = server.get(&format!("/api/runs?path={}", enc(rel))).json();
+    let alone = &alone["runs"][0];
+    for key in ["records", "failed", "steps", "tokens", "first", "last"] {
+        assert_eq!(alone[key], s0001[key], "{key} of {rel} alone");
+    }
+    assert!(s0001["steps"].as_u64().unwrap() > 0);
     // A run's `file` glob selects exactly its records.
     let agent_a = runs["runs"]
         .as_array()
@@ -693,6 +709,9 @@ fn hostile_requests_are_refused_and_nothing_outside_the_root_is_reached() {
     }
     let handed_out = server.get(&format!("/api/records?limit=1&after={cursor}"));
     assert_eq!(handed_out.status, 200, "{}", handed_out.text());
+    // ... and only with the filters it was handed out with.
+    let other_filters = server.get(&format!("/api/records?limit=1&failed=1&after={cursor}"));
+    assert_eq!(other_filters.code(), "PCHRONICLE_CURSOR_INVALID");
     // Another server (or this one restarted) does not take it.
     let other = Server::start(&wh, &[]);
     let elsewhere = other.get(&format!("/api/records?limit=1&after={cursor}"));

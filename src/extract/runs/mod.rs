@@ -55,6 +55,20 @@ pub struct Tokens {
     pub total: u64,
 }
 
+impl Tokens {
+    /// Two runs' totals together (`None`: neither carried usage).
+    fn sum(a: Option<Tokens>, b: Option<Tokens>) -> Option<Tokens> {
+        match (a, b) {
+            (Some(x), Some(y)) => Some(Tokens {
+                input: x.input + y.input,
+                output: x.output + y.output,
+                total: x.total + y.total,
+            }),
+            (x, y) => x.or(y),
+        }
+    }
+}
+
 /// The runs of a plan: `GET /api/runs`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Runs {
@@ -252,10 +266,12 @@ fn tallied(
     let visited = plan.visit(catalog, Position::default(), true, &mut tally);
     tally.hand_over();
     drop(tally.send.take());
-    let looked = match thread {
+    // What the looking thread found, and what this one looked into itself.
+    let mut looked = match thread {
         Some(thread) => thread.join().expect("the runs thread does not panic"),
-        None => std::mem::take(&mut tally.looked),
+        None => Looked::default(),
     };
+    looked.absorb(std::mem::take(&mut tally.looked));
     let _ = visited?;
     let mut runs = tally.runs;
     for (at, seen) in looked.runs.into_iter().enumerate() {
@@ -425,6 +441,20 @@ struct RunLooked {
 }
 
 impl Looked {
+    /// Takes in what another looker found of the same runs (by place).
+    fn absorb(&mut self, other: Looked) {
+        for (role, n) in other.roles {
+            *self.roles.entry(role).or_default() += n;
+        }
+        if self.runs.len() < other.runs.len() {
+            self.runs.resize(other.runs.len(), RunLooked::default());
+        }
+        for (mine, theirs) in self.runs.iter_mut().zip(other.runs) {
+            mine.steps += theirs.steps;
+            mine.tokens = Tokens::sum(mine.tokens, theirs.tokens);
+        }
+    }
+
     fn add(&mut self, batch: &Batch) {
         let mut start = 0;
         for &(at, end, marks) in &batch.records {
@@ -457,12 +487,7 @@ impl Looked {
         }
         let run = &mut self.runs[at];
         run.steps += seen.steps;
-        if let Some(tokens) = seen.tokens {
-            let sum = run.tokens.get_or_insert_with(Tokens::default);
-            sum.input += tokens.input;
-            sum.output += tokens.output;
-            sum.total += tokens.total;
-        }
+        run.tokens = Tokens::sum(run.tokens, seen.tokens);
     }
 }
 
@@ -479,14 +504,7 @@ impl RunState {
         a.records += b.records;
         a.failed += b.failed;
         a.steps += b.steps;
-        a.tokens = match (a.tokens, b.tokens) {
-            (Some(x), Some(y)) => Some(Tokens {
-                input: x.input + y.input,
-                output: x.output + y.output,
-                total: x.total + y.total,
-            }),
-            (x, y) => x.or(y),
-        };
+        a.tokens = Tokens::sum(a.tokens, b.tokens);
         self.first = self.first.into_iter().chain(other.first).min();
         self.last = self.last.into_iter().chain(other.last).max();
     }

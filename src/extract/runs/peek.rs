@@ -92,8 +92,17 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// Reads or skips the value of `key`.
+    /// Reads or skips the value of `key` (its raw bytes: a key written with
+    /// escapes is decoded first, as the read's scan decodes it).
     fn take(&mut self, key: &[u8], scan: &mut Scan<'a>, top: bool) -> Option<()> {
+        let decoded;
+        let key = if key.contains(&b'\\') {
+            let quoted = [b"\"", key, b"\""].concat();
+            decoded = serde_json::from_slice::<String>(&quoted).unwrap_or_default();
+            decoded.as_bytes()
+        } else {
+            key
+        };
         match key {
             b"role" => self.role = scan.text(),
             b"type" => self.kind = scan.text(),
@@ -146,9 +155,6 @@ struct Scan<'a> {
 
 /// Strings searched byte by byte up to this length.
 const SHORT: usize = 16;
-
-/// Containers nested deeper than this are not looked into.
-const DEPTH: u32 = 256;
 
 impl<'a> Scan<'a> {
     fn ws(&mut self) {
@@ -262,9 +268,7 @@ impl<'a> Scan<'a> {
                         }
                         _ => {}
                     }
-                    if depth > DEPTH {
-                        return None;
-                    }
+                    // A count, not a recursion: any depth is skipped.
                     self.i += 1;
                 }
             }
@@ -406,11 +410,17 @@ mod tests {
             r#"{"message":{"usage":{"prompt_tokens":"x","completion_tokens":2}}}"#,
             r#"{"ts":"2026-01-01T00:00:00Z","role":"tool","content":"wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww"}"#,
             r#"[{"role":"user"}]"#,
+            r#"{"rol\u0065":"assistant","mess\u0061ge":{"usage":{"total_tokens":3}}}"#,
             r#""a string""#,
             r#"{}"#,
         ];
+        let deep = format!(
+            r#"{{"deep":{}1{},"role":"user"}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
         let mut scanner = crate::records::scan::RecordScanner::default();
-        for record in records {
+        for record in records.iter().copied().chain([deep.as_str()]) {
             let bytes = record.as_bytes();
             let facts = scanner
                 .facts(bytes)

@@ -97,7 +97,15 @@ impl CompactJsonlStore {
     /// Deletes the tag `name` of the leaf at `dir`; returns the version it
     /// named (the version itself stays).
     pub fn delete_tag(&self, dir: &Path, name: &str) -> Result<u64> {
-        check_name(dir, name)?;
+        // Any tag Lance lists can be deleted, also one another Lance
+        // client named with letters beyond ASCII; never a path.
+        if name.is_empty() || name.contains('/') || name.contains("..") || name.contains('\0') {
+            return Err(Error::at(
+                ErrorCode::TagInvalid,
+                dir,
+                format!("{name:?} is not a tag name"),
+            ));
+        }
         let dataset = self.open_leaf(dir)?;
         let tags = dataset.tags();
         let version = match self.block_on(tags.get_version(name))? {
