@@ -564,6 +564,12 @@ fn tags_name_versions_and_are_listed_and_deleted() {
     );
     let again = stdout(&tag(&leaf, &["again", "--version", "1"]));
     assert!(again.contains("version 1"), "{again}");
+    // A leaf reached through a symlink is not written through it.
+    std::os::unix::fs::symlink(&leaf, w.abs("link")).unwrap();
+    assert_eq!(
+        code_of(&tag(&w.abs("link"), &["through-link"])),
+        "PCHRONICLE_NOT_COMPACT_JSONL"
+    );
     // Not a compact-jsonl leaf; a remote one is never written.
     assert_eq!(
         code_of(&tag(&w.abs("."), &["x"])),

@@ -127,13 +127,16 @@ impl CompactJsonlStore {
 
 impl CompactJsonlStore {
     /// The dataset of the compact-jsonl leaf at `dir`; a directory that
-    /// holds no Lance dataset at all is said to be no leaf.
+    /// holds no Lance dataset at all is said to be no leaf, and so is one
+    /// reached through a symlink, or whose `_versions` is one (a tag is
+    /// written inside the leaf: never where a link points).
     fn open_leaf(&self, dir: &Path) -> Result<lance::Dataset> {
-        if !dir.join(super::versions::VERSIONS_DIR).is_dir() {
+        let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        if !real_dir(dir) || !real_dir(&dir.join(super::versions::VERSIONS_DIR)) {
             return Err(Error::at(
                 ErrorCode::NotCompactJsonl,
                 dir,
-                "not a compact-jsonl leaf: no Lance dataset here",
+                "not a compact-jsonl leaf: no Lance dataset here (or one reached through a symlink)",
             ));
         }
         self.open_compact(dir)
