@@ -34,6 +34,7 @@ mod refresh;
 mod resolve;
 mod roots;
 mod walk;
+pub mod watch;
 
 use std::ffi::OsStr;
 use std::io;
@@ -50,6 +51,7 @@ pub use model::{
 };
 use refresh::DirScan;
 pub use walk::Counting;
+use watch::{Answer, QuietAnswers, Question, Watcher};
 
 use crate::error::{Error, ErrorCode, Result, is_remote_failure};
 use crate::logbudget::warn_limited;
@@ -91,6 +93,11 @@ pub struct CatalogOptions {
     /// meanwhile (a daemon's answers never wait for one). `None`: every
     /// file is counted when it is met (the CLI).
     pub background_count_bytes: Option<u64>,
+    /// Watch the directories answers are made of, and give an answer to
+    /// `list`, `open` or `stats` of a directory again while nothing below
+    /// it changed (see [`watch`]). For a long-lived process; ignored where
+    /// the filesystem does not report changes.
+    pub watch: bool,
 }
 
 /// Where a catalog persists its record-file counts.
@@ -117,6 +124,7 @@ impl Default for CatalogOptions {
             count_cache: CountCachePlace::Memory,
             walk_budget: None,
             background_count_bytes: None,
+            watch: false,
         }
     }
 }
@@ -145,6 +153,8 @@ pub struct CacheHits {
     pub files_opened: u64,
     /// Record files whose counts were taken over across a rename.
     pub renames: u64,
+    /// Answers given again because nothing below them changed.
+    pub kept: HitCount,
 }
 
 /// One warehouse: its root, its stores and its refresh cache.
@@ -170,6 +180,11 @@ pub struct Catalog {
     count_cache_loaded: Loaded,
     files_read: AtomicU64,
     files_opened: AtomicU64,
+    /// Answers kept while nothing below them changes, when watching.
+    quiet: Option<QuietAnswers>,
+    /// The subdirectories a store reads to classify a leaf: watched with
+    /// the directory holding them.
+    classify_subdirs: Vec<&'static str>,
 }
 
 impl Catalog {
@@ -225,7 +240,15 @@ impl Catalog {
         let background = options
             .background_count_bytes
             .map(|threshold| BackgroundCounts::new(threshold, &files, progress_file));
+        let quiet = options
+            .watch
+            .then(|| Watcher::new(&root_dir))
+            .flatten()
+            .map(QuietAnswers::new);
+        let classify_subdirs = classify_subdirs(&stores);
         Ok(Catalog {
+            quiet,
+            classify_subdirs,
             dirs: StampedLru::new(options.dir_cache_entries),
             nodes: StampedLru::new(options.node_cache_entries),
             handles: parking_lot::Mutex::new(lru::LruCache::new(HANDLES_KEPT)),
@@ -274,6 +297,11 @@ impl Catalog {
             count_cache_loaded: self.count_cache_loaded.clone(),
             files_read: AtomicU64::new(0),
             files_opened: AtomicU64::new(0),
+            quiet: self
+                .quiet
+                .as_ref()
+                .map(|q| QuietAnswers::new(Arc::clone(q.watcher()))),
+            classify_subdirs: self.classify_subdirs.clone(),
         })
     }
 
@@ -290,6 +318,7 @@ impl Catalog {
             files_read: self.files_read.load(Ordering::Relaxed),
             files_opened: self.files_opened.load(Ordering::Relaxed),
             renames: self.files.renames(),
+            kept: self.quiet.as_ref().map(|q| q.hit_count()).unwrap_or_default(),
         }
     }
 
@@ -314,6 +343,7 @@ impl Catalog {
 
     /// Drops every cached answer (the next call re-reads the warehouse).
     pub fn clear_cache(&self) {
+        self.forget_kept();
         self.dirs.clear();
         self.nodes.clear();
         self.files.clear();
@@ -330,6 +360,7 @@ impl Catalog {
             .then(|| scope.parent().map(Path::to_path_buf))
             .flatten();
         let dropped = |key: &PathBuf| key.starts_with(&scope) || holder.as_ref() == Some(key);
+        self.forget_kept();
         self.dirs.forget_where(dropped);
         self.nodes.forget_where(dropped);
         cache::pop_where(&mut self.handles.lock(), dropped);
@@ -372,7 +403,17 @@ impl Catalog {
     /// `readdirplus`). The stats are the ones the listing was classified
     /// from, so names, kinds and attributes always agree.
     pub fn list_with_meta(&self, rel: &Path) -> Result<(Listing, Vec<Stat>)> {
-        self.whole(rel, || self.list_now(rel))
+        let kept = self.kept_or_made(
+            rel,
+            Question::List,
+            || self.whole(rel, || self.list_now(rel)).map(Arc::new),
+            |listing| (listing.0.kind == NodeKind::Directory).then(|| Answer::List(listing.clone())),
+            |answer| match answer {
+                Answer::List(listing) => Some(listing),
+                _ => None,
+            },
+        )?;
+        Ok(Arc::unwrap_or_clone(kept))
     }
 
     /// Gives `answer()` only if no object store failed while it was built:
@@ -484,14 +525,92 @@ impl Catalog {
 
     /// The Snapshot of `rel`.
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
-        self.gather(rel, &mut None, Counting::Read)
+        self.open_kept(rel, Counting::Read)
     }
 
     /// The Snapshot of `rel` for a reader of its records: record files
     /// not in the count cache are not read to count them (their counts are
     /// `Uncounted`), so reading starts at once however large they are.
     pub fn open_for_reading(&self, rel: &Path) -> Result<Snapshot> {
-        self.gather(rel, &mut None, Counting::CachedOnly)
+        self.open_kept(rel, Counting::CachedOnly)
+    }
+
+    /// `gather` of `rel`, given again while nothing below it changed. Only
+    /// a directory's Snapshot whose every count is final is kept.
+    fn open_kept(&self, rel: &Path, counting: Counting) -> Result<Snapshot> {
+        let kept = self.kept_or_made(
+            rel,
+            Question::Open(counting),
+            || self.gather(rel, &mut None, counting).map(Arc::new),
+            |snapshot| {
+                let settled = snapshot.sources.iter().all(|s| {
+                    !matches!(
+                        s.stats_origin,
+                        StatsOrigin::Counting | StatsOrigin::Uncounted | StatsOrigin::Unavailable
+                    )
+                });
+                (snapshot.kind == NodeKind::Directory && settled)
+                    .then(|| Answer::Open(snapshot.clone()))
+            },
+            |answer| match answer {
+                Answer::Open(snapshot) => Some(snapshot),
+                _ => None,
+            },
+        )?;
+        Ok(Arc::unwrap_or_clone(kept))
+    }
+
+    /// The answer to `question` of `rel` kept while nothing below it
+    /// changed, else `make`'s, kept when `keep` gives it as an answer.
+    /// Without watching, `make`'s answer.
+    fn kept_or_made<T>(
+        &self,
+        rel: &Path,
+        question: Question,
+        make: impl FnOnce() -> Result<Arc<T>>,
+        keep: impl FnOnce(&Arc<T>) -> Option<Answer>,
+        from: impl FnOnce(Answer) -> Option<Arc<T>>,
+    ) -> Result<Arc<T>> {
+        let Some(quiet) = &self.quiet else {
+            return make();
+        };
+        if let Some(answer) = quiet.get(rel, question).and_then(from) {
+            return Ok(answer);
+        }
+        let begun = quiet.begin();
+        let made = make()?;
+        if let Some(answer) = keep(&made) {
+            let mut path = self.root.clone();
+            path.extend(rel.components().filter_map(|c| match c {
+                std::path::Component::Normal(name) => Some(name),
+                _ => None,
+            }));
+            quiet.keep(rel, question, &path, begun, answer);
+        }
+        Ok(made)
+    }
+
+    /// Drops every kept answer.
+    fn forget_kept(&self) {
+        if let Some(quiet) = &self.quiet {
+            quiet.clear();
+        }
+    }
+
+    /// Watches `dir` (and the subdirectories classifying it reads) before
+    /// it is read, when watching; false when it could not be watched.
+    pub(super) fn watch(&self, dir: &Dir) -> bool {
+        match &self.quiet {
+            Some(quiet) => quiet.watcher().watch(dir, &self.classify_subdirs),
+            None => true,
+        }
+    }
+
+    /// Whether `path` is watched, or nothing is.
+    pub(super) fn watched(&self, path: &Path) -> bool {
+        self.quiet
+            .as_ref()
+            .is_none_or(|quiet| quiet.watcher().is_watched(path))
     }
 
     /// The stores this catalog reads leaves with.
@@ -525,6 +644,23 @@ impl Catalog {
     /// `open(rel)` rolled up. A directory's sources are totalled as the walk
     /// meets them instead of being collected first.
     pub fn stats(&self, rel: &Path) -> Result<Stats> {
+        let kept = self.kept_or_made(
+            rel,
+            Question::Stats,
+            || self.stats_now(rel).map(Arc::new),
+            |stats| {
+                let settled = stats.counting_sources == 0 && stats.unreadable_sources == 0;
+                (stats.kind == NodeKind::Directory && settled).then(|| Answer::Stats(stats.clone()))
+            },
+            |answer| match answer {
+                Answer::Stats(stats) => Some(stats),
+                _ => None,
+            },
+        )?;
+        Ok(Arc::unwrap_or_clone(kept))
+    }
+
+    fn stats_now(&self, rel: &Path) -> Result<Stats> {
         let mut rollup = Some(StatsBuilder::new(NodeKind::Directory));
         let snapshot = self.gather(rel, &mut rollup, Counting::Read)?;
         Ok(match rollup {
@@ -570,6 +706,18 @@ const _: () = {
     const fn shareable<T: Send + Sync>() {}
     shareable::<Catalog>();
 };
+
+/// The entries directly inside a leaf that some store reads to classify
+/// it, whichever may be a directory.
+fn classify_subdirs(stores: &Stores) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = stores
+        .iter()
+        .flat_map(|s| s.classify_reads().iter().copied())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
 
 fn file_entry(name: &str, file_name: &OsStr, meta: &Stat) -> Entry {
     let file_name = file_name.to_str().unwrap_or(name);

@@ -58,6 +58,8 @@ impl Catalog {
     /// make a leaf look like a plain directory, or its counts come from
     /// another place, for as long as the entry held.
     pub(super) fn dir_node(&self, dir: &Dir) -> io::Result<Arc<DirNode>> {
+        // Watched before it is read (see `watch`).
+        self.watch(dir);
         let key = dir.path().to_path_buf();
         if let Some(node) = self.nodes.get(&key, |stamps| stamps.hold(dir)) {
             return Ok(node);
@@ -177,8 +179,10 @@ impl Catalog {
         name: &str,
         meta: &Stat,
     ) -> io::Result<Arc<DirNode>> {
-        if !dir.is_viewed() {
-            let key = dir.path().join(name);
+        let key = dir.path().join(name);
+        // A directory not watched yet is opened, to be watched before its
+        // classification is checked.
+        if !dir.is_viewed() && self.watched(&key) {
             if let Some(node) = self
                 .nodes
                 .peek_valid(&key, |stamps| stamps.hold_below(dir, name, meta))

@@ -430,7 +430,7 @@ impl Catalog {
 }
 
 /// Whether a gather reads record files to count them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Counting {
     /// Every record file is counted (from the count cache when it knows
     /// the file, else by reading it).

@@ -313,6 +313,11 @@ struct CacheArgs {
     /// for contents served from the page cache.
     #[arg(long, value_name = "MIB", default_value_t = FsOptions::default().render_cache_bytes >> 20)]
     render_cache_mib: usize,
+    /// Do not watch the warehouse for changes: every listing, `.stats` and
+    /// `.sources` checks each leaf below it with a `stat` once its TTL
+    /// ran out, as on a filesystem that does not report changes.
+    #[arg(long)]
+    no_watch: bool,
 }
 
 impl CacheArgs {
@@ -331,6 +336,7 @@ impl CacheArgs {
             dir_cache_entries: self.dir_cache_entries,
             node_cache_entries: self.node_cache_entries,
             count_cache,
+            watch: !self.no_watch,
             ..options
         }
     }

@@ -61,6 +61,11 @@ pub(super) struct ServeArgs {
     /// state directory).
     #[arg(long)]
     no_cache: bool,
+    /// Do not watch the warehouse for changes: an answer whose TTL ran
+    /// out checks each leaf below it with a `stat`, as on a filesystem
+    /// that does not report changes.
+    #[arg(long)]
+    no_watch: bool,
     #[command(flatten, next_help_heading = "Traversal")]
     walk: WalkArgs,
 }
@@ -83,6 +88,7 @@ impl ServeArgs {
         let catalog = CatalogOptions {
             background_count_bytes: Some(self.count_in_background_mib.saturating_mul(1 << 20)),
             walk_budget: Some(Duration::from_secs(self.request_seconds.max(1))),
+            watch: !self.no_watch,
             count_cache: if self.no_cache {
                 CountCachePlace::Memory
             } else {

@@ -39,6 +39,7 @@
 
 pub mod blob;
 pub mod list;
+mod notify;
 pub mod open;
 pub mod read;
 #[cfg(feature = "remote")]

@@ -33,6 +33,7 @@ mod sidecar;
 mod support;
 #[cfg(feature = "compact-jsonl")]
 mod terminal;
+mod watch;
 #[cfg(feature = "serve")]
 mod web;
 #[cfg(not(feature = "compact-jsonl"))]

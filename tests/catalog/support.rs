@@ -56,6 +56,16 @@ impl Warehouse {
         self
     }
 
+    /// Appends `content` to the file `rel`, in place.
+    pub fn file_append(&self, rel: &str, content: &str) {
+        use std::io::Write;
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(self.abs(rel))
+            .unwrap();
+        file.write_all(content.as_bytes()).unwrap();
+    }
+
     pub fn dir(&self, rel: &str) -> &Self {
         fs::create_dir_all(self.abs(rel)).unwrap();
         self
