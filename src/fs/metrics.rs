@@ -198,6 +198,7 @@ struct Cumulative {
     dirs: HitCount,
     nodes: HitCount,
     files: HitCount,
+    kept: HitCount,
     files_read: u64,
     renders: super::render::RenderCounts,
 }
@@ -209,6 +210,7 @@ impl Cumulative {
             dirs: hits.dirs,
             nodes: hits.nodes,
             files: hits.files,
+            kept: hits.kept,
             files_read: hits.files_read,
             renders: fs.render_counts(),
         }
@@ -262,6 +264,7 @@ fn report(
             "dirs": hits(now.dirs, last.dirs),
             "nodes": hits(now.nodes, last.nodes),
             "files": hits(now.files, last.files),
+            "kept": hits(now.kept, last.kept),
             "renders": hits(
                 HitCount { hits: now.renders.reused, misses: now.renders.rendered },
                 HitCount { hits: last.renders.reused, misses: last.renders.rendered },

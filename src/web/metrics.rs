@@ -152,6 +152,16 @@ impl Metrics {
                 catalog.files.hits,
             ),
             (
+                "pchronicle_catalog_kept_hits_total",
+                "Answers given again because nothing below their directory changed.",
+                catalog.kept.hits,
+            ),
+            (
+                "pchronicle_catalog_kept_misses_total",
+                "Answers made anew (nothing kept, or something below changed).",
+                catalog.kept.misses,
+            ),
+            (
                 "pchronicle_catalog_files_read_total",
                 "Record files read to count them.",
                 catalog.files_read,
