@@ -51,7 +51,7 @@ pub use model::{
 };
 use refresh::DirScan;
 pub use walk::Counting;
-use watch::{Answer, QuietAnswers, Question, Watcher};
+use watch::{Answer, Question, QuietAnswers, Watcher};
 
 use crate::error::{Error, ErrorCode, Result, is_remote_failure};
 use crate::logbudget::warn_limited;
@@ -318,7 +318,11 @@ impl Catalog {
             files_read: self.files_read.load(Ordering::Relaxed),
             files_opened: self.files_opened.load(Ordering::Relaxed),
             renames: self.files.renames(),
-            kept: self.quiet.as_ref().map(|q| q.hit_count()).unwrap_or_default(),
+            kept: self
+                .quiet
+                .as_ref()
+                .map(|q| q.hit_count())
+                .unwrap_or_default(),
         }
     }
 
@@ -407,7 +411,9 @@ impl Catalog {
             rel,
             Question::List,
             || self.whole(rel, || self.list_now(rel)).map(Arc::new),
-            |listing| (listing.0.kind == NodeKind::Directory).then(|| Answer::List(listing.clone())),
+            |listing| {
+                (listing.0.kind == NodeKind::Directory).then(|| Answer::List(listing.clone()))
+            },
             |answer| match answer {
                 Answer::List(listing) => Some(listing),
                 _ => None,

@@ -157,7 +157,11 @@ impl Watcher {
             return false;
         }
         for wd in &wds {
-            state.owners.entry(*wd).or_default().push(path.to_path_buf());
+            state
+                .owners
+                .entry(*wd)
+                .or_default()
+                .push(path.to_path_buf());
         }
         state.nodes.insert(path.to_path_buf(), wds);
         true
@@ -249,10 +253,8 @@ impl Watcher {
             // A subdirectory appearing or going may be one a store reads
             // to classify (a plain directory becoming a leaf): the
             // directory is watched afresh at its next classification.
-            let entry_moved = ReadFlags::CREATE
-                | ReadFlags::DELETE
-                | ReadFlags::MOVED_FROM
-                | ReadFlags::MOVED_TO;
+            let entry_moved =
+                ReadFlags::CREATE | ReadFlags::DELETE | ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO;
             if flags.contains(ReadFlags::ISDIR) && flags.intersects(entry_moved) {
                 for path in &paths {
                     state.forget(&self.inotify, path);

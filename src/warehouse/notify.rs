@@ -14,7 +14,7 @@ use super::{Backend, Dir};
 /// (changes made by another host go unreported), FUSE and object stores
 /// are not among them.
 const NOTIFYING: &[u64] = &[
-    0xEF53,     // ext2, ext3, ext4
+    0xEF53,      // ext2, ext3, ext4
     0x5846_5342, // xfs
     0x9123_683E, // btrfs
     0x0102_1994, // tmpfs
@@ -29,8 +29,9 @@ impl Dir {
     /// (see [`NOTIFYING`]); never for a remote directory.
     pub fn notifies_changes(&self) -> bool {
         match &self.backend {
-            Backend::Local(fd) => rustix::fs::fstatfs(fd)
-                .is_ok_and(|fs| NOTIFYING.contains(&(fs.f_type as u64))),
+            Backend::Local(fd) => {
+                rustix::fs::fstatfs(fd).is_ok_and(|fs| NOTIFYING.contains(&(fs.f_type as u64)))
+            }
             #[cfg(feature = "remote")]
             Backend::Remote(_) => false,
         }
@@ -42,6 +43,10 @@ impl Dir {
     pub fn add_watch(&self, inotify: BorrowedFd<'_>, flags: WatchFlags) -> io::Result<i32> {
         let fd = self.fd()?;
         let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        Ok(rustix::fs::inotify::add_watch(inotify, path, flags | WatchFlags::ONLYDIR)?)
+        Ok(rustix::fs::inotify::add_watch(
+            inotify,
+            path,
+            flags | WatchFlags::ONLYDIR,
+        )?)
     }
 }

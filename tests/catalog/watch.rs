@@ -58,7 +58,11 @@ fn agrees(watching: &Catalog, w: &Warehouse, step: &str) {
     let fresh = catalog(w, false);
     for dir in DIRS.iter().filter(|d| w.abs(d).is_dir()) {
         let rel = Path::new(dir);
-        assert_eq!(listed(watching, rel), listed(&fresh, rel), "{step}: list {dir}");
+        assert_eq!(
+            listed(watching, rel),
+            listed(&fresh, rel),
+            "{step}: list {dir}"
+        );
         assert_eq!(
             watching.open(rel).unwrap(),
             fresh.open(rel).unwrap(),
@@ -91,7 +95,10 @@ fn kept_answers_follow_every_change() {
         .dir("grown");
     let watching = catalog(&w, true);
     let steps: Vec<(&str, Box<dyn Fn(&Warehouse)>)> = vec![
-        ("append", Box::new(|w| w.file_append("a.jsonl", &jsonl(1, 9)))),
+        (
+            "append",
+            Box::new(|w| w.file_append("a.jsonl", &jsonl(1, 9))),
+        ),
         (
             "same-size rewrite deep down",
             Box::new(|w| {
