@@ -245,6 +245,12 @@ error_codes! {
     TagExists => "PCHRONICLE_TAG_EXISTS",
         "`pchronicle tag LEAF NAME` found a tag of that name on the leaf already; a tag is never moved silently",
         "Pick another name, or delete the old tag first (`pchronicle tag LEAF --delete NAME`); `pchronicle tag LEAF --list` shows the leaf's tags.";
+    SyncBusy => "PCHRONICLE_SYNC_BUSY",
+        "another `pchronicle sync` of the same leaf is running; two syncs of one leaf never run at once",
+        "Wait for the other sync to end (with `--every`, it runs again by itself), then sync again.";
+    SyncState => "PCHRONICLE_SYNC_STATE",
+        "the leaf's newest version carries a sync state this pchronicle cannot read (damaged, or written by a newer pchronicle)",
+        "Upgrade pchronicle; or rebuild the leaf from its source with `pchronicle import SOURCE DEST --mode overwrite`, after which `sync` starts afresh.";
     TagNotFound => "PCHRONICLE_TAG_NOT_FOUND",
         "the leaf has no tag of the name given",
         "`pchronicle tag LEAF --list` shows the leaf's tags.";

@@ -52,6 +52,67 @@ impl ImportArgs {
     }
 }
 
+// The flags of `sync`.
+#[cfg(feature = "compact-jsonl")]
+#[derive(Args, Debug)]
+pub(super) struct SyncArgs {
+    /// A record file, or a directory scanned recursively for them (as
+    /// `import` does).
+    source: PathBuf,
+    /// The compact-jsonl leaf to keep in step (created by the first sync).
+    dest: PathBuf,
+    /// Say what would change; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Sync again every DURATION (`30s`, `5m`, `1h`) until stopped
+    /// (SIGINT, SIGTERM); a sync that fails is reported and tried again.
+    #[arg(long, value_name = "DURATION", value_parser = sync_interval)]
+    every: Option<std::time::Duration>,
+}
+
+/// The interval of `sync --every`: a duration of at least one second
+/// (bare numbers are seconds).
+#[cfg(feature = "compact-jsonl")]
+fn sync_interval(text: &str) -> std::result::Result<std::time::Duration, String> {
+    let every = super::mount::duration_s(text)?;
+    if every < std::time::Duration::from_secs(1) {
+        return Err(format!("`{text}`: at least 1s"));
+    }
+    Ok(every)
+}
+
+#[cfg(feature = "compact-jsonl")]
+impl SyncArgs {
+    pub(super) fn run(self) -> Result<ExitCode> {
+        super::refuse_remote(&self.source, "sync")?;
+        super::refuse_remote(&self.dest, "sync")?;
+        let store = CompactJsonlStore::default();
+        let Some(every) = self.every else {
+            self.once(&store)?;
+            return Ok(ExitCode::SUCCESS);
+        };
+        loop {
+            if let Err(e) = self.once(&store) {
+                eprintln!("{}", e.render());
+            }
+            std::thread::sleep(every);
+        }
+    }
+
+    fn once(&self, store: &CompactJsonlStore) -> Result<()> {
+        let report = store.sync_path(&self.source, &self.dest, self.dry_run)?;
+        if self.json {
+            out::exact(&pretty_json(&report));
+        } else {
+            out::say_text(&table::sync(&report, &self.dest));
+        }
+        Ok(())
+    }
+}
+
 // The flags of `append`.
 #[derive(Args, Debug)]
 pub(super) struct AppendArgs {

@@ -109,6 +109,17 @@ pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM
     /// publish its chronicle.manifest. Prints the published version and the
     /// leaf's record and failed counts.
     Import(ingest::ImportArgs),
+    /// Bring a compact-jsonl leaf in step with the record files under
+    /// SOURCE, in one new Lance version: new files are imported, files that
+    /// only grew are imported from where the last sync stopped (a torn last
+    /// record is left for the next sync), changed or removed files have
+    /// their rows replaced or deleted. Nothing changed: no new version.
+    #[cfg(feature = "compact-jsonl")]
+    #[command(after_help = "Examples:\n  \
+pchronicle sync ./sessions ./warehouse/team/sessions_compact\n  \
+pchronicle sync ./sessions ./warehouse/team/sessions_compact --dry-run\n  \
+pchronicle sync ./sessions ./warehouse/team/sessions_compact --every 5m")]
+    Sync(ingest::SyncArgs),
     /// Append records to a session's current shard in a record store. The
     /// shard is `<session>.<token>.jsonl` (or `.jsonseq` when packed); a new
     /// one is started when the last is sealed (grown to 2 MiB, appended to
@@ -273,6 +284,8 @@ fn execute(command: Command) -> Result<ExitCode> {
         Command::Cat(args) => args.run(),
         Command::Query(args) => args.run(),
         Command::Import(args) => args.run(),
+        #[cfg(feature = "compact-jsonl")]
+        Command::Sync(args) => args.run(),
         Command::Append(args) => args.run(),
         #[cfg(feature = "compact-jsonl")]
         Command::Tag(args) => args.run(),

@@ -348,7 +348,7 @@ fn duration_ms(text: &str) -> std::result::Result<Duration, String> {
 }
 
 /// A duration of `--render-timeout`: a number with a unit, or bare seconds.
-fn duration_s(text: &str) -> std::result::Result<Duration, String> {
+pub(super) fn duration_s(text: &str) -> std::result::Result<Duration, String> {
     parse_duration(text, Duration::from_secs)
 }
 

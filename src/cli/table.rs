@@ -230,6 +230,72 @@ pub fn warn(warnings: &[Warning], truncated: bool) {
     }
 }
 
+/// What `sync` did, in words: one line per changed file, then the outcome.
+#[cfg(feature = "compact-jsonl")]
+pub fn sync(report: &crate::store::compact::sync::SyncReport, dest: &std::path::Path) -> String {
+    use std::fmt::Write;
+    let mut text = String::new();
+    let verb = if report.dry_run { "would take" } else { "took" };
+    if report.rebuilt {
+        let _ = writeln!(
+            text,
+            "the newest version of {} was not written by sync: every row {} replaced by the source",
+            dest.display(),
+            if report.dry_run { "would be" } else { "is" }
+        );
+    }
+    for change in &report.changes {
+        let what = match change.change {
+            crate::store::compact::sync::Change::New => {
+                format!("new: {verb} bytes 0..{}", change.to)
+            }
+            crate::store::compact::sync::Change::Grown => {
+                format!("grown: {verb} bytes {}..{}", change.from, change.to)
+            }
+            crate::store::compact::sync::Change::Replaced => {
+                format!("changed: rows replaced, {verb} bytes 0..{}", change.to)
+            }
+            crate::store::compact::sync::Change::Gone => "gone: rows deleted".to_string(),
+        };
+        let _ = writeln!(text, "{}: {what}", change.file);
+    }
+    let version = report
+        .version
+        .map_or_else(|| "no leaf yet".to_string(), |v| format!("version {v}"));
+    let torn = if report.torn_files > 0 {
+        format!(
+            "; {} file(s) end in a record not complete yet, left for the next sync",
+            report.torn_files
+        )
+    } else {
+        String::new()
+    };
+    if !report.changed {
+        let _ = writeln!(
+            text,
+            "nothing changed: {} stays at {version} ({} files unchanged){torn}",
+            dest.display(),
+            report.unchanged_files
+        );
+    } else if report.dry_run {
+        let _ = writeln!(
+            text,
+            "dry run: {} would get a new version; nothing was written{torn}",
+            dest.display()
+        );
+    } else {
+        let _ = writeln!(
+            text,
+            "published {version} of {}: {} records taken ({} failed), {} files unchanged{torn}",
+            dest.display(),
+            report.imported_records,
+            report.imported_failed,
+            report.unchanged_files
+        );
+    }
+    text
+}
+
 pub fn import(report: &ImportReport, dest: &std::path::Path) -> String {
     format!(
         "imported {} records ({} failed, {} offloaded) from {} files into {}\npublished {}: the leaf holds {} records ({} failed)\n",

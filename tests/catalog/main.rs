@@ -32,6 +32,8 @@ mod shards;
 mod sidecar;
 mod support;
 #[cfg(feature = "compact-jsonl")]
+mod sync;
+#[cfg(feature = "compact-jsonl")]
 mod terminal;
 mod watch;
 #[cfg(feature = "serve")]

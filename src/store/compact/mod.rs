@@ -36,6 +36,8 @@ mod read;
 #[cfg(all(feature = "compact-jsonl", feature = "remote"))]
 mod remote;
 #[cfg(feature = "compact-jsonl")]
+pub mod sync;
+#[cfg(feature = "compact-jsonl")]
 pub mod tags;
 pub mod versions;
 #[cfg(not(feature = "compact-jsonl"))]

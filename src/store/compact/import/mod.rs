@@ -39,12 +39,21 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
 use rows::produce;
 
-/// One file to import.
-struct SourceFile {
-    path: PathBuf,
+/// A batch of rows, or why the producer stopped.
+pub(super) type Batch = std::result::Result<RecordBatch, ArrowError>;
+
+/// One file to import, or the part of it from `start` to `end`.
+pub(super) struct SourceFile {
+    pub(super) path: PathBuf,
     /// Relative to the import root; the `_file_` column.
-    rel: String,
-    format: RecordFormat,
+    pub(super) rel: String,
+    pub(super) format: RecordFormat,
+    /// Where the records to take begin (a record boundary).
+    pub(super) start: u64,
+    /// Where they end (the end of the file when `None`).
+    pub(super) end: Option<u64>,
+    /// The `line` of the record before the first one taken.
+    pub(super) first_line: u64,
 }
 
 impl CompactJsonlStore {
@@ -83,35 +92,9 @@ impl CompactJsonlStore {
         dest: &Path,
         mode: ImportMode,
     ) -> Result<ImportReport> {
-        let offload_dir = dest.join(OFFLOAD_DIR);
-        fs::create_dir_all(&offload_dir).map_err(|e| Error::io(&offload_dir, &e))?;
-
-        let schema: SchemaRef = Arc::new(schema());
-        let (sender, receiver) = sync_channel(2);
-        let progress = Arc::new(Progress::new(source_bytes));
-        let producer = {
-            let schema = Arc::clone(&schema);
-            let progress = Arc::clone(&progress);
-            let threshold = self.offload_threshold;
-            std::thread::Builder::new()
-                .name("pchronicle-import".into())
-                .spawn(move || produce(files, schema, offload_dir, threshold, sender, &progress))
-                .map_err(|e| {
-                    Error::new(
-                        ErrorCode::Io,
-                        format!("cannot start the import thread: {e}"),
-                    )
-                })?
-        };
-        let written = self.write_batches(receiver, schema, dest, mode);
-        // The producer ends when it has sent everything or when the writer
-        // dropped the channel; its own error explains a failed write best.
-        let produced = producer
-            .join()
-            .map_err(|_| Error::new(ErrorCode::Io, "the import thread panicked"))?;
-        progress.finish();
-        let tally = produced?;
-        let version = written?;
+        let (tally, version) = self.produce_rows(files, source_bytes, dest, |rows, schema| {
+            self.write_batches(rows, schema, dest, mode, None)
+        })?;
 
         let manifest = self.publish_manifest(dest).map_err(|e| {
             Error::at(
@@ -138,6 +121,45 @@ impl CompactJsonlStore {
         })
     }
 
+    /// Turns `files` into rows on a thread of its own while `consume`
+    /// takes the batches (Lance's writer); gives what both made.
+    pub(super) fn produce_rows<T>(
+        &self,
+        files: Vec<SourceFile>,
+        source_bytes: u64,
+        dest: &Path,
+        consume: impl FnOnce(Receiver<Batch>, SchemaRef) -> Result<T>,
+    ) -> Result<(Tally, T)> {
+        let offload_dir = dest.join(OFFLOAD_DIR);
+        fs::create_dir_all(&offload_dir).map_err(|e| Error::io(&offload_dir, &e))?;
+        let schema: SchemaRef = Arc::new(schema());
+        let (sender, receiver) = sync_channel(2);
+        let progress = Arc::new(Progress::new(source_bytes));
+        let producer = {
+            let schema = Arc::clone(&schema);
+            let progress = Arc::clone(&progress);
+            let threshold = self.offload_threshold;
+            std::thread::Builder::new()
+                .name("pchronicle-import".into())
+                .spawn(move || produce(files, schema, offload_dir, threshold, sender, &progress))
+                .map_err(|e| {
+                    Error::new(
+                        ErrorCode::Io,
+                        format!("cannot start the import thread: {e}"),
+                    )
+                })?
+        };
+        let consumed = consume(receiver, schema);
+        // The producer ends when it has sent everything or when the writer
+        // dropped the channel; its own error explains a failed write best.
+        let produced = producer
+            .join()
+            .map_err(|_| Error::new(ErrorCode::Io, "the import thread panicked"))?;
+        progress.finish();
+        let tally = produced?;
+        Ok((tally, consumed?))
+    }
+
     fn check_destination(&self, dest: &Path, mode: ImportMode) -> Result<()> {
         let has_dataset = super::versions::latest_version(dest).is_ok();
         match mode {
@@ -157,12 +179,13 @@ impl CompactJsonlStore {
     }
 
     /// Hands the batches to Lance and returns the version it committed.
-    fn write_batches(
+    pub(super) fn write_batches(
         &self,
-        receiver: Receiver<std::result::Result<RecordBatch, ArrowError>>,
+        receiver: Receiver<Batch>,
         schema: SchemaRef,
         dest: &Path,
         mode: ImportMode,
+        properties: Option<std::collections::HashMap<String, String>>,
     ) -> Result<u64> {
         let uri = uri_of(dest)?;
         let params = WriteParams {
@@ -173,6 +196,7 @@ impl CompactJsonlStore {
             },
             data_storage_version: Some(DATA_STORAGE_VERSION),
             session: Some(self.session()),
+            transaction_properties: properties.map(Arc::new),
             ..WriteParams::default()
         };
         let batches = RecordBatchIterator::new(receiver.into_iter(), schema);
@@ -185,7 +209,7 @@ impl CompactJsonlStore {
 
 /// The record files under `source`, sorted by relative path; symlinks and
 /// pchronicle's own state are skipped, and so is `dest` if it lies inside.
-fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
+pub(super) fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
     let meta = fs::metadata(source).map_err(|e| Error::io(source, &e))?;
     if meta.is_file() {
         let name = source
@@ -199,11 +223,11 @@ fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
                 "not a record file (.jsonl, .ndjson, .jsonseq or .json)",
             )
         })?;
-        return Ok(vec![SourceFile {
-            path: source.to_path_buf(),
-            rel: name.to_string(),
+        return Ok(vec![SourceFile::whole(
+            source.to_path_buf(),
+            name.to_string(),
             format,
-        }]);
+        )]);
     }
     let dest = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
     let mut files = Vec::new();
@@ -228,11 +252,7 @@ fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
             if kind.is_dir() && name != crate::warehouse::STATE_DIR {
                 stack.push((entry.path(), child_rel));
             } else if let Some(format) = RecordFormat::from_name(&name).filter(|_| kind.is_file()) {
-                files.push(SourceFile {
-                    path: entry.path(),
-                    rel: child_rel,
-                    format,
-                });
+                files.push(SourceFile::whole(entry.path(), child_rel, format));
             }
         }
     }
@@ -247,17 +267,32 @@ fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
     Ok(files)
 }
 
+impl SourceFile {
+    fn whole(path: PathBuf, rel: String, format: RecordFormat) -> SourceFile {
+        SourceFile {
+            path,
+            rel,
+            format,
+            start: 0,
+            end: None,
+            first_line: 0,
+        }
+    }
+}
+
 /// Counts kept by the producer.
 #[derive(Default)]
-struct Tally {
-    files: u64,
-    records: u64,
-    failed: u64,
-    offloaded: u64,
+pub(super) struct Tally {
+    pub(super) files: u64,
+    pub(super) records: u64,
+    pub(super) failed: u64,
+    pub(super) offloaded: u64,
+    /// The `line` of each file's last record taken, in file order.
+    pub(super) lines: Vec<u64>,
 }
 
 /// A progress line on stderr, shown only when stderr is a terminal.
-struct Progress {
+pub(super) struct Progress {
     total: u64,
     done: AtomicU64,
     last: parking_lot::Mutex<Instant>,
@@ -265,7 +300,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(total: u64) -> Self {
+    pub(super) fn new(total: u64) -> Self {
         let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
         Progress {
             total,
@@ -297,7 +332,7 @@ impl Progress {
         }
     }
 
-    fn finish(&self) {
+    pub(super) fn finish(&self) {
         if self.on_terminal {
             eprintln!("\rimporting: done{}", " ".repeat(40));
         }

@@ -5,7 +5,7 @@
 //! top-level array is a row.
 
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
@@ -53,15 +53,23 @@ pub(super) fn produce(
     };
     for file in &files {
         rows.file.clone_from(&file.rel);
-        rows.line = 0;
+        rows.line = file.first_line;
         rows.tally.files += 1;
         let result = match file.format {
             RecordFormat::Json => import_json_document(&file.path, &mut rows, progress),
-            _ => File::open(&file.path).and_then(|f| {
-                let reader = CountingReader { inner: f, progress };
+            _ => File::open(&file.path).and_then(|mut f| {
+                f.seek(SeekFrom::Start(file.start))?;
+                let length = file
+                    .end
+                    .map_or(u64::MAX, |end| end.saturating_sub(file.start));
+                let reader = CountingReader {
+                    inner: f.take(length),
+                    progress,
+                };
                 for_each_segment(reader, &mut rows)
             }),
         };
+        rows.tally.lines.push(rows.line);
         if rows.closed {
             // Lance stopped reading: the write failed; it reports why.
             return Ok(rows.tally);
@@ -280,7 +288,7 @@ fn import_json_document(path: &Path, rows: &mut RowWriter, progress: &Progress) 
 
 /// Counts the bytes read from the sources for the progress line.
 struct CountingReader<'p> {
-    inner: File,
+    inner: io::Take<File>,
     progress: &'p Progress,
 }
 

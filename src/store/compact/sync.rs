@@ -1,0 +1,556 @@
+//! `sync`: keeps a compact-jsonl leaf in step with live record files.
+//!
+//! A sync compares the record files under a source (the scan `import`
+//! makes) with what the leaf took of each at the last sync, and publishes
+//! what changed as one new Lance version:
+//! - a new file is taken whole, up to its last complete record;
+//! - a file that only grew (the bytes taken before still hash the same) is
+//!   taken from where the last sync stopped, its `line` numbers going on;
+//! - a file changed in any other way has its rows replaced, and a file
+//!   gone has them deleted (by `_file_`).
+//!
+//! A torn last record (no newline after it yet) is left for a later sync:
+//! the file may still be being written. What was taken of each file (bytes,
+//! their SHA-256, the last `line`, the file's identity as seen) is written
+//! in the same commit as the rows, as a property of the version's
+//! transaction, so the state read back is always the one of the version it
+//! describes. A file whose identity (size, times, inode) did not change
+//! since is not read at all. A leaf whose newest version was not written by
+//! a sync (an `import`, another writer) is rebuilt: its rows are replaced
+//! by the whole source. A sync killed at any point leaves the leaf at the
+//! version before (Lance commits atomically; data files written before the
+//! commit are left unreferenced). Two syncs of one leaf at once: the second
+//! fails with `PCHRONICLE_SYNC_BUSY`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::RecordBatchIterator;
+use lance::Dataset;
+use lance::dataset::transaction::{Operation, TransactionBuilder};
+use lance::dataset::{CommitBuilder, DeleteBuilder, InsertBuilder, WriteMode, WriteParams};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::engine::uri_of;
+use super::import::{SourceFile, collect_sources};
+use super::{CompactJsonlStore, DATA_STORAGE_VERSION};
+use crate::error::{Error, ErrorCode, Result};
+use crate::records::RecordFormat;
+use crate::warehouse::hex;
+
+/// The transaction property holding what a sync took.
+pub const SYNC_STATE_KEY: &str = "pchronicle.sync";
+
+/// The state's layout version.
+const SYNC_STATE_SCHEMA: u32 = 1;
+
+/// What the leaf took of every source file, as of one version.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct SyncState {
+    schema: u32,
+    files: BTreeMap<String, Taken>,
+}
+
+/// What was taken of one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Taken {
+    /// Bytes taken: every record before this offset is in the leaf.
+    taken: u64,
+    /// SHA-256 of those bytes.
+    sha256: String,
+    /// The `line` of the last record taken.
+    lines: u64,
+    /// The file as it was seen: it is not read again while all hold.
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    ino: u64,
+    dev: u64,
+}
+
+/// How one file changed since the last sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Change {
+    New,
+    Grown,
+    Replaced,
+    Gone,
+}
+
+/// One file's change, with the bytes taken (`from`..`to`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileChange {
+    pub file: String,
+    pub change: Change,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// What a sync did (or, dry, would do).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SyncReport {
+    pub dry_run: bool,
+    /// Whether a new version was (or would be) published.
+    pub changed: bool,
+    /// The leaf's version afterwards (`None`: there is no leaf yet).
+    pub version: Option<u64>,
+    /// The newest version was not written by a sync: every row is
+    /// replaced by the whole source.
+    pub rebuilt: bool,
+    pub changes: Vec<FileChange>,
+    pub unchanged_files: u64,
+    /// Files whose last record is not complete yet (left for later).
+    pub torn_files: u64,
+    pub imported_records: u64,
+    pub imported_failed: u64,
+}
+
+/// What a sync will do.
+struct Plan {
+    take: Vec<SourceFile>,
+    /// The state after the sync, but for the `lines` of what is taken.
+    next: SyncState,
+    changes: Vec<FileChange>,
+    /// `_file_` values whose rows go.
+    deleted: Vec<String>,
+    unchanged: u64,
+    torn: u64,
+    bytes: u64,
+}
+
+impl CompactJsonlStore {
+    /// Brings the leaf at `dest` in step with the record files under
+    /// `source` in one new version (none when nothing changed); `dry_run`
+    /// only says what would change.
+    pub fn sync_path(&self, source: &Path, dest: &Path, dry_run: bool) -> Result<SyncReport> {
+        let files = collect_sources(source, dest)?;
+        let created = !dest.exists();
+        fs::create_dir_all(dest).map_err(|e| Error::io(dest, &e))?;
+        let _lock = match lock(dest) {
+            Ok(lock) => lock,
+            Err(e) => {
+                if created {
+                    let _ = fs::remove_dir(dest);
+                }
+                return Err(e);
+            }
+        };
+        let result = self.sync_locked(files, dest, dry_run);
+        if created && (dry_run || result.is_err()) {
+            // A sync that made nothing leaves nothing behind.
+            if super::versions::latest_version(dest).is_err() {
+                let _ = fs::remove_dir_all(dest);
+            }
+        }
+        result
+    }
+
+    fn sync_locked(
+        &self,
+        files: Vec<SourceFile>,
+        dest: &Path,
+        dry_run: bool,
+    ) -> Result<SyncReport> {
+        let dataset = match super::versions::latest_version(dest) {
+            Ok(_) => Some(Arc::new(self.open_compact(dest)?)),
+            Err(_) => None,
+        };
+        let (state, rebuilt) = match &dataset {
+            Some(dataset) => match self.read_state(dataset, dest)? {
+                Some(state) => (state, false),
+                None => (SyncState::default(), true),
+            },
+            None => (SyncState::default(), false),
+        };
+        let plan = plan(files, &state)?;
+        let changed = rebuilt || !plan.changes.is_empty();
+        let mut report = SyncReport {
+            dry_run,
+            changed,
+            version: dataset.as_ref().map(|d| d.version().version),
+            rebuilt,
+            changes: plan.changes.clone(),
+            unchanged_files: plan.unchanged,
+            torn_files: plan.torn,
+            imported_records: 0,
+            imported_failed: 0,
+        };
+        if dry_run || !changed || (dataset.is_none() && plan.take.is_empty()) {
+            report.changed &= dataset.is_some() || !plan.take.is_empty();
+            return Ok(report);
+        }
+        let (version, imported, failed) = self.commit_plan(plan, dataset, dest, rebuilt)?;
+        self.publish_manifest(dest).map_err(|e| {
+            Error::at(
+                ErrorCode::ImportManifest,
+                dest,
+                format!(
+                    "Lance version {version} was written but its manifest was not: {}",
+                    e.message
+                ),
+            )
+        })?;
+        report.version = Some(version);
+        report.imported_records = imported;
+        report.imported_failed = failed;
+        Ok(report)
+    }
+
+    /// The state the leaf's newest version was written with, if a sync
+    /// wrote it.
+    fn read_state(&self, dataset: &Dataset, dest: &Path) -> Result<Option<SyncState>> {
+        let transaction = self
+            .block_on(dataset.read_transaction())?
+            .map_err(|e| Error::at(ErrorCode::Lance, dest, e.to_string()))?;
+        let Some(text) = transaction
+            .and_then(|t| t.transaction_properties)
+            .and_then(|p| p.get(SYNC_STATE_KEY).cloned())
+        else {
+            return Ok(None);
+        };
+        let state: SyncState = serde_json::from_str(&text).map_err(|e| {
+            Error::at(
+                ErrorCode::SyncState,
+                dest,
+                format!("the sync state of the newest version cannot be read: {e}"),
+            )
+        })?;
+        if state.schema != SYNC_STATE_SCHEMA {
+            return Err(Error::at(
+                ErrorCode::SyncState,
+                dest,
+                format!(
+                    "the sync state has layout {}, this pchronicle reads {SYNC_STATE_SCHEMA}",
+                    state.schema
+                ),
+            ));
+        }
+        Ok(Some(state))
+    }
+
+    /// Writes the rows `plan` takes and deletes the ones it drops, then
+    /// commits both with the new state as one version. Gives the version
+    /// and the records (and failed ones) taken.
+    fn commit_plan(
+        &self,
+        plan: Plan,
+        dataset: Option<Arc<Dataset>>,
+        dest: &Path,
+        rebuilt: bool,
+    ) -> Result<(u64, u64, u64)> {
+        let lance = |e: lance::Error| Error::at(ErrorCode::Lance, dest, e.to_string());
+        let uri = uri_of(dest)?;
+        let Plan {
+            take,
+            mut next,
+            deleted,
+            bytes,
+            ..
+        } = plan;
+        let taken_names: Vec<String> = take.iter().map(|f| f.rel.clone()).collect();
+        let params = WriteParams {
+            mode: if dataset.is_some() {
+                WriteMode::Append
+            } else {
+                WriteMode::Create
+            },
+            data_storage_version: Some(DATA_STORAGE_VERSION),
+            session: Some(self.session()),
+            ..WriteParams::default()
+        };
+        let (tally, staged) = if take.is_empty() {
+            (super::import::Tally::default(), None)
+        } else {
+            let (tally, staged) = self.produce_rows(take, bytes, dest, |rows, schema| {
+                let batches = RecordBatchIterator::new(rows.into_iter(), schema);
+                let builder = match &dataset {
+                    Some(dataset) => InsertBuilder::new(Arc::clone(dataset)),
+                    None => InsertBuilder::new(uri.as_str()),
+                };
+                self.block_on(
+                    builder
+                        .with_params(&params)
+                        .execute_uncommitted_stream(batches),
+                )?
+                .map_err(lance)
+            })?;
+            (tally, Some(staged))
+        };
+        for (name, lines) in taken_names.iter().zip(&tally.lines) {
+            if let Some(taken) = next.files.get_mut(name) {
+                taken.lines = *lines;
+            }
+        }
+        let state = serde_json::to_string(&next).expect("a sync state serializes");
+        let properties = Arc::new(HashMap::from([(SYNC_STATE_KEY.to_string(), state)]));
+        let committed = match dataset {
+            None => {
+                let mut transaction = staged.expect("a new leaf takes rows");
+                transaction.transaction_properties = Some(properties);
+                self.block_on(
+                    CommitBuilder::new(uri.as_str())
+                        .with_session(self.session())
+                        .with_storage_format(DATA_STORAGE_VERSION)
+                        .execute(transaction),
+                )?
+                .map_err(lance)?
+            }
+            Some(dataset) => {
+                let new_fragments = match staged.map(|t| t.operation) {
+                    Some(Operation::Append { fragments }) => fragments,
+                    None => Vec::new(),
+                    Some(other) => {
+                        return Err(Error::at(
+                            ErrorCode::Lance,
+                            dest,
+                            format!("Lance staged an unexpected {other} for new rows"),
+                        ));
+                    }
+                };
+                let predicate = if rebuilt {
+                    Some("true".to_string())
+                } else {
+                    in_files(&deleted)
+                };
+                let (updated_fragments, removed_fragment_ids) = match predicate {
+                    None => (Vec::new(), Vec::new()),
+                    Some(predicate) => {
+                        let staged = self
+                            .block_on(
+                                DeleteBuilder::new(Arc::clone(&dataset), predicate)
+                                    .execute_uncommitted(),
+                            )?
+                            .map_err(lance)?;
+                        match staged.transaction.operation {
+                            Operation::Delete {
+                                updated_fragments,
+                                deleted_fragment_ids,
+                                ..
+                            } => (updated_fragments, deleted_fragment_ids),
+                            other => {
+                                return Err(Error::at(
+                                    ErrorCode::Lance,
+                                    dest,
+                                    format!("Lance staged an unexpected {other} for a delete"),
+                                ));
+                            }
+                        }
+                    }
+                };
+                let operation = Operation::Update {
+                    removed_fragment_ids,
+                    updated_fragments,
+                    new_fragments,
+                    fields_modified: Vec::new(),
+                    compacted_sstables: Vec::new(),
+                    fields_for_preserving_frag_bitmap: Vec::new(),
+                    update_mode: None,
+                    inserted_rows_filter: None,
+                    updated_fragment_offsets: None,
+                };
+                let transaction = TransactionBuilder::new(dataset.version().version, operation)
+                    .transaction_properties(Some(properties))
+                    .build();
+                self.block_on(
+                    CommitBuilder::new(dataset)
+                        .with_session(self.session())
+                        .execute(transaction),
+                )?
+                .map_err(lance)?
+            }
+        };
+        Ok((committed.version().version, tally.records, tally.failed))
+    }
+}
+
+/// A filter matching the rows of `files`, `None` for no file.
+fn in_files(files: &[String]) -> Option<String> {
+    if files.is_empty() {
+        return None;
+    }
+    let quoted: Vec<String> = files
+        .iter()
+        .map(|f| format!("'{}'", f.replace('\'', "''")))
+        .collect();
+    Some(format!("_file_ IN ({})", quoted.join(", ")))
+}
+
+/// Compares the source files with `state`.
+fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
+    let mut plan = Plan {
+        take: Vec::new(),
+        next: SyncState {
+            schema: SYNC_STATE_SCHEMA,
+            files: BTreeMap::new(),
+        },
+        changes: Vec::new(),
+        deleted: Vec::new(),
+        unchanged: 0,
+        torn: 0,
+        bytes: 0,
+    };
+    let present: std::collections::HashSet<String> = files.iter().map(|f| f.rel.clone()).collect();
+    for (rel, _) in state
+        .files
+        .iter()
+        .filter(|(rel, _)| !present.contains(*rel))
+    {
+        plan.deleted.push(rel.clone());
+        plan.changes.push(FileChange {
+            file: rel.clone(),
+            change: Change::Gone,
+            from: 0,
+            to: 0,
+        });
+    }
+    for mut file in files {
+        let meta = fs::metadata(&file.path).map_err(|e| Error::io(&file.path, &e))?;
+        let before = state.files.get(&file.rel);
+        if let Some(before) = before.filter(|b| same_file(b, &meta)) {
+            plan.unchanged += 1;
+            plan.torn += u64::from(before.taken < before.size);
+            plan.next.files.insert(file.rel.clone(), before.clone());
+            continue;
+        }
+        let end = match file.format {
+            RecordFormat::Json => meta.len(),
+            _ => last_record_end(&file.path, meta.len())?,
+        };
+        plan.torn += u64::from(end < meta.len());
+        let check = before.map(|b| b.taken).filter(|&t| t <= end);
+        let (sha256, prefix) = digest(&file.path, end, check)?;
+        let kept = match (before, prefix) {
+            (Some(b), Some(prefix)) if prefix == b.sha256 && file.format != RecordFormat::Json => {
+                Some(b)
+            }
+            _ => None,
+        };
+        let (change, from, first_line) = match (before, kept) {
+            (_, Some(b)) => (Change::Grown, b.taken, b.lines),
+            (Some(_), None) => (Change::Replaced, 0, 0),
+            (None, _) => (Change::New, 0, 0),
+        };
+        let lines = kept.map_or(0, |b| b.lines);
+        plan.next.files.insert(
+            file.rel.clone(),
+            Taken {
+                taken: end,
+                sha256,
+                lines,
+                size: meta.len(),
+                mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+                ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+                ino: meta.ino(),
+                dev: meta.dev(),
+            },
+        );
+        if change == Change::Replaced {
+            plan.deleted.push(file.rel.clone());
+        }
+        if end == from && change != Change::Replaced {
+            // Nothing new to take (touched, or only a torn tail added).
+            plan.unchanged += 1;
+            continue;
+        }
+        plan.changes.push(FileChange {
+            file: file.rel.clone(),
+            change,
+            from,
+            to: end,
+        });
+        plan.bytes += end - from;
+        file.start = from;
+        file.end = Some(end);
+        file.first_line = first_line;
+        plan.take.push(file);
+    }
+    plan.changes.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(plan)
+}
+
+/// Whether `meta` is the file `taken` was seen as (a write moves its size
+/// or ctime, which no writer can set back).
+fn same_file(taken: &Taken, meta: &fs::Metadata) -> bool {
+    taken.size == meta.len()
+        && taken.mtime_ns == meta.mtime() * 1_000_000_000 + meta.mtime_nsec()
+        && taken.ctime_ns == meta.ctime() * 1_000_000_000 + meta.ctime_nsec()
+        && taken.ino == meta.ino()
+        && taken.dev == meta.dev()
+}
+
+/// Where the last complete record of a record file ends: after its last
+/// newline (0 when there is none).
+fn last_record_end(path: &Path, size: u64) -> Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = File::open(path).map_err(|e| Error::io(path, &e))?;
+    let mut end = size;
+    let mut buffer = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buffer.len() as u64);
+        let chunk = &mut buffer[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))
+            .and_then(|_| file.read_exact(chunk))
+            .map_err(|e| Error::io(path, &e))?;
+        if let Some(at) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + at as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// SHA-256 of the first `end` bytes of `path`, and of the first `check`
+/// bytes when asked.
+fn digest(path: &Path, end: u64, check: Option<u64>) -> Result<(String, Option<String>)> {
+    let file = File::open(path).map_err(|e| Error::io(path, &e))?;
+    let mut reader = file.take(end);
+    let mut hasher = Sha256::new();
+    let mut prefix = None;
+    let mut done = 0u64;
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        if check == Some(done) && prefix.is_none() {
+            prefix = Some(hex(&hasher.clone().finalize()));
+        }
+        let want = match check {
+            Some(at) if at > done => ((at - done) as usize).min(buffer.len()),
+            _ => buffer.len(),
+        };
+        let n = reader
+            .read(&mut buffer[..want])
+            .map_err(|e| Error::io(path, &e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        done += n as u64;
+    }
+    if done != end {
+        return Err(Error::at(
+            ErrorCode::ImportSource,
+            path,
+            "the file shrank while it was read; sync again",
+        ));
+    }
+    Ok((hex(&hasher.finalize()), prefix))
+}
+
+/// An exclusive lock on the leaf's directory for the sync's length.
+fn lock(dest: &Path) -> Result<File> {
+    let dir = File::open(dest).map_err(|e| Error::io(dest, &e))?;
+    match rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(dir),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::at(
+            ErrorCode::SyncBusy,
+            dest,
+            "another sync of this leaf is running",
+        )),
+        Err(e) => Err(Error::io(dest, &io::Error::from(e))),
+    }
+}
