@@ -64,6 +64,8 @@ PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_RUNS=5 PCHRONICLE_BENCH_LEAVES=20
 # The web server: polling cost, tree, first byte, runs.
 PCHRONICLE_BENCH_LEAVES=100 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_SERVE_MIB=32 \
   PCHRONICLE_BENCH_POLL_SECONDS=5 PCHRONICLE_BENCH_CLIENTS=3 bash benches/serve.sh
+# sync: nothing new over many files, and an appended file.
+PCHRONICLE_BENCH_SYNC_FILES=1000 PCHRONICLE_BENCH_SYNC_MIB=32 PCHRONICLE_BENCH_RUNS=1 bash benches/sync.sh
 # Remote warehouses against the local S3 server (moto, installed above).
 PCHRONICLE_BENCH_REMOTE_LEAVES=100 PCHRONICLE_BENCH_REMOTE_MIB=32 bash benches/remote.sh
 # Both install their peers (pylance, duckdb) from PyPI into a virtualenv once.

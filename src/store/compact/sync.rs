@@ -122,6 +122,18 @@ struct Plan {
     unchanged: u64,
     torn: u64,
     bytes: u64,
+    /// The digests still to finish: each file's hasher, fed the bytes
+    /// before `from`, and the bytes `from..end` still to feed it.
+    digests: Vec<Pending>,
+}
+
+/// A file's digest to finish.
+struct Pending {
+    rel: String,
+    path: std::path::PathBuf,
+    hasher: Sha256,
+    from: u64,
+    end: u64,
 }
 
 impl CompactJsonlStore {
@@ -251,8 +263,18 @@ impl CompactJsonlStore {
             mut next,
             deleted,
             bytes,
+            digests,
             ..
         } = plan;
+        // The digests are finished on a thread of their own while the rows
+        // are made and written (they read the same bytes, from the page
+        // cache by then or soon).
+        let mut hashed = SyncState::default();
+        hashed.files = next.files.clone();
+        let hashing = std::thread::Builder::new()
+            .name("pchronicle-sync-digest".into())
+            .spawn(move || finish_digests(digests, &mut hashed).map(|()| hashed))
+            .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start a thread: {e}")))?;
         let taken_names: Vec<String> = take.iter().map(|f| f.rel.clone()).collect();
         let params = WriteParams {
             mode: if dataset.is_some() {
@@ -282,6 +304,14 @@ impl CompactJsonlStore {
             })?;
             (tally, Some(staged))
         };
+        let hashed = hashing
+            .join()
+            .map_err(|_| Error::new(ErrorCode::Io, "the digest thread panicked"))??;
+        for (name, taken) in &mut next.files {
+            if let Some(done) = hashed.files.get(name) {
+                taken.sha256.clone_from(&done.sha256);
+            }
+        }
         for (name, lines) in taken_names.iter().zip(&tally.lines) {
             if let Some(taken) = next.files.get_mut(name) {
                 taken.lines = *lines;
@@ -394,6 +424,7 @@ fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
         unchanged: 0,
         torn: 0,
         bytes: 0,
+        digests: Vec::new(),
     };
     let present: std::collections::HashSet<String> = files.iter().map(|f| f.rel.clone()).collect();
     for (rel, _) in state
@@ -423,25 +454,32 @@ fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
             _ => last_record_end(&file.path, meta.len())?,
         };
         plan.torn += u64::from(end < meta.len());
-        let check = before.map(|b| b.taken).filter(|&t| t <= end);
-        let (sha256, prefix) = digest(&file.path, end, check)?;
-        let kept = match (before, prefix) {
-            (Some(b), Some(prefix)) if prefix == b.sha256 && file.format != RecordFormat::Json => {
-                Some(b)
+        // The bytes taken before still hash the same: the file only grew.
+        let prefix = match before {
+            Some(b) if b.taken <= end && file.format != RecordFormat::Json => {
+                let hasher = hash_prefix(&file.path, b.taken)?;
+                (hex(&hasher.clone().finalize()) == b.sha256).then_some((b, hasher))
             }
             _ => None,
         };
-        let (change, from, first_line) = match (before, kept) {
-            (_, Some(b)) => (Change::Grown, b.taken, b.lines),
+        let (change, from, first_line) = match (before, &prefix) {
+            (_, Some((b, _))) => (Change::Grown, b.taken, b.lines),
             (Some(_), None) => (Change::Replaced, 0, 0),
             (None, _) => (Change::New, 0, 0),
         };
-        let lines = kept.map_or(0, |b| b.lines);
+        let lines = prefix.as_ref().map_or(0, |(b, _)| b.lines);
+        plan.digests.push(Pending {
+            rel: file.rel.clone(),
+            path: file.path.clone(),
+            hasher: prefix.map_or_else(Sha256::new, |(_, hasher)| hasher),
+            from,
+            end,
+        });
         plan.next.files.insert(
             file.rel.clone(),
             Taken {
                 taken: end,
-                sha256,
+                sha256: String::new(),
                 lines,
                 size: meta.len(),
                 mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
@@ -505,26 +543,24 @@ fn last_record_end(path: &Path, size: u64) -> Result<u64> {
     Ok(0)
 }
 
-/// SHA-256 of the first `end` bytes of `path`, and of the first `check`
-/// bytes when asked.
-fn digest(path: &Path, end: u64, check: Option<u64>) -> Result<(String, Option<String>)> {
-    let file = File::open(path).map_err(|e| Error::io(path, &e))?;
-    let mut reader = file.take(end);
+/// A hasher fed the first `upto` bytes of `path`.
+fn hash_prefix(path: &Path, upto: u64) -> Result<Sha256> {
     let mut hasher = Sha256::new();
-    let mut prefix = None;
-    let mut done = 0u64;
+    feed(&mut hasher, path, 0, upto)?;
+    Ok(hasher)
+}
+
+/// Feeds `hasher` the bytes `from..end` of `path`.
+fn feed(hasher: &mut Sha256, path: &Path, from: u64, end: u64) -> Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = File::open(path).map_err(|e| Error::io(path, &e))?;
+    file.seek(SeekFrom::Start(from))
+        .map_err(|e| Error::io(path, &e))?;
+    let mut reader = file.take(end.saturating_sub(from));
     let mut buffer = vec![0u8; 1 << 20];
+    let mut done = from;
     loop {
-        if check == Some(done) && prefix.is_none() {
-            prefix = Some(hex(&hasher.clone().finalize()));
-        }
-        let want = match check {
-            Some(at) if at > done => ((at - done) as usize).min(buffer.len()),
-            _ => buffer.len(),
-        };
-        let n = reader
-            .read(&mut buffer[..want])
-            .map_err(|e| Error::io(path, &e))?;
+        let n = reader.read(&mut buffer).map_err(|e| Error::io(path, &e))?;
         if n == 0 {
             break;
         }
@@ -538,7 +574,19 @@ fn digest(path: &Path, end: u64, check: Option<u64>) -> Result<(String, Option<S
             "the file shrank while it was read; sync again",
         ));
     }
-    Ok((hex(&hasher.finalize()), prefix))
+    Ok(())
+}
+
+/// Finishes every pending digest into `state` (on a thread of its own
+/// while the rows are written).
+fn finish_digests(pending: Vec<Pending>, state: &mut SyncState) -> Result<()> {
+    for mut p in pending {
+        feed(&mut p.hasher, &p.path, p.from, p.end)?;
+        if let Some(taken) = state.files.get_mut(&p.rel) {
+            taken.sha256 = hex(&p.hasher.finalize());
+        }
+    }
+    Ok(())
 }
 
 /// An exclusive lock on the leaf's directory for the sync's length.
