@@ -29,14 +29,16 @@ pub mod cache;
 pub mod classify;
 pub mod counts;
 pub mod hive;
+mod kept;
+mod listing;
 pub mod model;
 mod refresh;
 mod resolve;
 mod roots;
+mod versions;
 mod walk;
 pub mod watch;
 
-use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,6 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cache::{FileId, HitCount, StampedLru, Stamps};
 use classify::DirNode;
 use counts::{BackgroundCounts, CacheFile, CountCache, Loaded};
+use listing::{node_warnings, scan_warnings, unenterable};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
     Stats, StatsBuilder, StatsOrigin, Timestamp, Warning, pretty_json,
@@ -53,9 +56,8 @@ use refresh::DirScan;
 pub use walk::Counting;
 use watch::{Answer, Question, QuietAnswers, Watcher};
 
-use crate::error::{Error, ErrorCode, Result, is_remote_failure};
+use crate::error::{Error, ErrorCode, Result};
 use crate::logbudget::warn_limited;
-use crate::records::RecordFormat;
 use crate::store::Stores;
 use crate::warehouse::{Blob, Dir, Stat, Viewer};
 
@@ -440,95 +442,6 @@ impl Catalog {
         Ok(answer)
     }
 
-    fn list_now(&self, rel: &Path) -> Result<(Listing, Vec<Stat>)> {
-        let target = self.resolve(rel)?;
-        if let Some(name) = &target.name {
-            let listing = Listing {
-                kind: NodeKind::File,
-                entries: vec![file_entry(".", name, &target.meta)],
-                truncated: false,
-                warnings: Vec::new(),
-            };
-            return Ok((listing, vec![target.meta]));
-        }
-        let dir = &target.dir;
-        let node = self.dir_node(dir).map_err(|e| Error::io(rel, &e))?;
-        let mut warnings = node_warnings(&node, "");
-        if let Some(preview) = &node.leaf {
-            let listing = Listing {
-                kind: NodeKind::Dataset,
-                entries: vec![Entry::Dataset {
-                    name: ".".into(),
-                    preview: preview.clone(),
-                }],
-                truncated: false,
-                warnings,
-            };
-            return Ok((listing, vec![target.meta]));
-        }
-        let scan = self.dir_scan(dir)?;
-        scan_warnings(&scan, "", self.options.max_entries, &mut warnings);
-        // As a walk does: what the listing asks ahead for its children
-        // holds until it has classified them all, however many they are
-        // (asked ahead, the first could expire before they are used).
-        let _hold = dir.hold_listings();
-        self.prefetch(dir, &scan.children);
-        let mut entries = Vec::with_capacity(scan.children.len());
-        let mut metas = Vec::with_capacity(scan.children.len());
-        for name in &scan.children {
-            // A child that vanished, turned into a symlink or lies on
-            // another filesystem since the scan is simply not listed; one
-            // an object store could not say anything of fails the listing
-            // (never a listing that looks whole without it).
-            let meta = match dir.stat_at(name) {
-                Ok(meta) => meta,
-                Err(e) if is_remote_failure(&e) => return Err(Error::io(rel.join(name), &e)),
-                Err(_) => continue,
-            };
-            if meta.is_dir() {
-                let child = match self.child_node(dir, name, &meta) {
-                    Ok(child) => child,
-                    Err(e) if is_remote_failure(&e) => return Err(Error::io(rel.join(name), &e)),
-                    // A directory that cannot be entered (no permission,
-                    // another filesystem) is listed, like `ls` does, but
-                    // not classified.
-                    Err(e) if unenterable(&e) => {
-                        warnings.push(Warning {
-                            code: ErrorCode::Io,
-                            path: name.clone(),
-                            message: e.to_string(),
-                        });
-                        entries.push(Entry::Directory { name: name.clone() });
-                        metas.push(meta);
-                        continue;
-                    }
-                    // Vanished or swapped for a symlink since the stat.
-                    Err(_) => continue,
-                };
-                warnings.extend(node_warnings(&child, name));
-                entries.push(match &child.leaf {
-                    Some(preview) => Entry::Dataset {
-                        name: name.clone(),
-                        preview: preview.clone(),
-                    },
-                    None => Entry::Directory { name: name.clone() },
-                });
-            } else if meta.is_file() {
-                entries.push(file_entry(name, OsStr::new(name), &meta));
-            } else {
-                continue;
-            }
-            metas.push(meta);
-        }
-        let listing = Listing {
-            kind: NodeKind::Directory,
-            entries,
-            truncated: scan.truncated || scan.cut_by_store,
-            warnings,
-        };
-        Ok((listing, metas))
-    }
-
     /// The Snapshot of `rel`.
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
         self.open_kept(rel, Counting::Read)
@@ -539,84 +452,6 @@ impl Catalog {
     /// `Uncounted`), so reading starts at once however large they are.
     pub fn open_for_reading(&self, rel: &Path) -> Result<Snapshot> {
         self.open_kept(rel, Counting::CachedOnly)
-    }
-
-    /// `gather` of `rel`, given again while nothing below it changed. Only
-    /// a directory's Snapshot whose every count is final is kept.
-    fn open_kept(&self, rel: &Path, counting: Counting) -> Result<Snapshot> {
-        let kept = self.kept_or_made(
-            rel,
-            Question::Open(counting),
-            || self.gather(rel, &mut None, counting).map(Arc::new),
-            |snapshot| {
-                let settled = snapshot.sources.iter().all(|s| {
-                    !matches!(
-                        s.stats_origin,
-                        StatsOrigin::Counting | StatsOrigin::Uncounted | StatsOrigin::Unavailable
-                    )
-                });
-                (snapshot.kind == NodeKind::Directory && settled)
-                    .then(|| Answer::Open(snapshot.clone()))
-            },
-            |answer| match answer {
-                Answer::Open(snapshot) => Some(snapshot),
-                _ => None,
-            },
-        )?;
-        Ok(Arc::unwrap_or_clone(kept))
-    }
-
-    /// The answer to `question` of `rel` kept while nothing below it
-    /// changed, else `make`'s, kept when `keep` gives it as an answer.
-    /// Without watching, `make`'s answer.
-    fn kept_or_made<T>(
-        &self,
-        rel: &Path,
-        question: Question,
-        make: impl FnOnce() -> Result<Arc<T>>,
-        keep: impl FnOnce(&Arc<T>) -> Option<Answer>,
-        from: impl FnOnce(Answer) -> Option<Arc<T>>,
-    ) -> Result<Arc<T>> {
-        let Some(quiet) = &self.quiet else {
-            return make();
-        };
-        if let Some(answer) = quiet.get(rel, question).and_then(from) {
-            return Ok(answer);
-        }
-        let begun = quiet.begin();
-        let made = make()?;
-        if let Some(answer) = keep(&made) {
-            let mut path = self.root.clone();
-            path.extend(rel.components().filter_map(|c| match c {
-                std::path::Component::Normal(name) => Some(name),
-                _ => None,
-            }));
-            quiet.keep(rel, question, &path, begun, answer);
-        }
-        Ok(made)
-    }
-
-    /// Drops every kept answer.
-    fn forget_kept(&self) {
-        if let Some(quiet) = &self.quiet {
-            quiet.clear();
-        }
-    }
-
-    /// Watches `dir` (and the subdirectories classifying it reads) before
-    /// it is read, when watching; false when it could not be watched.
-    pub(super) fn watch(&self, dir: &Dir) -> bool {
-        match &self.quiet {
-            Some(quiet) => quiet.watcher().watch(dir, &self.classify_subdirs),
-            None => true,
-        }
-    }
-
-    /// Whether `path` is watched, or nothing is.
-    pub(super) fn watched(&self, path: &Path) -> bool {
-        self.quiet
-            .as_ref()
-            .is_none_or(|quiet| quiet.watcher().is_watched(path))
     }
 
     /// The stores this catalog reads leaves with.
@@ -723,71 +558,6 @@ fn classify_subdirs(stores: &Stores) -> Vec<&'static str> {
     names.sort_unstable();
     names.dedup();
     names
-}
-
-fn file_entry(name: &str, file_name: &OsStr, meta: &Stat) -> Entry {
-    let file_name = file_name.to_str().unwrap_or(name);
-    Entry::File {
-        name: name.to_string(),
-        size: meta.len(),
-        format: RecordFormat::from_name(file_name),
-    }
-}
-
-/// A node's warnings with paths made relative to the listed/opened path.
-fn node_warnings(node: &DirNode, rel: &str) -> Vec<Warning> {
-    node.warnings
-        .iter()
-        .map(|w| Warning {
-            code: w.code,
-            path: match &w.subpath {
-                Some(sub) => display_rel(&join_rel(rel, sub)),
-                None => display_rel(rel),
-            },
-            message: w.message.clone(),
-        })
-        .collect()
-}
-
-fn scan_warnings(scan: &DirScan, rel: &str, max_entries: usize, warnings: &mut Vec<Warning>) {
-    for name in &scan.non_utf8 {
-        warnings.push(Warning {
-            code: ErrorCode::NameNotUtf8,
-            path: display_rel(rel),
-            message: format!("skipped an entry whose name is not UTF-8: {name:?}"),
-        });
-    }
-    if scan.truncated {
-        warnings.push(Warning {
-            code: ErrorCode::BoundReached,
-            path: display_rel(rel),
-            message: format!("stopped at max_entries = {max_entries}"),
-        });
-    }
-    if scan.cut_by_store {
-        #[cfg(feature = "remote")]
-        let message = format!(
-            "the object store's listing stopped at its own bound ({} names, {} pages, {} MiB \
-             of names or {} s); keys past it are not shown",
-            crate::remote::LISTED_MAX,
-            crate::remote::LISTED_PAGES_MAX,
-            crate::remote::LISTED_BYTES_MAX >> 20,
-            crate::remote::LISTING_TIME_MAX.as_secs()
-        );
-        #[cfg(not(feature = "remote"))]
-        let message = String::from("the directory's listing stopped at its own bound");
-        warnings.push(Warning {
-            code: ErrorCode::BoundReached,
-            path: display_rel(rel),
-            message,
-        });
-    }
-}
-
-/// Whether opening a directory failed for a reason worth reporting (it
-/// cannot be entered), rather than a race with a writer.
-fn unenterable(error: &io::Error) -> bool {
-    matches!(error.raw_os_error(), Some(libc::EACCES) | Some(libc::EXDEV))
 }
 
 fn join_rel(parent: &str, name: &str) -> String {

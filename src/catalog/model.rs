@@ -186,6 +186,10 @@ pub struct Source {
     /// Hive-style `key=value` attributes of the directories between the
     /// opened path and this source.
     pub path_attrs: BTreeMap<String, String>,
+    /// How a read of the past cut this source (`version`: a leaf pinned to
+    /// an older revision); absent when it is read as it is now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<&'static str>,
 }
 
 /// The result of `open(path)`: a frozen set of sources.

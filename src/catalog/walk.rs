@@ -390,6 +390,7 @@ impl Catalog {
             stats_origin: origin,
             size: Some(id.size),
             path_attrs,
+            cut: None,
         };
         (source, warnings, counted)
     }
@@ -554,6 +555,7 @@ fn leaf_source(
         stats_origin: preview.stats_origin,
         size: None,
         path_attrs,
+        cut: None,
     }
 }
 

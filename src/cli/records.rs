@@ -47,6 +47,10 @@ pub(super) struct FilterArgs {
     /// hold such a record, whole.
     #[arg(long, value_name = "TEXT", help_heading = "Filters")]
     contains: Option<String>,
+    /// Read the compact-jsonl leaf PATH as it was at version N (a Lance
+    /// version number, or a tag made with `pchronicle tag`).
+    #[arg(long, value_name = "N|TAG", help_heading = "Filters")]
+    version: Option<String>,
 }
 
 impl FilterArgs {
@@ -58,6 +62,10 @@ impl FilterArgs {
             self.file.as_deref(),
             self.contains.as_deref(),
         )
+        .map(|selection| Selection {
+            version: self.version.clone(),
+            ..selection
+        })
     }
 }
 

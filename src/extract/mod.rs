@@ -75,7 +75,7 @@ pub fn sources(
     rel: &Path,
     selection: &Selection,
 ) -> Result<crate::catalog::Snapshot> {
-    let mut snapshot = selection.narrow(catalog.open(rel)?);
+    let mut snapshot = selection.narrow(opened(catalog, rel, selection, false)?);
     if selection.contains.is_some() {
         // A source is kept when one of its records holds the text: each
         // is read up to its first such record.
@@ -95,6 +95,22 @@ pub fn sources(
         snapshot.sources.retain(|s| holding.contains(&s.file));
     }
     Ok(snapshot)
+}
+
+/// The Snapshot a selection reads: of `rel` now (`reading`: for a reader
+/// of its records, see [`Catalog::open_for_reading`]), or of the leaf
+/// `rel` at the selection's version.
+fn opened(
+    catalog: &Catalog,
+    rel: &Path,
+    selection: &Selection,
+    reading: bool,
+) -> Result<crate::catalog::Snapshot> {
+    match &selection.version {
+        Some(version) => catalog.open_version(rel, version),
+        None if reading => catalog.open_for_reading(rel),
+        None => catalog.open(rel),
+    }
 }
 
 /// Whether a record was selected.
@@ -121,7 +137,7 @@ pub fn stats(
     rel: &Path,
     selection: &Selection,
 ) -> Result<crate::catalog::Stats> {
-    if selection.narrows() || selection.contains.is_some() {
+    if selection.narrows() || selection.contains.is_some() || selection.version.is_some() {
         Ok(sources(catalog, rel, selection)?.stats())
     } else {
         catalog.stats(rel)
@@ -147,7 +163,7 @@ impl Plan {
     /// warning (`PCHRONICLE_FORMAT_UNSUPPORTED`), or refused when it is
     /// the opened path itself.
     pub fn new(catalog: &Catalog, rel: &Path, selection: Selection, shape: Shape) -> Result<Plan> {
-        let snapshot = catalog.open_for_reading(rel)?;
+        let snapshot = opened(catalog, rel, &selection, true)?;
         let total = snapshot.sources.len();
         let truncated = snapshot.truncated;
         let mut warnings = snapshot.warnings;

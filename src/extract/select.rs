@@ -31,6 +31,8 @@ pub struct Selection {
     pub limit: Option<u64>,
     /// Failed records are shown (as objects naming where they are).
     pub failed: bool,
+    /// The leaf is read as it was at this version (a number or a tag).
+    pub version: Option<String>,
 }
 
 impl Selection {

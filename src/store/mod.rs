@@ -95,6 +95,13 @@ pub trait LeafStore: Send + Sync {
         sink: &mut dyn RecordSink,
     ) -> Result<ControlFlow<()>>;
 
+    /// The leaf as it was at `version` (a version number, or a name the
+    /// store resolves to one, such as a tag): that revision's fingerprint
+    /// and stats. `Ok(None)`: this store keeps no versions.
+    fn at_version(&self, _dir: &Dir, _version: &str) -> Result<Option<LeafScan>> {
+        Ok(None)
+    }
+
     /// Writes the leaf's manifest for `scan`, keeping every unknown key of
     /// `existing` when it is a leaf manifest. Only this leaf's manifest is
     /// written, never an ancestor's.

@@ -35,6 +35,8 @@ mod support;
 mod sync;
 #[cfg(feature = "compact-jsonl")]
 mod terminal;
+#[cfg(feature = "compact-jsonl")]
+mod versions;
 mod watch;
 #[cfg(feature = "serve")]
 mod web;

@@ -100,14 +100,20 @@ impl CompactJsonlStore {
 
     /// Opens the dataset at `dir` (its newest version).
     pub fn open(&self, dir: &Path) -> Result<Dataset> {
+        self.open_at(dir, None)
+    }
+
+    /// Opens the dataset at `dir` as of `version` (the newest when `None`).
+    pub fn open_at(&self, dir: &Path, version: Option<u64>) -> Result<Dataset> {
         let uri = uri_of(dir)?;
         self.opens.fetch_add(1, Ordering::Relaxed);
         let session = self.session();
         self.block_on(async {
-            let dataset = DatasetBuilder::from_uri(&uri)
-                .with_session(session)
-                .load()
-                .await?;
+            let builder = DatasetBuilder::from_uri(&uri).with_session(session);
+            let dataset = match version {
+                Some(version) => builder.with_version(version).load().await?,
+                None => builder.load().await?,
+            };
             check_own_files(&dataset)?;
             Ok::<_, lance::Error>(dataset)
         })?
@@ -117,7 +123,11 @@ impl CompactJsonlStore {
     /// Opens the dataset at `dir`, refusing one without the compact-jsonl
     /// schema marker.
     pub fn open_compact(&self, dir: &Path) -> Result<Dataset> {
-        let dataset = self.open(dir)?;
+        Self::compact_only(dir, self.open(dir)?)
+    }
+
+    /// `dataset` if it carries the compact-jsonl schema marker.
+    fn compact_only(dir: &Path, dataset: Dataset) -> Result<Dataset> {
         if Self::is_compact(&dataset) {
             Ok(dataset)
         } else {
@@ -149,7 +159,13 @@ impl CompactJsonlStore {
     /// from the metadata, failed rows and the time range from the `failed`
     /// and `timestamp` columns alone.
     pub fn dataset_stats(&self, dir: &Path) -> Result<LeafScan> {
-        let dataset = self.open_compact(dir)?;
+        self.dataset_stats_at(dir, None)
+    }
+
+    /// As [`dataset_stats`](Self::dataset_stats), of `version` (the newest
+    /// when `None`).
+    pub fn dataset_stats_at(&self, dir: &Path, version: Option<u64>) -> Result<LeafScan> {
+        let dataset = Self::compact_only(dir, self.open_at(dir, version)?)?;
         let version = dataset.version().version;
         let stats = self
             .block_on(async {

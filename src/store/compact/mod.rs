@@ -223,6 +223,16 @@ impl LeafStore for CompactJsonlStore {
         FORMAT
     }
 
+    #[cfg(feature = "compact-jsonl")]
+    fn at_version(&self, dir: &Dir, version: &str) -> Result<Option<LeafScan>> {
+        Self::check_interiors(dir)?;
+        if dir.is_viewed() {
+            Self::check_viewer_reads(dir)?;
+        }
+        let version = self.resolve_version(dir.path(), version)?;
+        self.dataset_stats_at(dir.path(), Some(version)).map(Some)
+    }
+
     fn markers(&self) -> &'static [&'static str] {
         &[versions::VERSIONS_DIR]
     }

@@ -52,25 +52,8 @@ impl CompactJsonlStore {
     pub fn create_tag(&self, dir: &Path, name: &str, version: Option<u64>) -> Result<Tag> {
         check_name(dir, name)?;
         let dataset = self.open_leaf(dir)?;
-        let kept = self
-            .block_on(dataset.versions())?
-            .map_err(|e| lance_error(dir, e))?;
         let version = version.unwrap_or(dataset.version().version);
-        if !kept.iter().any(|v| v.version == version) {
-            let known: Vec<String> = kept.iter().map(|v| v.version.to_string()).collect();
-            return Err(Error::at(
-                ErrorCode::VersionNotFound,
-                dir,
-                format!(
-                    "the leaf keeps no version {version} (it keeps {})",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            ));
-        }
+        self.check_kept(dir, &dataset, version)?;
         match self.block_on(dataset.tags().create(name, version))? {
             Ok(()) => {}
             Err(lance::Error::RefConflict { .. }) => {
@@ -92,6 +75,55 @@ impl CompactJsonlStore {
                     format!("the tag {name:?} was made but cannot be read back"),
                 )
             })
+    }
+
+    /// The version `text` names on the leaf at `dir`: a number, or a tag.
+    /// It must still be kept (`PCHRONICLE_VERSION_NOT_FOUND` names the
+    /// ones that are).
+    pub fn resolve_version(&self, dir: &Path, text: &str) -> Result<u64> {
+        let version = match text.parse::<u64>() {
+            Ok(version) => version,
+            Err(_) => {
+                check_name(dir, text)?;
+                self.tags(dir)?
+                    .into_iter()
+                    .find(|t| t.name == text)
+                    .map(|t| t.version)
+                    .ok_or_else(|| {
+                        Error::at(
+                            ErrorCode::TagNotFound,
+                            dir,
+                            format!("the leaf has no version or tag {text:?}"),
+                        )
+                    })?
+            }
+        };
+        let dataset = self.open_leaf(dir)?;
+        self.check_kept(dir, &dataset, version)?;
+        Ok(version)
+    }
+
+    /// Fails unless `dataset` keeps `version`.
+    fn check_kept(&self, dir: &Path, dataset: &lance::Dataset, version: u64) -> Result<()> {
+        let kept = self
+            .block_on(dataset.versions())?
+            .map_err(|e| lance_error(dir, e))?;
+        if kept.iter().any(|v| v.version == version) {
+            return Ok(());
+        }
+        let known: Vec<String> = kept.iter().map(|v| v.version.to_string()).collect();
+        Err(Error::at(
+            ErrorCode::VersionNotFound,
+            dir,
+            format!(
+                "the leaf keeps no version {version} (it keeps {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        ))
     }
 
     /// Deletes the tag `name` of the leaf at `dir`; returns the version it

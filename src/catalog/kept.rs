@@ -1,0 +1,90 @@
+//! The catalog's side of [`super::watch`]: its answers kept while nothing
+//! below them changed, and the watches its classifications add.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::watch::{Answer, Question};
+use super::{Catalog, Counting, NodeKind, Snapshot, StatsOrigin};
+use crate::error::Result;
+use crate::warehouse::Dir;
+
+impl Catalog {
+    /// `gather` of `rel`, given again while nothing below it changed. Only
+    /// a directory's Snapshot whose every count is final is kept.
+    pub(super) fn open_kept(&self, rel: &Path, counting: Counting) -> Result<Snapshot> {
+        let kept = self.kept_or_made(
+            rel,
+            Question::Open(counting),
+            || self.gather(rel, &mut None, counting).map(Arc::new),
+            |snapshot| {
+                let settled = snapshot.sources.iter().all(|s| {
+                    !matches!(
+                        s.stats_origin,
+                        StatsOrigin::Counting | StatsOrigin::Uncounted | StatsOrigin::Unavailable
+                    )
+                });
+                (snapshot.kind == NodeKind::Directory && settled)
+                    .then(|| Answer::Open(snapshot.clone()))
+            },
+            |answer| match answer {
+                Answer::Open(snapshot) => Some(snapshot),
+                _ => None,
+            },
+        )?;
+        Ok(Arc::unwrap_or_clone(kept))
+    }
+
+    /// The answer to `question` of `rel` kept while nothing below it
+    /// changed, else `make`'s, kept when `keep` gives it as an answer.
+    /// Without watching, `make`'s answer.
+    pub(super) fn kept_or_made<T>(
+        &self,
+        rel: &Path,
+        question: Question,
+        make: impl FnOnce() -> Result<Arc<T>>,
+        keep: impl FnOnce(&Arc<T>) -> Option<Answer>,
+        from: impl FnOnce(Answer) -> Option<Arc<T>>,
+    ) -> Result<Arc<T>> {
+        let Some(quiet) = &self.quiet else {
+            return make();
+        };
+        if let Some(answer) = quiet.get(rel, question).and_then(from) {
+            return Ok(answer);
+        }
+        let begun = quiet.begin();
+        let made = make()?;
+        if let Some(answer) = keep(&made) {
+            let mut path = self.root.clone();
+            path.extend(rel.components().filter_map(|c| match c {
+                std::path::Component::Normal(name) => Some(name),
+                _ => None,
+            }));
+            quiet.keep(rel, question, &path, begun, answer);
+        }
+        Ok(made)
+    }
+
+    /// Drops every kept answer.
+    pub(super) fn forget_kept(&self) {
+        if let Some(quiet) = &self.quiet {
+            quiet.clear();
+        }
+    }
+
+    /// Watches `dir` (and the subdirectories classifying it reads) before
+    /// it is read, when watching; false when it could not be watched.
+    pub(super) fn watch(&self, dir: &Dir) -> bool {
+        match &self.quiet {
+            Some(quiet) => quiet.watcher().watch(dir, &self.classify_subdirs),
+            None => true,
+        }
+    }
+
+    /// Whether `path` is watched, or nothing is.
+    pub(super) fn watched(&self, path: &Path) -> bool {
+        self.quiet
+            .as_ref()
+            .is_none_or(|quiet| quiet.watcher().is_watched(path))
+    }
+}
