@@ -248,6 +248,9 @@ error_codes! {
     SyncBusy => "PCHRONICLE_SYNC_BUSY",
         "another `pchronicle sync` of the same leaf is running; two syncs of one leaf never run at once",
         "Wait for the other sync to end (with `--every`, it runs again by itself), then sync again.";
+    SyncChanged => "PCHRONICLE_SYNC_CHANGED",
+        "a source file was replaced or cut short while `pchronicle sync` read it, so the rows and the digest it read may disagree; nothing was published",
+        "Sync again (with `--every`, the next turn does); the file is then taken as it is.";
     SyncState => "PCHRONICLE_SYNC_STATE",
         "the leaf's newest version carries a sync state this pchronicle cannot read (damaged, or written by a newer pchronicle)",
         "Upgrade pchronicle; or rebuild the leaf from its source with `pchronicle import SOURCE DEST --mode overwrite`, after which `sync` starts afresh.";

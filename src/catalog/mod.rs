@@ -414,7 +414,17 @@ impl Catalog {
             Question::List,
             || self.whole(rel, || self.list_now(rel)).map(Arc::new),
             |listing| {
-                (listing.0.kind == NodeKind::Directory).then(|| Answer::List(listing.clone()))
+                // A leaf still being counted or unreadable changes with no
+                // report (as its classification is not cached either).
+                let settled = listing.0.entries.iter().all(|e| match e {
+                    Entry::Dataset { preview, .. } => !matches!(
+                        preview.stats_origin,
+                        StatsOrigin::Counting | StatsOrigin::Unavailable
+                    ),
+                    _ => true,
+                });
+                (listing.0.kind == NodeKind::Directory && settled)
+                    .then(|| Answer::List(listing.clone()))
             },
             |answer| match answer {
                 Answer::List(listing) => Some(listing),

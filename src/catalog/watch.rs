@@ -91,6 +91,8 @@ struct State {
     nodes: HashMap<PathBuf, Vec<i32>>,
     /// The report count of the last change at or below each directory.
     changed: HashMap<PathBuf, u64>,
+    /// The report count of the last change in each directory itself.
+    itself: HashMap<PathBuf, u64>,
     /// Batches of reports read so far.
     tick: u64,
     /// No answer begun before this report count holds.
@@ -113,6 +115,7 @@ impl Watcher {
                 owners: HashMap::new(),
                 nodes: HashMap::new(),
                 changed: HashMap::new(),
+                itself: HashMap::new(),
                 tick: 0,
                 floor: 0,
                 buffer: vec![MaybeUninit::uninit(); 64 * 1024],
@@ -130,22 +133,24 @@ impl Watcher {
     /// unless they are already; false when one could not be.
     pub fn watch(&self, dir: &Dir, subdirs: &[&str]) -> bool {
         let path = dir.path();
-        if self.is_watched(path) {
+        // The whole of it under the lock: a watch this call gives up on
+        // failure is never one another call is registering meanwhile.
+        let mut state = self.state.lock();
+        if state.nodes.contains_key(path) {
             return true;
         }
         let mut wds = Vec::with_capacity(1 + subdirs.len());
-        let mut whole = self.add(dir, &mut wds);
+        let mut whole = self.add(&state, dir, &mut wds);
         for name in subdirs {
-            match dir.open_dir(name) {
-                Ok(sub) => whole &= self.add(&sub, &mut wds),
-                Err(e) if absent(&e) => {}
-                Err(_) => whole = false,
-            }
             if !whole {
                 break;
             }
+            match dir.open_dir(name) {
+                Ok(sub) => whole &= self.add(&state, &sub, &mut wds),
+                Err(e) if absent(&e) => {}
+                Err(_) => whole = false,
+            }
         }
-        let mut state = self.state.lock();
         if !whole {
             for wd in wds {
                 if state.owners.get(&wd).is_none_or(Vec::is_empty) {
@@ -168,8 +173,8 @@ impl Watcher {
     }
 
     /// Adds one watch, within this process's allowance.
-    fn add(&self, dir: &Dir, wds: &mut Vec<i32>) -> bool {
-        if self.state.lock().owners.len() >= WATCHES_MAX {
+    fn add(&self, state: &State, dir: &Dir, wds: &mut Vec<i32>) -> bool {
+        if state.owners.len() >= WATCHES_MAX {
             return false;
         }
         match dir.add_watch(self.inotify.as_fd(), watch_flags()) {
@@ -193,11 +198,24 @@ impl Watcher {
         Mark(state.tick)
     }
 
-    /// Whether no change was reported at or below `path` since `since`.
+    /// Whether no change was reported at or below `path`, nor in any
+    /// directory above it (what resolving `path` and classifying the
+    /// directories on the way depend on), since `since`.
     pub fn quiet(&self, path: &Path, since: Mark) -> bool {
         let mut state = self.state.lock();
         self.drain(&mut state);
-        since.0 >= state.floor && state.changed.get(path).is_none_or(|&at| at <= since.0)
+        let after = |at: Option<&u64>| at.is_some_and(|&at| at > since.0);
+        if since.0 < state.floor || after(state.changed.get(path)) {
+            return false;
+        }
+        let mut above = path.parent().filter(|p| p.starts_with(&self.root));
+        while let Some(dir) = above {
+            if after(state.itself.get(dir)) {
+                return false;
+            }
+            above = dir.parent().filter(|p| p.starts_with(&self.root));
+        }
+        true
     }
 
     /// Reads every report queued, as one batch.
@@ -269,6 +287,7 @@ impl State {
     /// `path` and every directory above it (up to `root`) changed now.
     fn touch(&mut self, root: &Path, path: &Path) {
         let tick = self.tick;
+        self.itself.insert(path.to_path_buf(), tick);
         let mut at = Some(path);
         while let Some(dir) = at {
             match self.changed.get_mut(dir) {
@@ -289,6 +308,7 @@ impl State {
     fn upheaval(&mut self) {
         self.floor = self.tick;
         self.changed.clear();
+        self.itself.clear();
     }
 
     /// Stops watching `path` for itself (its watches are removed once no
@@ -377,6 +397,7 @@ pub(super) struct QuietAnswers {
 pub(super) struct Begun {
     since: Mark,
     gaps: u64,
+    at: Instant,
 }
 
 impl QuietAnswers {
@@ -415,6 +436,7 @@ impl QuietAnswers {
     pub(super) fn begin(&self) -> Begun {
         Begun {
             gaps: self.watcher.gaps(),
+            at: Instant::now(),
             since: self.watcher.mark(),
         }
     }
@@ -439,7 +461,7 @@ impl QuietAnswers {
         let kept = Kept {
             path: path.to_path_buf(),
             since: begun.since,
-            at: Instant::now(),
+            at: begun.at,
             answer,
         };
         let mut answers = self.answers.lock();

@@ -191,6 +191,32 @@ fn sync_follows_a_scripted_history() {
     assert!(rebuilt.rebuilt);
     assert_eq!(leaf(&dest).0, model(&source));
     assert!(!sync(&source, &dest).changed);
+
+    // Every file gone: every row goes.
+    std::fs::remove_file(w.abs("src/a.jsonl")).unwrap();
+    std::fs::remove_file(w.abs("src/c.jsonl")).unwrap();
+    let emptied = sync(&source, &dest);
+    assert_eq!(emptied.changes.len(), 2);
+    assert_eq!(leaf(&dest).0, Vec::<Row>::new());
+}
+
+#[test]
+fn a_packed_shard_is_taken_record_by_record() {
+    let w = Warehouse::new();
+    w.file("src/s.jsonseq", "\x1e{\"id\":1}\x1e\x1e{\"id\":2}\x1e");
+    let (source, dest) = (w.abs("src"), w.abs("leaf"));
+    assert_eq!(sync(&source, &dest).torn_files, 0);
+    assert_eq!(leaf(&dest).0.len(), 2);
+    append(&w, "src/s.jsonseq", "\x1e{\"id\":3}\x1e\x1e{\"id\":");
+    let grown = sync(&source, &dest);
+    assert_eq!(grown.torn_files, 1);
+    let (rows, _) = leaf(&dest);
+    let lines: Vec<u64> = rows.iter().map(|r| r.1).collect();
+    assert_eq!(lines, [1, 2, 3]);
+    assert!(rows.iter().all(|r| !r.3), "no torn record taken as failed");
+    append(&w, "src/s.jsonseq", "4}\x1e");
+    sync(&source, &dest);
+    assert_eq!(leaf(&dest).0.len(), 4);
 }
 
 #[test]

@@ -251,3 +251,28 @@ fn without_watching_nothing_is_kept() {
     }
     assert_eq!(plain.cache_hits().kept.hits, 0);
 }
+
+#[test]
+fn a_directory_above_turning_into_a_leaf_ends_the_answers_below() {
+    let w = Warehouse::new();
+    w.file("a/b/c.jsonl", jsonl(2, 0));
+    let watching = catalog(&w, true);
+    let below = Path::new("a/b");
+    for _ in 0..2 {
+        watching.list(below).unwrap();
+        watching.stats(below).unwrap();
+    }
+    assert!(watching.cache_hits().kept.hits >= 2, "kept while quiet");
+    // `a` becomes a leaf: its interior is no longer a path of the
+    // warehouse, for a new catalog and for the watching one alike.
+    w.compact("a", 1, 1);
+    let fresh = catalog(&w, false);
+    assert_eq!(
+        watching.list(below).map_err(|e| e.code),
+        fresh.list(below).map_err(|e| e.code)
+    );
+    assert_eq!(
+        watching.stats(below).map_err(|e| e.code),
+        fresh.stats(below).map_err(|e| e.code)
+    );
+}

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::engine::uri_of;
-use super::import::{SourceFile, collect_sources};
+use super::import::{SourceFile, scan_sources};
 use super::{CompactJsonlStore, DATA_STORAGE_VERSION};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
@@ -141,7 +141,7 @@ impl CompactJsonlStore {
     /// `source` in one new version (none when nothing changed); `dry_run`
     /// only says what would change.
     pub fn sync_path(&self, source: &Path, dest: &Path, dry_run: bool) -> Result<SyncReport> {
-        let files = collect_sources(source, dest)?;
+        let files = scan_sources(source, dest)?;
         let created = !dest.exists();
         fs::create_dir_all(dest).map_err(|e| Error::io(dest, &e))?;
         let _lock = match lock(dest) {
@@ -276,6 +276,10 @@ impl CompactJsonlStore {
             .spawn(move || finish_digests(digests, &mut hashed).map(|()| hashed))
             .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start a thread: {e}")))?;
         let taken_names: Vec<String> = take.iter().map(|f| f.rel.clone()).collect();
+        let taken_paths: Vec<(String, std::path::PathBuf)> = take
+            .iter()
+            .map(|f| (f.rel.clone(), f.path.clone()))
+            .collect();
         let params = WriteParams {
             mode: if dataset.is_some() {
                 WriteMode::Append
@@ -307,6 +311,23 @@ impl CompactJsonlStore {
         let hashed = hashing
             .join()
             .map_err(|_| Error::new(ErrorCode::Io, "the digest thread panicked"))??;
+        // The rows and the digests were read after the plan's stat. A file
+        // only appended to meanwhile gave both the same bytes (they read
+        // up to the plan's end); one replaced or cut short may not have, so
+        // nothing is committed and the next sync starts from the last one.
+        for (name, path) in &taken_paths {
+            let now = fs::symlink_metadata(path).map_err(|e| Error::io(path, &e))?;
+            let kept = |seen: &Taken| {
+                seen.ino == now.ino() && seen.dev == now.dev() && now.len() >= seen.taken
+            };
+            if next.files.get(name).is_some_and(|seen| !kept(seen)) {
+                return Err(Error::at(
+                    ErrorCode::SyncChanged,
+                    path,
+                    "the file was written to while it was synced; nothing was published",
+                ));
+            }
+        }
         for (name, taken) in &mut next.files {
             if let Some(done) = hashed.files.get(name) {
                 taken.sha256.clone_from(&done.sha256);
@@ -441,8 +462,17 @@ fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
         });
     }
     for mut file in files {
-        let meta = fs::metadata(&file.path).map_err(|e| Error::io(&file.path, &e))?;
         let before = state.files.get(&file.rel);
+        let meta = match fs::symlink_metadata(&file.path) {
+            Ok(meta) if meta.is_file() => Some(meta),
+            // Gone (or swapped for something else) since the scan.
+            Ok(_) => continue_gone(&mut plan, &file.rel, before.is_some()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                continue_gone(&mut plan, &file.rel, before.is_some())
+            }
+            Err(e) => return Err(Error::io(&file.path, &e)),
+        };
+        let Some(meta) = meta else { continue };
         if let Some(before) = before.filter(|b| same_file(b, &meta)) {
             plan.unchanged += 1;
             plan.torn += u64::from(before.taken < before.size);
@@ -512,6 +542,21 @@ fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
     Ok(plan)
 }
 
+/// Notes the file `rel`, gone since the scan, as gone when the leaf took
+/// some of it; gives no metadata to go on with.
+fn continue_gone(plan: &mut Plan, rel: &str, taken: bool) -> Option<fs::Metadata> {
+    if taken {
+        plan.deleted.push(rel.to_string());
+        plan.changes.push(FileChange {
+            file: rel.to_string(),
+            change: Change::Gone,
+            from: 0,
+            to: 0,
+        });
+    }
+    None
+}
+
 /// Whether `meta` is the file `taken` was seen as (a write moves its size
 /// or ctime, which no writer can set back).
 fn same_file(taken: &Taken, meta: &fs::Metadata) -> bool {
@@ -523,7 +568,7 @@ fn same_file(taken: &Taken, meta: &fs::Metadata) -> bool {
 }
 
 /// Where the last complete record of a record file ends: after its last
-/// newline (0 when there is none).
+/// newline or record separator (0 when there is none).
 fn last_record_end(path: &Path, size: u64) -> Result<u64> {
     use std::io::{Seek, SeekFrom};
     let mut file = File::open(path).map_err(|e| Error::io(path, &e))?;
@@ -535,7 +580,9 @@ fn last_record_end(path: &Path, size: u64) -> Result<u64> {
         file.seek(SeekFrom::Start(start))
             .and_then(|_| file.read_exact(chunk))
             .map_err(|e| Error::io(path, &e))?;
-        if let Some(at) = chunk.iter().rposition(|&b| b == b'\n') {
+        // A record ends at a newline, or at the record separator of a
+        // packed shard (`\x1e` before and after each record).
+        if let Some(at) = chunk.iter().rposition(|&b| b == b'\n' || b == 0x1E) {
             return Ok(start + at as u64 + 1);
         }
         end = start;

@@ -210,6 +210,20 @@ impl CompactJsonlStore {
 /// The record files under `source`, sorted by relative path; symlinks and
 /// pchronicle's own state are skipped, and so is `dest` if it lies inside.
 pub(super) fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
+    let files = scan_sources(source, dest)?;
+    if files.is_empty() {
+        return Err(Error::at(
+            ErrorCode::ImportSource,
+            source,
+            "no record files found",
+        ));
+    }
+    Ok(files)
+}
+
+/// As [`collect_sources`], and a directory without record files gives
+/// none.
+pub(super) fn scan_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
     let meta = fs::metadata(source).map_err(|e| Error::io(source, &e))?;
     if meta.is_file() {
         let name = source
@@ -255,13 +269,6 @@ pub(super) fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFi
                 files.push(SourceFile::whole(entry.path(), child_rel, format));
             }
         }
-    }
-    if files.is_empty() {
-        return Err(Error::at(
-            ErrorCode::ImportSource,
-            source,
-            "no record files found",
-        ));
     }
     files.sort_by(|a, b| a.rel.cmp(&b.rel));
     Ok(files)

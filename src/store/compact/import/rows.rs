@@ -62,11 +62,20 @@ pub(super) fn produce(
                 let length = file
                     .end
                     .map_or(u64::MAX, |end| end.saturating_sub(file.start));
-                let reader = CountingReader {
+                let mut reader = CountingReader {
                     inner: f.take(length),
                     progress,
+                    read: 0,
                 };
-                for_each_segment(reader, &mut rows)
+                for_each_segment(&mut reader, &mut rows)?;
+                // A range named to the byte must be read whole: a file cut
+                // short meanwhile is an error, not fewer records.
+                match file.end {
+                    Some(_) if reader.read < length => {
+                        Err(io::Error::other("the file was cut short while it was read"))
+                    }
+                    _ => Ok(()),
+                }
             }),
         };
         rows.tally.lines.push(rows.line);
@@ -290,12 +299,15 @@ fn import_json_document(path: &Path, rows: &mut RowWriter, progress: &Progress) 
 struct CountingReader<'p> {
     inner: io::Take<File>,
     progress: &'p Progress,
+    /// Bytes read so far.
+    read: u64,
 }
 
 impl Read for CountingReader<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(out)?;
         self.progress.add(n as u64);
+        self.read += n as u64;
         Ok(n)
     }
 }
