@@ -198,16 +198,7 @@ impl CompactJsonlStore {
             return Ok(report);
         }
         let (version, imported, failed) = self.commit_plan(plan, dataset, dest, rebuilt)?;
-        self.publish_manifest(dest).map_err(|e| {
-            Error::at(
-                ErrorCode::ImportManifest,
-                dest,
-                format!(
-                    "Lance version {version} was written but its manifest was not: {}",
-                    e.message
-                ),
-            )
-        })?;
+        self.publish_after(dest, version)?;
         report.version = Some(version);
         report.imported_records = imported;
         report.imported_failed = failed;
@@ -453,13 +444,7 @@ fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
         .iter()
         .filter(|(rel, _)| !present.contains(*rel))
     {
-        plan.deleted.push(rel.clone());
-        plan.changes.push(FileChange {
-            file: rel.clone(),
-            change: Change::Gone,
-            from: 0,
-            to: 0,
-        });
+        continue_gone(&mut plan, rel, true);
     }
     for mut file in files {
         let before = state.files.get(&file.rel);
@@ -512,8 +497,8 @@ fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
                 sha256: String::new(),
                 lines,
                 size: meta.len(),
-                mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-                ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+                mtime_ns: crate::warehouse::mtime_ns(&meta),
+                ctime_ns: crate::warehouse::ctime_ns(&meta),
                 ino: meta.ino(),
                 dev: meta.dev(),
             },
@@ -542,7 +527,7 @@ fn plan(files: Vec<SourceFile>, state: &SyncState) -> Result<Plan> {
     Ok(plan)
 }
 
-/// Notes the file `rel`, gone since the scan, as gone when the leaf took
+/// Notes the file `rel` as gone (its rows deleted) when the leaf took
 /// some of it; gives no metadata to go on with.
 fn continue_gone(plan: &mut Plan, rel: &str, taken: bool) -> Option<fs::Metadata> {
     if taken {
@@ -561,8 +546,8 @@ fn continue_gone(plan: &mut Plan, rel: &str, taken: bool) -> Option<fs::Metadata
 /// or ctime, which no writer can set back).
 fn same_file(taken: &Taken, meta: &fs::Metadata) -> bool {
     taken.size == meta.len()
-        && taken.mtime_ns == meta.mtime() * 1_000_000_000 + meta.mtime_nsec()
-        && taken.ctime_ns == meta.ctime() * 1_000_000_000 + meta.ctime_nsec()
+        && taken.mtime_ns == crate::warehouse::mtime_ns(meta)
+        && taken.ctime_ns == crate::warehouse::ctime_ns(meta)
         && taken.ino == meta.ino()
         && taken.dev == meta.dev()
 }

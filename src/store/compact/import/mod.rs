@@ -96,16 +96,7 @@ impl CompactJsonlStore {
             self.write_batches(rows, schema, dest, mode, None)
         })?;
 
-        let manifest = self.publish_manifest(dest).map_err(|e| {
-            Error::at(
-                ErrorCode::ImportManifest,
-                dest,
-                format!(
-                    "Lance version {version} was written but its manifest was not: {}",
-                    e.message
-                ),
-            )
-        })?;
+        let manifest = self.publish_after(dest, version)?;
         let stats = manifest.stats.unwrap_or_default();
         Ok(ImportReport {
             mode,
@@ -118,6 +109,26 @@ impl CompactJsonlStore {
             offloaded_records: tally.offloaded,
             source_files: tally.files,
             source_bytes,
+        })
+    }
+
+    /// Publishes the manifest of the leaf at `dest` after Lance committed
+    /// `version`: failing, the import (or sync) fails with a code saying
+    /// the version is there but its manifest is not.
+    pub(super) fn publish_after(
+        &self,
+        dest: &Path,
+        version: u64,
+    ) -> Result<crate::store::manifest::Manifest> {
+        self.publish_manifest(dest).map_err(|e| {
+            Error::at(
+                ErrorCode::ImportManifest,
+                dest,
+                format!(
+                    "Lance version {version} was written but its manifest was not: {}",
+                    e.message
+                ),
+            )
         })
     }
 
