@@ -12,6 +12,7 @@ mod support;
 mod concurrency;
 mod freshness;
 mod harness;
+mod history;
 mod hostile;
 mod lifecycle;
 mod mounting;

@@ -21,7 +21,9 @@
 //! `roots.rs` opens a catalog for a path named from outside,
 //! `resolve.rs` turns a path into open directories, `refresh.rs` reuses or
 //! refills the refresh cache (listings, classifications, counts), and
-//! `walk.rs` is the directory walk behind `open` and `stats`. They share
+//! `walk.rs` is the directory walk behind `open` and `stats`,
+//! `versions.rs` reads a leaf's past (`LEAF/.versions/N`, `--version`),
+//! `options.rs` holds the bounds and switches. They share
 //! [`classify`] (what a directory is), [`counts`] (the count cache),
 //! [`cache`] (stamps and LRUs), [`model`] (the answers) and [`hive`].
 
@@ -32,6 +34,7 @@ pub mod hive;
 mod kept;
 mod listing;
 pub mod model;
+mod options;
 mod refresh;
 mod resolve;
 mod roots;
@@ -52,7 +55,9 @@ pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
     Stats, StatsBuilder, StatsOrigin, Timestamp, Warning, pretty_json,
 };
+pub use options::{CatalogOptions, CountCachePlace};
 use refresh::DirScan;
+pub use versions::REVISIONS_LISTED;
 pub use walk::Counting;
 use watch::{Answer, Question, QuietAnswers, Watcher};
 
@@ -69,67 +74,6 @@ const HANDLES_KEPT: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(6
 
 /// Hidden from every listing and never a source.
 pub use crate::warehouse::STATE_DIR;
-
-/// Bounds and switches of a catalog.
-#[derive(Debug, Clone)]
-pub struct CatalogOptions {
-    /// Children considered per directory before the answer is truncated.
-    pub max_entries: usize,
-    /// Sources collected per `open` before the answer is truncated.
-    pub max_files: usize,
-    /// Rewrite missing or stale leaf manifests (`ensure_manifest`).
-    pub repair: bool,
-    /// Directory listings kept in the refresh cache.
-    pub dir_cache_entries: usize,
-    /// Directory classifications and leaf previews kept.
-    pub node_cache_entries: usize,
-    /// Record-file counts kept (in memory and in the persisted cache).
-    pub file_cache_entries: usize,
-    /// Where record-file counts persist across restarts.
-    pub count_cache: CountCachePlace,
-    /// Longest one directory walk (`open`, `stats`) may take; a walk past
-    /// it fails with `PCHRONICLE_REQUEST_FAILED`. `None`: no limit.
-    pub walk_budget: Option<std::time::Duration>,
-    /// Record files at least this large that the count cache does not
-    /// know are counted in the background, and shown as being counted
-    /// meanwhile (a daemon's answers never wait for one). `None`: every
-    /// file is counted when it is met (the CLI).
-    pub background_count_bytes: Option<u64>,
-    /// Watch the directories answers are made of, and give an answer to
-    /// `list`, `open` or `stats` of a directory again while nothing below
-    /// it changed (see [`watch`]). For a long-lived process; ignored where
-    /// the filesystem does not report changes.
-    pub watch: bool,
-}
-
-/// Where a catalog persists its record-file counts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CountCachePlace {
-    /// Nowhere: counts are kept in memory only.
-    Memory,
-    /// The warehouse's state directory when it is safe to write, else this
-    /// user's cache directory (see [`crate::warehouse::state_dir`]).
-    Default,
-    /// This file (named from outside).
-    File(PathBuf),
-}
-
-impl Default for CatalogOptions {
-    fn default() -> Self {
-        CatalogOptions {
-            max_entries: 100_000,
-            max_files: 100_000,
-            repair: true,
-            dir_cache_entries: 4_096,
-            node_cache_entries: 65_536,
-            file_cache_entries: 262_144,
-            count_cache: CountCachePlace::Memory,
-            walk_budget: None,
-            background_count_bytes: None,
-            watch: false,
-        }
-    }
-}
 
 /// One path as the catalog sees it: its kind and its own stat (never a
 /// symlink's target).
@@ -380,6 +324,9 @@ impl Catalog {
     /// What `rel` is, with its own stat: one path's worth of what a
     /// listing of its parent says about it.
     pub fn node(&self, rel: &Path) -> Result<Node> {
+        if let Some(past) = self.past(rel)? {
+            return self.past_node(&past);
+        }
         let target = self.resolve(rel)?;
         let kind = if target.name.is_none() {
             match self
@@ -409,6 +356,9 @@ impl Catalog {
     /// `readdirplus`). The stats are the ones the listing was classified
     /// from, so names, kinds and attributes always agree.
     pub fn list_with_meta(&self, rel: &Path) -> Result<(Listing, Vec<Stat>)> {
+        if let Some(past) = self.past(rel)? {
+            return self.past_listing(&past);
+        }
         let kept = self.kept_or_made(
             rel,
             Question::List,
@@ -454,6 +404,9 @@ impl Catalog {
 
     /// The Snapshot of `rel`.
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
+        if let Some(past) = self.past(rel)? {
+            return self.open_past(&past);
+        }
         self.open_kept(rel, Counting::Read)
     }
 
@@ -461,6 +414,9 @@ impl Catalog {
     /// not in the count cache are not read to count them (their counts are
     /// `Uncounted`), so reading starts at once however large they are.
     pub fn open_for_reading(&self, rel: &Path) -> Result<Snapshot> {
+        if let Some(past) = self.past(rel)? {
+            return self.open_past(&past);
+        }
         self.open_kept(rel, Counting::CachedOnly)
     }
 
@@ -473,6 +429,9 @@ impl Catalog {
     /// through a symlink); `ENOTDIR` for a file, `PCHRONICLE_PATH_NOT_FOUND`
     /// for a directory that is not a leaf.
     pub fn open_leaf(&self, rel: &Path) -> Result<Dir> {
+        if let Some(past) = self.past(rel)? {
+            return self.past_leaf(past);
+        }
         let target = self.resolve(rel)?;
         if target.name.is_some() {
             return Err(Error::io(rel, &io::Error::from_raw_os_error(libc::ENOTDIR)));
@@ -495,6 +454,9 @@ impl Catalog {
     /// `open(rel)` rolled up. A directory's sources are totalled as the walk
     /// meets them instead of being collected first.
     pub fn stats(&self, rel: &Path) -> Result<Stats> {
+        if let Some(past) = self.past(rel)? {
+            return self.open_past(&past).map(|snapshot| snapshot.stats());
+        }
         let kept = self.kept_or_made(
             rel,
             Question::Stats,

@@ -20,6 +20,10 @@ impl Catalog {
         if crate::remote::is_remote(path) {
             return Catalog::for_remote(path, options);
         }
+        if let Some((leaf, past)) = past_of(path) {
+            let (catalog, rel) = Catalog::for_path(leaf, options)?;
+            return Ok((catalog, rel.join(past)));
+        }
         let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(path, &e))?;
         let stores = Stores::default();
         refuse_inside_leaf(path, &canonical, &stores)?;
@@ -72,6 +76,35 @@ impl Catalog {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A path into a leaf's past (`LEAF/.versions`, `LEAF/.versions/N`,
+/// `LEAF/.tags/NAME`) that is not a real path: the leaf's path and the
+/// rest, which the catalog rooted above the leaf reads (see
+/// `versions.rs`).
+fn past_of(path: &Path) -> Option<(&Path, PathBuf)> {
+    use super::versions::{TAGS, VERSIONS};
+    let past = |name: &std::ffi::OsStr| name == VERSIONS || name == TAGS;
+    fn parent_of(path: &Path) -> Option<&Path> {
+        match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => Some(parent),
+            Some(_) => Some(Path::new(".")),
+            None => None,
+        }
+    }
+    if std::fs::symlink_metadata(path).is_ok() {
+        return None;
+    }
+    let name = path.file_name()?;
+    let parent = parent_of(path)?;
+    if past(name) {
+        return Some((parent, PathBuf::from(name)));
+    }
+    let parent_name = parent.file_name()?;
+    if !past(parent_name) {
+        return None;
+    }
+    Some((parent_of(parent)?, Path::new(parent_name).join(name)))
 }
 
 /// Refuses `path` (named from outside, resolved to `resolved`) when it lies

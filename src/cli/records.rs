@@ -47,8 +47,9 @@ pub(super) struct FilterArgs {
     /// hold such a record, whole.
     #[arg(long, value_name = "TEXT", help_heading = "Filters")]
     contains: Option<String>,
-    /// Read the compact-jsonl leaf PATH as it was at version N (a Lance
-    /// version number, or a tag made with `pchronicle tag`).
+    /// Read the leaf PATH as it was at revision N: a compact-jsonl leaf's
+    /// Lance version number or a tag made with `pchronicle tag`, a
+    /// storyline leaf's generation. The same as reading PATH/.versions/N.
     #[arg(long, value_name = "N|TAG", help_heading = "Filters")]
     version: Option<String>,
 }

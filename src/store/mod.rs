@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::records::read::{RecordSink, Resume, Wanted};
 use crate::records::{RecordFormat, RecordStats};
-use crate::warehouse::Dir;
+use crate::warehouse::{Dir, Stat};
 use manifest::{Manifest, ManifestKind};
 
 pub use compact::CompactJsonlStore;
@@ -95,10 +95,51 @@ pub trait LeafStore: Send + Sync {
         sink: &mut dyn RecordSink,
     ) -> Result<ControlFlow<()>>;
 
-    /// The leaf as it was at `version` (a version number, or a name the
+    /// Whether this store can read its leaves' older revisions (and so
+    /// shows them as `.versions/`).
+    fn keeps_history(&self) -> bool {
+        false
+    }
+
+    /// The names of the revisions the leaf keeps, oldest first (what
+    /// [`Self::at_version`] takes: a Lance version number, a storyline
+    /// generation's name). `Ok(None)`: this store keeps no history.
+    fn history(&self, _dir: &Dir) -> Result<Option<Vec<String>>> {
+        Ok(None)
+    }
+
+    /// The stat of what stands for the revision `name` (a version's
+    /// manifest, a generation's directory), whose times say when it was
+    /// made; `Ok(None)` when the leaf keeps no such revision.
+    fn revision_meta(&self, _dir: &Dir, _name: &str) -> Result<Option<Stat>> {
+        Ok(None)
+    }
+
+    /// The fingerprint of the revision `name` (what a scan of it says),
+    /// `None` when `name` cannot name one.
+    fn revision_fingerprint(&self, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// Whether this store names revisions (tags), shown as `.tags/`.
+    fn names_revisions(&self) -> bool {
+        false
+    }
+
+    /// The leaf's names for revisions: `(name, revision)`, by name.
+    fn revision_names(&self, _dir: &Dir) -> Result<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
+
+    /// The leaf as it was at `version` (a revision's name, or a name the
     /// store resolves to one, such as a tag): that revision's fingerprint
     /// and stats. `Ok(None)`: this store keeps no versions.
-    fn at_version(&self, _dir: &Dir, _version: &str) -> Result<Option<LeafScan>> {
+    fn at_version(
+        &self,
+        _dir: &Dir,
+        _version: &str,
+        _counter: &dyn RecordCounter,
+    ) -> Result<Option<LeafScan>> {
         Ok(None)
     }
 

@@ -13,7 +13,7 @@ use super::{LeafScan, LeafStore, RecordCounter};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::read::{self, RecordSink, Resume, Wanted};
 use crate::records::{RecordFormat, RecordStats};
-use crate::warehouse::{self, Dir};
+use crate::warehouse::{self, Dir, Stat};
 
 pub const FORMAT: &str = "storyline/v1";
 pub const CURRENT_FILE: &str = "CURRENT";
@@ -101,17 +101,77 @@ impl LeafStore for StorylineStore {
 
     fn scan(&self, dir: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan> {
         let (name, generation) = Self::current_generation(dir)?;
-        let mut stats = RecordStats::default();
-        for (file_name, format) in record_files(&generation)? {
-            let counted = counter
-                .count(&generation, &file_name, format)
-                .map_err(|e| unreadable(&generation, &file_name, e))?;
-            stats.merge(&counted);
+        count_generation(&name, &generation, counter)
+    }
+
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
+    /// The generations in `generations/`, oldest first by the time their
+    /// directory was last changed (a writer fills a generation before
+    /// `CURRENT` names it), then by name.
+    fn history(&self, dir: &Dir) -> Result<Option<Vec<String>>> {
+        let path = dir.path().join(GENERATIONS_DIR);
+        let generations = dir
+            .open_dir(GENERATIONS_DIR)
+            .map_err(|e| Error::io(&path, &e))?;
+        let entries = generations.entries().map_err(|e| Error::io(&path, &e))?;
+        let mut kept = Vec::new();
+        for entry in entries {
+            if !entry.is_dir || !warehouse::is_plain_name(&entry.name) {
+                continue;
+            }
+            let Ok(name) = String::from_utf8(entry.name) else {
+                continue;
+            };
+            if let Ok(meta) = generations.stat_at(&name) {
+                kept.push(((meta.mtime, meta.mtime_nsec), name));
+            }
         }
-        Ok(LeafScan {
-            fingerprint: fingerprint_of(&name),
-            stats,
-        })
+        kept.sort();
+        Ok(Some(kept.into_iter().map(|(_, name)| name).collect()))
+    }
+
+    fn revision_meta(&self, dir: &Dir, name: &str) -> Result<Option<Stat>> {
+        if !warehouse::is_plain_name(name.as_bytes()) {
+            return Ok(None);
+        }
+        let path = dir.path().join(GENERATIONS_DIR);
+        let meta = dir
+            .open_dir(GENERATIONS_DIR)
+            .and_then(|generations| generations.stat_at(name));
+        match meta {
+            Ok(meta) if meta.is_dir() => Ok(Some(meta)),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path.join(name), &e)),
+        }
+    }
+
+    fn revision_fingerprint(&self, name: &str) -> Option<String> {
+        warehouse::is_plain_name(name.as_bytes()).then(|| fingerprint_of(name))
+    }
+
+    /// The generation `version` names, counted as the current one is.
+    fn at_version(
+        &self,
+        dir: &Dir,
+        version: &str,
+        counter: &dyn RecordCounter,
+    ) -> Result<Option<LeafScan>> {
+        if self.revision_meta(dir, version)?.is_none() {
+            return Err(Error::at(
+                ErrorCode::VersionNotFound,
+                dir.path(),
+                format!("the leaf keeps no generation {version:?}"),
+            ));
+        }
+        let generation = dir
+            .open_dir(GENERATIONS_DIR)
+            .and_then(|generations| generations.open_dir(version))
+            .map_err(|e| Error::io(dir.path().join(GENERATIONS_DIR).join(version), &e))?;
+        count_generation(version, &generation, counter).map(Some)
     }
 
     /// A snapshot names its generation, which stays as it was while it
@@ -163,6 +223,21 @@ impl LeafStore for StorylineStore {
         }
         Ok(ControlFlow::Continue(()))
     }
+}
+
+/// The counts of the generation `name`, open as `generation`.
+fn count_generation(name: &str, generation: &Dir, counter: &dyn RecordCounter) -> Result<LeafScan> {
+    let mut stats = RecordStats::default();
+    for (file_name, format) in record_files(generation)? {
+        let counted = counter
+            .count(generation, &file_name, format)
+            .map_err(|e| unreadable(generation, &file_name, e))?;
+        stats.merge(&counted);
+    }
+    Ok(LeafScan {
+        fingerprint: fingerprint_of(name),
+        stats,
+    })
 }
 
 /// The record files of a generation (line and packed files directly in

@@ -334,6 +334,33 @@ pub fn scan_all(
     })
 }
 
+/// The leaf `wh/leaf` of `w`, synced from `src/` five times: versions
+/// 1 to 5 hold 3, 5, 6, 6 and 8 records, the tag `before-eval` names
+/// version 3 (whose records have `ts` 20 to 33, none of 40 or later).
+#[cfg(feature = "compact-jsonl")]
+pub fn five_versions(w: &Warehouse) -> PathBuf {
+    use pchronicle::store::compact::CompactJsonlStore;
+    let (source, dest) = (w.abs("src"), w.abs("wh/leaf"));
+    let store = CompactJsonlStore::default();
+    w.file("src/a.jsonl", jsonl(3, 0));
+    store.sync_path(&source, &dest, false).unwrap();
+    w.file_append("src/a.jsonl", &jsonl(2, 10));
+    store.sync_path(&source, &dest, false).unwrap();
+    w.file("src/a.jsonl", jsonl(2, 20))
+        .file("src/b.jsonl", jsonl(4, 30));
+    store.sync_path(&source, &dest, false).unwrap();
+    store.create_tag(&dest, "before-eval", None).unwrap();
+    fs::remove_file(w.abs("src/b.jsonl")).unwrap();
+    w.file("src/c.jsonl", jsonl(4, 40));
+    store.sync_path(&source, &dest, false).unwrap();
+    w.file_append("src/c.jsonl", &jsonl(2, 50));
+    store.sync_path(&source, &dest, false).unwrap();
+    dest
+}
+
+/// The records each of [`five_versions`]' versions holds.
+pub const FIVE_VERSIONS: [(u64, u64); 5] = [(1, 3), (2, 5), (3, 6), (4, 6), (5, 8)];
+
 /// Sleeps past the refresh cache's racy window so identities settle.
 pub fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(1_100));

@@ -240,7 +240,7 @@ fn nodes_are_fresh_within_the_ttl_the_daemon_is_asked_again() {
     let leafy = ino(&fs, "d/leafy");
     assert_eq!(
         names(&list(&fs, leafy, 100, false)),
-        [".", "..", ".stats", ".sources", ".records"]
+        [".", "..", ".stats", ".sources", ".records", ".versions"]
     );
 }
 

@@ -104,7 +104,11 @@ fn directories_list_dots_synthetics_then_the_listing_and_leaves_only_synthetics(
             "plus: {plus}"
         );
         let leaf = names(&list(&fs, ino(&fs, "team/planner"), 100, plus));
-        assert_eq!(leaf, [".", "..", ".stats", ".sources", ".records"]);
+        // A storyline leaf keeps its generations: its past is listed too.
+        assert_eq!(
+            leaf,
+            [".", "..", ".stats", ".sources", ".records", ".versions"]
+        );
         // A real `.stats` is shadowed by the synthetic one.
         let shadow = names(&list(&fs, ino(&fs, "shadow"), 100, plus));
         assert_eq!(shadow, [".", "..", ".stats", ".sources", "real.jsonl"]);

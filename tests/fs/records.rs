@@ -32,7 +32,7 @@ fn records_is_in_leaves_only() {
     let leaf = ino(&fs, "team/planner");
     assert_eq!(
         names(&list(&fs, leaf, 100, false)),
-        vec![".", "..", ".stats", ".sources", ".records"]
+        vec![".", "..", ".stats", ".sources", ".records", ".versions"]
     );
     let plain = ino(&fs, "team/loose");
     assert!(!names(&list(&fs, plain, 100, true)).contains(&".records".to_string()));

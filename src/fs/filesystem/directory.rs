@@ -138,7 +138,7 @@ impl WarehouseFs {
     }
 
     /// The entries of a directory node: `.`, `..`, the synthetic files,
-    /// then `list` (nothing more for a dataset leaf).
+    /// then `list` (for a dataset leaf, the names of its past).
     fn dir_items(&self, ino: u64, parent: u64, rel: &Path) -> Result<Vec<DirItem>, FsError> {
         let own = self.dir_node(rel)?;
         let own_attr = node_attr(ino, &own);
@@ -191,6 +191,18 @@ impl WarehouseFs {
             });
         }
         if own.kind == NodeKind::Dataset {
+            // A leaf's past (`.versions`, `.tags`); a leaf whose past
+            // cannot be read lists without it.
+            for (name, node) in self.catalog().past_names(rel).unwrap_or_default() {
+                let child = self.node_ino(ino, name, &node)?;
+                items.push(DirItem {
+                    ino: child,
+                    name: name.to_string(),
+                    attr: node_attr(child, &node),
+                    ttl,
+                    file: None,
+                });
+            }
             return Ok(items);
         }
         let (listing, metas) = self.catalog().list_with_meta(rel)?;

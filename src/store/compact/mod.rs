@@ -147,30 +147,56 @@ impl CompactJsonlStore {
     /// listing; `_indices` holds one directory per index.
     fn check_interiors(dir: &Dir) -> Result<()> {
         for name in LANCE_INTERIORS {
-            let path = dir.path().join(name);
-            let refuse = |why: &str| Error::at(ErrorCode::NotRegularFile, &path, why.to_string());
-            let interior = match dir.open_dir(name) {
-                Ok(interior) => interior,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
-                    return Err(refuse(
-                        "a Lance dataset's interior must be a real directory, not a symlink or file",
-                    ));
-                }
-                Err(e) => return Err(Error::io(&path, &e)),
-            };
-            let odd = interior
-                .first_unplain(name == "_indices")
-                .map_err(|e| Error::io(&path, &e))?;
-            if let Some(entry) = odd {
-                return Err(refuse(&format!(
-                    "{} in a Lance dataset's interior is not a regular file",
-                    String::from_utf8_lossy(&entry)
-                )));
-            }
+            check_interior(dir, name, name == "_indices")?;
         }
         Ok(())
     }
+
+    /// Refuses tags Lance would read from anything but plain files:
+    /// `_refs/` (its subdirectories allowed) and `_refs/tags/` checked as
+    /// the interiors are.
+    #[cfg(feature = "compact-jsonl")]
+    fn check_refs(dir: &Dir) -> Result<()> {
+        if !check_interior(dir, REFS_DIR, true)? {
+            return Ok(());
+        }
+        let refs = dir
+            .open_dir(REFS_DIR)
+            .map_err(|e| Error::io(dir.path().join(REFS_DIR), &e))?;
+        check_interior(&refs, "tags", false).map(drop)
+    }
+}
+
+/// Where Lance keeps a dataset's tags (`_refs/tags/NAME.json`).
+#[cfg(feature = "compact-jsonl")]
+const REFS_DIR: &str = "_refs";
+
+/// Refuses the interior `name` of `dir` unless it is a real directory
+/// holding only regular files (and directories, with `dirs`). `false`
+/// when there is no such interior.
+fn check_interior(dir: &Dir, name: &str, dirs: bool) -> Result<bool> {
+    let path = dir.path().join(name);
+    let refuse = |why: &str| Error::at(ErrorCode::NotRegularFile, &path, why.to_string());
+    let interior = match dir.open_dir(name) {
+        Ok(interior) => interior,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+            return Err(refuse(
+                "a Lance dataset's interior must be a real directory, not a symlink or file",
+            ));
+        }
+        Err(e) => return Err(Error::io(&path, &e)),
+    };
+    let odd = interior
+        .first_unplain(dirs)
+        .map_err(|e| Error::io(&path, &e))?;
+    if let Some(entry) = odd {
+        return Err(refuse(&format!(
+            "{} in a Lance dataset's interior is not a regular file",
+            String::from_utf8_lossy(&entry)
+        )));
+    }
+    Ok(true)
 }
 
 impl CompactJsonlStore {
@@ -223,9 +249,61 @@ impl LeafStore for CompactJsonlStore {
         FORMAT
     }
 
+    fn keeps_history(&self) -> bool {
+        cfg!(feature = "compact-jsonl")
+    }
+
+    /// The versions named in `_versions/` (no dataset is opened).
     #[cfg(feature = "compact-jsonl")]
-    fn at_version(&self, dir: &Dir, version: &str) -> Result<Option<LeafScan>> {
+    fn history(&self, dir: &Dir) -> Result<Option<Vec<String>>> {
+        let kept = versions::committed_in(dir)?;
+        Ok(Some(kept.iter().map(u64::to_string).collect()))
+    }
+
+    /// The version's manifest; a name that is not a version number as
+    /// Lance writes it (`3`, never `03` or `+3`) names none.
+    #[cfg(feature = "compact-jsonl")]
+    fn revision_meta(&self, dir: &Dir, name: &str) -> Result<Option<crate::warehouse::Stat>> {
+        match name.parse::<u64>() {
+            Ok(version) if version.to_string() == name => versions::manifest_meta(dir, version),
+            _ => Ok(None),
+        }
+    }
+
+    fn revision_fingerprint(&self, name: &str) -> Option<String> {
+        let version: u64 = name.parse().ok()?;
+        (version.to_string() == name).then(|| fingerprint_of(version))
+    }
+
+    fn names_revisions(&self) -> bool {
+        cfg!(feature = "compact-jsonl")
+    }
+
+    #[cfg(feature = "compact-jsonl")]
+    fn revision_names(&self, dir: &Dir) -> Result<Vec<(String, String)>> {
         Self::check_interiors(dir)?;
+        Self::check_refs(dir)?;
+        if dir.is_viewed() {
+            Self::check_viewer_reads(dir)?;
+        }
+        let tags = self.tags(dir.path())?;
+        Ok(tags
+            .into_iter()
+            .map(|tag| (tag.name, tag.version.to_string()))
+            .collect())
+    }
+
+    #[cfg(feature = "compact-jsonl")]
+    fn at_version(
+        &self,
+        dir: &Dir,
+        version: &str,
+        _counter: &dyn RecordCounter,
+    ) -> Result<Option<LeafScan>> {
+        Self::check_interiors(dir)?;
+        if version.parse::<u64>().is_err() {
+            Self::check_refs(dir)?;
+        }
         if dir.is_viewed() {
             Self::check_viewer_reads(dir)?;
         }

@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::warehouse::Dir;
+use crate::warehouse::{Dir, Stat};
 
 /// Lance's directory of version manifests inside a dataset.
 pub const VERSIONS_DIR: &str = "_versions";
@@ -44,17 +44,53 @@ pub fn latest_version(dir: &Path) -> Result<u64> {
 /// The newest committed version of the dataset `dir`; `_versions` must be
 /// a real directory of it, never a symlink.
 pub fn latest_version_in(dir: &Dir) -> Result<u64> {
+    committed_in(dir)?.last().copied().ok_or_else(|| {
+        Error::at(
+            ErrorCode::Lance,
+            dir.path().join(VERSIONS_DIR),
+            "no committed version manifest",
+        )
+    })
+}
+
+/// Every committed version the dataset `dir` keeps, oldest first: the
+/// regular files of `_versions/` named as a version's manifest.
+pub fn committed_in(dir: &Dir) -> Result<Vec<u64>> {
     let path = dir.path().join(VERSIONS_DIR);
     let entries = dir
         .open_dir(VERSIONS_DIR)
         .and_then(|versions| versions.entries())
         .map_err(|e| Error::io(&path, &e))?;
-    let latest = entries
+    let mut kept: Vec<u64> = entries
         .iter()
         .filter(|entry| entry.is_file)
         .filter_map(|entry| std::str::from_utf8(&entry.name).ok().and_then(version_of))
-        .max();
-    latest.ok_or_else(|| Error::at(ErrorCode::Lance, &path, "no committed version manifest"))
+        .collect();
+    kept.sort_unstable();
+    kept.dedup();
+    Ok(kept)
+}
+
+/// The stat of `version`'s manifest (either naming scheme), when it is a
+/// regular file of `_versions/`; `None` when there is none.
+pub fn manifest_meta(dir: &Dir, version: u64) -> Result<Option<Stat>> {
+    let path = dir.path().join(VERSIONS_DIR);
+    let versions = dir
+        .open_dir(VERSIONS_DIR)
+        .map_err(|e| Error::io(&path, &e))?;
+    let names = [
+        format!("{version}{MANIFEST_SUFFIX}"),
+        format!("{:020}{MANIFEST_SUFFIX}", u64::MAX - version),
+    ];
+    for name in names {
+        match versions.stat_at(&name) {
+            Ok(meta) if meta.is_file() => return Ok(Some(meta)),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path.join(&name), &e)),
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
