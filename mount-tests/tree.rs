@@ -76,6 +76,13 @@ fn expected_tree(catalog: &Catalog) -> BTreeSet<String> {
         let listing = catalog.list(Path::new(&rel)).unwrap();
         if listing.kind == NodeKind::Dataset {
             out.insert(join(&rel, RECORDS));
+            // Its past (`.versions`, `.tags`): directories of revisions,
+            // each a dataset of its own without a past.
+            for (name, _) in catalog.past_names(Path::new(&rel)).unwrap_or_default() {
+                let path = join(&rel, name);
+                out.insert(path.clone());
+                stack.push(path);
+            }
             continue;
         }
         for entry in &listing.entries {
@@ -137,12 +144,21 @@ fn rfc6_mount_children_match_ls_for_every_prefix() {
                 .unwrap()
                 .map(|e| e.unwrap().file_name().into_string().unwrap())
                 .collect();
+            // A leaf shows its past where the command line reads one.
+            let past = [".versions", ".tags"].into_iter().filter(|name| {
+                let path = warehouse_path(wh.path(), &rel).join(name);
+                run(&[OsStr::new("ls"), OsStr::new("--json"), path.as_os_str()])
+                    .status
+                    .success()
+            });
             assert_eq!(
                 names,
                 SYNTHETIC
                     .iter()
-                    .chain([&RECORDS])
-                    .map(|s| s.to_string())
+                    .copied()
+                    .chain([RECORDS])
+                    .chain(past)
+                    .map(str::to_string)
                     .collect(),
                 "leaf {rel}"
             );

@@ -260,6 +260,9 @@ error_codes! {
     VersionNotFound => "PCHRONICLE_VERSION_NOT_FOUND",
         "a compact-jsonl leaf does not keep the version asked for: it was never committed, or Lance cleaned it up",
         "The message lists the versions the leaf keeps; name one of them.";
+    AsOfApproximate => "PCHRONICLE_AS_OF_APPROXIMATE",
+        "a leaf was read `--as-of` a time at a revision judged from file times: a storyline leaf records no time at which `CURRENT` moved, so the generation shown is the newest whose directory was last changed by then",
+        "Nothing to mend for the read; to read an exact revision, name it with `--version NAME` (`ls LEAF/.versions` lists them).";
     CursorInvalid => "PCHRONICLE_CURSOR_INVALID",
         "a records cursor (`after=` of `GET /api/records`) is not one this server handed out for this path and these filters (edited, made up, from before the server restarted), or names a source that is no longer where it was (the warehouse changed under the paging)",
         "Start the paging again without `after=`; a cursor is only valid for the path and filters it was handed out with, while the server that handed it out runs.";

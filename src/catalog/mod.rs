@@ -27,6 +27,7 @@
 //! [`classify`] (what a directory is), [`counts`] (the count cache),
 //! [`cache`] (stamps and LRUs), [`model`] (the answers) and [`hive`].
 
+mod as_of;
 pub mod cache;
 pub mod classify;
 pub mod counts;
@@ -47,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use as_of::CUT_BY_TIMESTAMP;
 use cache::{FileId, HitCount, StampedLru, Stamps};
 use classify::DirNode;
 use counts::{BackgroundCounts, CacheFile, CountCache, Loaded};

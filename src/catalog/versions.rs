@@ -189,11 +189,22 @@ impl Catalog {
                     let Some(meta) = past.store.revision_meta(&past.dir, &revision)? else {
                         continue;
                     };
-                    let preview = match self.kept_revision(past, &revision, &meta) {
-                        Some(scan) => DatasetPreview {
+                    // Counted now when this catalog counts as it lists
+                    // (the command line); the mount shows it uncounted
+                    // until something reads it.
+                    let kept = match self.kept_revision(past, &revision, &meta) {
+                        Some(scan) => Some((Counts::from(scan.stats), scan.fingerprint)),
+                        None if self.background.is_none() => self
+                            .revision_source(past, &revision, &name, &format)
+                            .ok()
+                            .and_then(|source| Some((source.counts, source.fingerprint?))),
+                        None => None,
+                    };
+                    let preview = match kept {
+                        Some((counts, fingerprint)) => DatasetPreview {
                             format: format.clone(),
-                            counts: Counts::from(scan.stats),
-                            fingerprint: Some(scan.fingerprint),
+                            counts,
+                            fingerprint: Some(fingerprint),
                             trusted: true,
                             stats_origin: StatsOrigin::Scan,
                         },
@@ -298,7 +309,13 @@ impl Catalog {
 
     /// The source `file` standing for the revision `name` of `past`'s
     /// leaf, with its counts (kept, or counted now and kept).
-    fn revision_source(&self, past: &Past, name: &str, file: &str, format: &str) -> Result<Source> {
+    pub(super) fn revision_source(
+        &self,
+        past: &Past,
+        name: &str,
+        file: &str,
+        format: &str,
+    ) -> Result<Source> {
         let meta = past.store.revision_meta(&past.dir, name)?;
         let kept = meta
             .as_ref()
@@ -332,7 +349,7 @@ impl Catalog {
             stats_origin: StatsOrigin::Scan,
             size: None,
             path_attrs: BTreeMap::new(),
-            cut: Some("version"),
+            cut: Some(past.store.revision_cut()),
         })
     }
 
@@ -356,6 +373,16 @@ impl Catalog {
 }
 
 impl Past {
+    /// The revision `name` of the leaf `leaf` (opened as `dir`).
+    pub(super) fn version(leaf: PathBuf, dir: Dir, store: Arc<dyn LeafStore>, name: &str) -> Past {
+        Past {
+            leaf,
+            dir,
+            store,
+            part: Part::Version(name.to_string()),
+        }
+    }
+
     /// What the path is: `.versions` and `.tags` a read-only directory
     /// with the leaf's owner and permissions; a revision a dataset, its
     /// times those of what stands for it.

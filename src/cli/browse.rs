@@ -42,7 +42,9 @@ impl LsArgs {
             walk,
         } = self;
         let selection = filters.selection()?;
-        if (selection.narrows() || selection.contains.is_some()) && !sources {
+        if (selection.narrows() || selection.contains.is_some() || selection.reads_past())
+            && !sources
+        {
             return Err(Error::new(
                 crate::error::ErrorCode::FilterInvalid,
                 "filters select sources: use them with `ls --sources` (a listing is one level, unfiltered)",

@@ -52,6 +52,18 @@ pub(super) struct FilterArgs {
     /// storyline leaf's generation. The same as reading PATH/.versions/N.
     #[arg(long, value_name = "N|TAG", help_heading = "Filters")]
     version: Option<String>,
+    /// Read PATH as it was at TIME (RFC 3339): each compact-jsonl leaf at
+    /// its newest Lance version committed by then, each storyline leaf at
+    /// the generation current then (judged from file times, with a
+    /// warning), each record file's records stamped at or before TIME;
+    /// `cut` in `--sources` says which. Leaves made later are left out.
+    #[arg(
+        long = "as-of",
+        value_name = "TIME",
+        help_heading = "Filters",
+        conflicts_with = "version"
+    )]
+    as_of: Option<String>,
 }
 
 impl FilterArgs {
@@ -63,9 +75,15 @@ impl FilterArgs {
             self.file.as_deref(),
             self.contains.as_deref(),
         )
-        .map(|selection| Selection {
-            version: self.version.clone(),
-            ..selection
+        .and_then(|selection| {
+            let mut selection = Selection {
+                version: self.version.clone(),
+                ..selection
+            };
+            if let Some(text) = &self.as_of {
+                selection.set_as_of(text)?;
+            }
+            Ok(selection)
         })
     }
 }

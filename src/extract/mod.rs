@@ -75,13 +75,21 @@ pub fn sources(
     rel: &Path,
     selection: &Selection,
 ) -> Result<crate::catalog::Snapshot> {
-    let mut snapshot = selection.narrow(opened(catalog, rel, selection, false)?);
+    // Under `--as-of` the record files are counted below, as cut: counting
+    // them whole first would read them twice. The other filters then keep
+    // or leave out whole (cut) sources, as they do without it.
+    let reading = selection.as_of.is_some();
+    let mut snapshot = opened(catalog, rel, selection, reading)?;
+    if selection.as_of.is_some() {
+        count_cut_files(catalog, rel, selection, &mut snapshot)?;
+    }
+    let mut snapshot = selection.narrow(snapshot);
     if selection.contains.is_some() {
         // A source is kept when one of its records holds the text: each
         // is read up to its first such record.
         let mut first = selection.clone();
         first.limit = Some(1);
-        let plan = Plan::new(catalog, rel, first, Shape::Plain)?;
+        let plan = Plan::of_snapshot(catalog, rel, snapshot.clone(), first, Shape::Plain)?;
         let mut holding = std::collections::BTreeSet::new();
         for (i, source) in plan.sources().iter().enumerate() {
             let mut seen = Seen(false);
@@ -106,10 +114,85 @@ fn opened(
     selection: &Selection,
     reading: bool,
 ) -> Result<crate::catalog::Snapshot> {
-    match &selection.version {
-        Some(version) => catalog.open_version(rel, version),
-        None if reading => catalog.open_for_reading(rel),
-        None => catalog.open(rel),
+    match (&selection.version, selection.as_of) {
+        (Some(version), _) => catalog.open_version(rel, version),
+        (None, Some(at)) => catalog.open_as_of(rel, at, reading),
+        (None, None) if reading => catalog.open_for_reading(rel),
+        (None, None) => catalog.open(rel),
+    }
+}
+
+/// Under `--as-of`, each record file of `snapshot` counted as cut: its
+/// records stamped at or before the time (what `cat --as-of` of it
+/// writes); a file with none is left out, as a leaf with no revision by
+/// then is.
+fn count_cut_files(
+    catalog: &Catalog,
+    rel: &Path,
+    selection: &Selection,
+    snapshot: &mut crate::catalog::Snapshot,
+) -> Result<()> {
+    // Only the cut, and what leaves a file out whole (its attributes, its
+    // path): a file's counts are those of the records `cat --as-of` reads
+    // of it, whatever window or text is asked for.
+    let counting = Selection {
+        attrs: selection.attrs.clone(),
+        file: selection.file.clone(),
+        as_of: selection.as_of,
+        ..Selection::default()
+    };
+    let files: Vec<Source> = snapshot
+        .sources
+        .iter()
+        .filter(|s| s.kind == SourceKind::File && counting.may_match(s))
+        .cloned()
+        .collect();
+    let plan = Plan {
+        base: rel.to_path_buf(),
+        sources: files,
+        selection: counting,
+        shape: Shape::Plain,
+        warnings: Vec::new(),
+        truncated: false,
+    };
+    let mut tally = Tally::default();
+    let _ = plan.visit(catalog, Position::default(), false, &mut tally)?;
+    snapshot.sources.retain_mut(|source| {
+        if source.kind != SourceKind::File {
+            return true;
+        }
+        let Some(stats) = tally.counted.remove(&source.file) else {
+            return false;
+        };
+        source.counts = crate::catalog::Counts::from(stats);
+        source.trusted = true;
+        source.stats_origin = crate::catalog::StatsOrigin::Scan;
+        true
+    });
+    Ok(())
+}
+
+/// The records a plan selects, counted per source.
+#[derive(Default)]
+struct Tally {
+    counted: std::collections::HashMap<String, crate::records::RecordStats>,
+}
+
+impl Selected for Tally {
+    fn selected(
+        &mut self,
+        source: &Source,
+        _file: &str,
+        record: Record<'_>,
+        _after: Position,
+    ) -> io::Result<ControlFlow<()>> {
+        let stats = self.counted.entry(source.file.clone()).or_default();
+        stats.record_count += 1;
+        if let Some(ts) = record.timestamp {
+            stats.min_timestamp = Some(stats.min_timestamp.map_or(ts, |m| m.min(ts)));
+            stats.max_timestamp = Some(stats.max_timestamp.map_or(ts, |m| m.max(ts)));
+        }
+        Ok(ControlFlow::Continue(()))
     }
 }
 
@@ -137,7 +220,7 @@ pub fn stats(
     rel: &Path,
     selection: &Selection,
 ) -> Result<crate::catalog::Stats> {
-    if selection.narrows() || selection.contains.is_some() || selection.version.is_some() {
+    if selection.narrows() || selection.contains.is_some() || selection.reads_past() {
         Ok(sources(catalog, rel, selection)?.stats())
     } else {
         catalog.stats(rel)
@@ -164,6 +247,17 @@ impl Plan {
     /// the opened path itself.
     pub fn new(catalog: &Catalog, rel: &Path, selection: Selection, shape: Shape) -> Result<Plan> {
         let snapshot = opened(catalog, rel, &selection, true)?;
+        Plan::of_snapshot(catalog, rel, snapshot, selection, shape)
+    }
+
+    /// The plan over the Snapshot `snapshot` of `rel` (see [`Plan::new`]).
+    fn of_snapshot(
+        catalog: &Catalog,
+        rel: &Path,
+        snapshot: crate::catalog::Snapshot,
+        selection: Selection,
+        shape: Shape,
+    ) -> Result<Plan> {
         let total = snapshot.sources.len();
         let truncated = snapshot.truncated;
         let mut warnings = snapshot.warnings;
@@ -415,8 +509,9 @@ impl RecordSink for Filter<'_> {
         let Some(source) = self.source else {
             return Ok(ControlFlow::Break(()));
         };
-        let wanted =
-            (!record.failed || self.selection.failed) && self.selection.in_window(record.timestamp);
+        let wanted = (!record.failed || self.selection.failed)
+            && self.selection.in_window(record.timestamp)
+            && (source.kind != SourceKind::File || self.selection.before_cut(record.timestamp));
         if !wanted {
             return Ok(ControlFlow::Continue(()));
         }

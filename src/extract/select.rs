@@ -33,6 +33,10 @@ pub struct Selection {
     pub failed: bool,
     /// The leaf is read as it was at this version (a number or a tag).
     pub version: Option<String>,
+    /// The path is read as it was at this time (`--as-of`): each leaf at
+    /// its revision then, each record file's records stamped at or before
+    /// it (see `Catalog::open_as_of`).
+    pub as_of: Option<Micros>,
 }
 
 impl Selection {
@@ -105,6 +109,38 @@ impl Selection {
             self.since = Some(micros);
         }
         Ok(())
+    }
+
+    /// Sets `--as-of TIME` from RFC 3339 text.
+    pub fn set_as_of(&mut self, text: &str) -> Result<()> {
+        let micros = timestamp::parse_rfc3339(text.trim()).ok_or_else(|| {
+            Error::new(
+                ErrorCode::FilterInvalid,
+                format!("--as-of {text:?} is not an RFC 3339 time such as 2026-01-31T12:00:00Z"),
+            )
+        })?;
+        if self.version.is_some() {
+            return Err(Error::new(
+                ErrorCode::FilterInvalid,
+                "--as-of and --version both say which past to read: give one",
+            ));
+        }
+        self.as_of = Some(micros);
+        Ok(())
+    }
+
+    /// Whether the path is read as it was in the past (`--version`,
+    /// `--as-of`).
+    pub fn reads_past(&self) -> bool {
+        self.version.is_some() || self.as_of.is_some()
+    }
+
+    /// Whether a record of a record file at `ts` is inside the `--as-of`
+    /// cut: stamped at or before it (a record without a time, or a failed
+    /// one, cannot be placed and is outside).
+    pub fn before_cut(&self, ts: Option<Micros>) -> bool {
+        self.as_of
+            .is_none_or(|as_of| ts.is_some_and(|ts| ts <= as_of))
     }
 
     /// Sets `--file GLOB`.
@@ -191,6 +227,18 @@ impl Selection {
             };
             if !path_fits {
                 return false;
+            }
+        }
+        if let (Some(as_of), crate::catalog::SourceKind::File, true) =
+            (self.as_of, source.kind, source.trusted)
+        {
+            let counts = &source.counts;
+            match (counts.min_timestamp, counts.max_timestamp) {
+                // Counted, and its first record is after the cut.
+                (Some(min), Some(_)) if min.0 > as_of => return false,
+                // Counted, and no record carries a time.
+                (None, None) if counts.record_count.is_some() => return false,
+                _ => {}
             }
         }
         if self.has_window() && source.trusted {

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::records::read::{RecordSink, Resume, Wanted};
+use crate::records::timestamp::Micros;
 use crate::records::{RecordFormat, RecordStats};
 use crate::warehouse::{Dir, Stat};
 use manifest::{Manifest, ManifestKind};
@@ -35,6 +36,16 @@ pub struct LeafScan {
     /// The physical revision the stats belong to.
     pub fingerprint: String,
     pub stats: RecordStats,
+}
+
+/// The revision a leaf had at a time (see [`LeafStore::revision_at`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevisionAt {
+    pub name: String,
+    /// The store records when each revision was made (a Lance version's
+    /// timestamp); `false` when that is judged from file times (a
+    /// storyline generation's directory).
+    pub exact: bool,
 }
 
 /// Counts the record file `name` of `dir`. The catalog passes its cached
@@ -141,6 +152,24 @@ pub trait LeafStore: Send + Sync {
         _counter: &dyn RecordCounter,
     ) -> Result<Option<LeafScan>> {
         Ok(None)
+    }
+
+    /// The revision that was the leaf's newest at `at` (microseconds since
+    /// the epoch): its name, and whether the store knows when each
+    /// revision was made ([`RevisionAt::exact`]). `Ok(None)`: no revision
+    /// was made by then.
+    fn revision_at(&self, dir: &Dir, _at: Micros) -> Result<Option<RevisionAt>> {
+        Err(crate::error::Error::at(
+            crate::error::ErrorCode::VersionNotFound,
+            dir.path(),
+            format!("{} leaves keep no versions to read", self.format()),
+        ))
+    }
+
+    /// How a read of one of the leaf's past revisions is marked in
+    /// `.sources` (`cut`): `version`, `generation`.
+    fn revision_cut(&self) -> &'static str {
+        "version"
     }
 
     /// Writes the leaf's manifest for `scan`, keeping every unknown key of

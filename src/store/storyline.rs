@@ -9,9 +9,10 @@
 
 use std::ops::ControlFlow;
 
-use super::{LeafScan, LeafStore, RecordCounter};
+use super::{LeafScan, LeafStore, RecordCounter, RevisionAt};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::read::{self, RecordSink, Resume, Wanted};
+use crate::records::timestamp::Micros;
 use crate::records::{RecordFormat, RecordStats};
 use crate::warehouse::{self, Dir, Stat};
 
@@ -67,6 +68,36 @@ fn generation_missing(dir: &Dir, name: &str, e: std::io::Error) -> Error {
     )
 }
 
+/// The generations in `generations/` with the time (seconds and
+/// nanoseconds) their directory was last changed, oldest first, then by
+/// name.
+fn generations_by_time(dir: &Dir) -> Result<Vec<((i64, i64), String)>> {
+    let path = dir.path().join(GENERATIONS_DIR);
+    let generations = dir
+        .open_dir(GENERATIONS_DIR)
+        .map_err(|e| Error::io(&path, &e))?;
+    let entries = generations.entries().map_err(|e| Error::io(&path, &e))?;
+    let mut kept = Vec::new();
+    for entry in entries {
+        if !entry.is_dir || !warehouse::is_plain_name(&entry.name) {
+            continue;
+        }
+        let Ok(name) = String::from_utf8(entry.name) else {
+            continue;
+        };
+        if let Ok(meta) = generations.stat_at(&name) {
+            kept.push(((meta.mtime, meta.mtime_nsec), name));
+        }
+    }
+    kept.sort();
+    Ok(kept)
+}
+
+/// A file time as microseconds since the epoch.
+fn micros_of(secs: i64, nanos: i64) -> Micros {
+    secs.saturating_mul(1_000_000).saturating_add(nanos / 1_000)
+}
+
 fn fingerprint_of(generation: &str) -> String {
     format!("storyline:generation:{generation}")
 }
@@ -112,25 +143,37 @@ impl LeafStore for StorylineStore {
     /// directory was last changed (a writer fills a generation before
     /// `CURRENT` names it), then by name.
     fn history(&self, dir: &Dir) -> Result<Option<Vec<String>>> {
-        let path = dir.path().join(GENERATIONS_DIR);
-        let generations = dir
-            .open_dir(GENERATIONS_DIR)
-            .map_err(|e| Error::io(&path, &e))?;
-        let entries = generations.entries().map_err(|e| Error::io(&path, &e))?;
-        let mut kept = Vec::new();
-        for entry in entries {
-            if !entry.is_dir || !warehouse::is_plain_name(&entry.name) {
-                continue;
-            }
-            let Ok(name) = String::from_utf8(entry.name) else {
-                continue;
-            };
-            if let Ok(meta) = generations.stat_at(&name) {
-                kept.push(((meta.mtime, meta.mtime_nsec), name));
-            }
-        }
-        kept.sort();
+        let kept = generations_by_time(dir)?;
         Ok(Some(kept.into_iter().map(|(_, name)| name).collect()))
+    }
+
+    /// `CURRENT` is replaced whole each time it moves, so from its
+    /// modification time on, the generation it names is the one: exact.
+    /// Before that, the newest generation whose directory was last changed
+    /// at or before `at` (and before `CURRENT` last moved: a generation
+    /// still being filled was never current), judged from file times: not
+    /// exact.
+    fn revision_at(&self, dir: &Dir, at: Micros) -> Result<Option<RevisionAt>> {
+        let moved = dir
+            .stat_at(CURRENT_FILE)
+            .map_err(|e| Error::io(dir.path().join(CURRENT_FILE), &e))?;
+        let moved = micros_of(moved.mtime, moved.mtime_nsec);
+        if at >= moved {
+            return Ok(Some(RevisionAt {
+                name: current_name(dir)?,
+                exact: true,
+            }));
+        }
+        let kept = generations_by_time(dir)?;
+        Ok(kept
+            .into_iter()
+            .rev()
+            .find(|(made, _)| micros_of(made.0, made.1) <= at)
+            .map(|(_, name)| RevisionAt { name, exact: false }))
+    }
+
+    fn revision_cut(&self) -> &'static str {
+        "generation"
     }
 
     fn revision_meta(&self, dir: &Dir, name: &str) -> Result<Option<Stat>> {

@@ -8,7 +8,9 @@ use crate::extract::Selection;
 
 /// Parameters every endpoint may be given; anything else is refused (a
 /// misspelt filter must not pass for no filter).
-const FILTERS: &[&str] = &["where", "since", "until", "file", "contains"];
+const FILTERS: &[&str] = &[
+    "where", "since", "until", "file", "contains", "version", "as_of",
+];
 
 /// The decoded `key=value` pairs of a query string, in order.
 pub struct Params {
@@ -106,16 +108,22 @@ impl Params {
         inside_root(text)
     }
 
-    /// The filters, as `cat --where/--since/--until/--file` read them.
+    /// The filters, as `cat --where/--since/--until/--file/--contains`
+    /// and `--version`/`--as-of` read them.
     pub fn selection(&self) -> Result<Selection> {
         let wheres = self.pairs.iter().filter(|(k, _)| k == "where");
-        Selection::from_filters(
+        let mut selection = Selection::from_filters(
             wheres.map(|(_, v)| v.as_str()),
             self.one("since")?,
             self.one("until")?,
             self.one("file")?,
             self.one("contains")?,
-        )
+        )?;
+        selection.version = self.one("version")?.map(str::to_string);
+        if let Some(text) = self.one("as_of")? {
+            selection.set_as_of(text)?;
+        }
+        Ok(selection)
     }
 
     /// A flag: `1`/`true` on, `0`/`false`/left out off.

@@ -150,10 +150,13 @@ fn status_of(e: &Error) -> StatusCode {
         | ErrorCode::NameNotUtf8
         | ErrorCode::ServeRequestInvalid
         | ErrorCode::QueryInvalid
-        | ErrorCode::QueryRefused => StatusCode::BAD_REQUEST,
+        | ErrorCode::QueryRefused
+        | ErrorCode::TagInvalid => StatusCode::BAD_REQUEST,
         ErrorCode::QueryMemory => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::ServeUnauthorized => StatusCode::UNAUTHORIZED,
-        ErrorCode::PathNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::PathNotFound | ErrorCode::VersionNotFound | ErrorCode::TagNotFound => {
+            StatusCode::NOT_FOUND
+        }
         ErrorCode::CursorInvalid => StatusCode::CONFLICT,
         ErrorCode::Busy | ErrorCode::AnswerLate | ErrorCode::RemoteUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE

@@ -7,6 +7,8 @@
 //! (`cargo test --release --no-default-features`), which compiles in
 //! minutes.
 
+#[cfg(feature = "compact-jsonl")]
+mod as_of;
 mod classification;
 #[cfg(feature = "compact-jsonl")]
 mod compact;

@@ -289,6 +289,17 @@ fn stats_sources_records_and_query_equal_their_cli_byte_for_byte() {
             "&since=2026-11-05T00%3A00%3A00Z",
             vec!["--since", "2026-11-05T00:00:00Z"],
         ),
+        (
+            "",
+            "&as_of=2026-11-05T00%3A00%3A00Z",
+            vec!["--as-of", "2026-11-05T00:00:00Z"],
+        ),
+        (
+            "",
+            "&as_of=2099-01-01T00%3A00%3A00Z",
+            vec!["--as-of", "2099-01-01T00:00:00Z"],
+        ),
+        ("team/codex_jsonl", "&version=1", vec!["--version", "1"]),
     ] {
         let path = wh.join(rel);
         let path = path.to_str().unwrap();

@@ -311,6 +311,24 @@ impl LeafStore for CompactJsonlStore {
         self.dataset_stats_at(dir.path(), Some(version)).map(Some)
     }
 
+    #[cfg(feature = "compact-jsonl")]
+    fn revision_at(
+        &self,
+        dir: &Dir,
+        at: crate::records::timestamp::Micros,
+    ) -> Result<Option<super::RevisionAt>> {
+        Self::check_interiors(dir)?;
+        if dir.is_viewed() {
+            Self::check_viewer_reads(dir)?;
+        }
+        Ok(self
+            .version_at(dir.path(), at)?
+            .map(|version| super::RevisionAt {
+                name: version.to_string(),
+                exact: true,
+            }))
+    }
+
     fn markers(&self) -> &'static [&'static str] {
         &[versions::VERSIONS_DIR]
     }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::CompactJsonlStore;
 use super::engine::lance_error;
 use crate::error::{Error, ErrorCode, Result};
-use crate::records::timestamp::format_rfc3339;
+use crate::records::timestamp::{Micros, format_rfc3339};
 
 /// One tag of a leaf.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -51,6 +51,7 @@ impl CompactJsonlStore {
     /// not exist yet.
     pub fn create_tag(&self, dir: &Path, name: &str, version: Option<u64>) -> Result<Tag> {
         check_name(dir, name)?;
+        Self::writable(dir)?;
         let dataset = self.open_leaf(dir)?;
         let version = version.unwrap_or(dataset.version().version);
         self.check_kept(dir, &dataset, version)?;
@@ -103,6 +104,62 @@ impl CompactJsonlStore {
         Ok(version)
     }
 
+    /// The newest version of the leaf at `dir` committed at or before `at`
+    /// (microseconds since the epoch, by Lance's own version timestamps);
+    /// `None` when the leaf was made later. When the versions before the
+    /// oldest it keeps were cleaned up, and `at` is before that one, the
+    /// version of then is no longer kept: `PCHRONICLE_VERSION_NOT_FOUND`.
+    pub fn version_at(&self, dir: &Path, at: Micros) -> Result<Option<u64>> {
+        let times = self.version_times(dir)?;
+        let then = times
+            .iter()
+            .filter(|(_, made)| *made <= at)
+            .map(|(version, _)| *version)
+            .max();
+        match (then, times.first()) {
+            (None, Some(&(oldest, made))) if oldest > 1 => Err(Error::at(
+                ErrorCode::VersionNotFound,
+                dir,
+                format!(
+                    "the leaf keeps no version from before {}: versions before {oldest} were \
+                     cleaned up",
+                    format_rfc3339(made)
+                ),
+            )),
+            _ => Ok(then),
+        }
+    }
+
+    /// Every version the leaf at `dir` keeps with the time Lance recorded
+    /// for its commit (microseconds since the epoch), oldest first.
+    pub fn version_times(&self, dir: &Path) -> Result<Vec<(u64, Micros)>> {
+        let dataset = self.open_leaf(dir)?;
+        let kept = self
+            .block_on(dataset.versions())?
+            .map_err(|e| lance_error(dir, e))?;
+        let mut times: Vec<(u64, Micros)> = kept
+            .iter()
+            .map(|v| (v.version, v.timestamp.timestamp_micros()))
+            .collect();
+        times.sort_unstable();
+        Ok(times)
+    }
+
+    /// Tags are written beside a local leaf only: a warehouse on object
+    /// storage is read, never written.
+    fn writable(dir: &Path) -> Result<()> {
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(dir) {
+            return Err(Error::at(
+                ErrorCode::RemoteReadOnly,
+                dir,
+                "tags of a leaf on object storage are read here, never written",
+            ));
+        }
+        let _ = dir;
+        Ok(())
+    }
+
     /// Fails unless `dataset` keeps `version`.
     fn check_kept(&self, dir: &Path, dataset: &lance::Dataset, version: u64) -> Result<()> {
         let kept = self
@@ -138,6 +195,7 @@ impl CompactJsonlStore {
                 format!("{name:?} is not a tag name"),
             ));
         }
+        Self::writable(dir)?;
         let dataset = self.open_leaf(dir)?;
         let tags = dataset.tags();
         let version = match self.block_on(tags.get_version(name))? {
@@ -163,6 +221,11 @@ impl CompactJsonlStore {
     /// reached through a symlink, or whose `_versions` is one (a tag is
     /// written inside the leaf: never where a link points).
     fn open_leaf(&self, dir: &Path) -> Result<lance::Dataset> {
+        // Object storage has no symbolic links to be led through.
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(dir) {
+            return self.open_compact(dir);
+        }
         let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
         if !real_dir(dir) || !real_dir(&dir.join(super::versions::VERSIONS_DIR)) {
             return Err(Error::at(
