@@ -96,7 +96,14 @@ fn every_version_in_the_mount_equals_the_cli_at_that_version() {
     // Nothing can be made in the past.
     assert!(fs::create_dir(leaf.join(".versions/9")).is_err());
     assert!(fs::write(leaf.join(".versions/3/x"), b"x").is_err());
-    assert!(fs::metadata(leaf.join(".versions/abc")).is_err());
+    assert_eq!(
+        fs::metadata(leaf.join(".versions/abc")).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(
+        fs::metadata(leaf.join(".versions/9")).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
     assert!(fs::metadata(leaf.join(".versions/3/.versions")).is_err());
 }
 
@@ -153,4 +160,79 @@ fn a_version_manifest_swapped_for_a_fifo_or_a_symlinked_versions_never_hangs() {
         "a symlinked _versions/ was listed: {listed:?}"
     );
     assert!(read_within(leaf.join(".versions/3/.stats"), limit).is_some_and(|r| r.is_err()));
+}
+
+/// `mount --as-of TIME`: a frozen view whose every `.stats`, `.sources`
+/// and `.records` is the command line's `--as-of TIME`, whose leaves are
+/// those there were then, at their revision then.
+#[test]
+fn a_mount_as_of_a_time_is_the_cli_as_of_that_time() {
+    use pchronicle::records::timestamp::format_rfc3339;
+    use pchronicle::store::compact::CompactJsonlStore;
+
+    let w = Warehouse::new();
+    let dest = five_versions(&w);
+    let store = CompactJsonlStore::default();
+    let times = store.version_times(&dest).unwrap();
+    let at = times[2].1;
+    let at_text = format_rfc3339(at);
+    let secs = at.div_euclid(1_000_000);
+    w.file("wh/live/s.jsonl", crate::support::jsonl(4, secs - 2));
+    w.file("src2/b.jsonl", crate::support::jsonl(2, 0));
+    store
+        .sync_path(&w.abs("src2"), &w.abs("wh/newer"), false)
+        .unwrap();
+    let wh = w.abs("wh");
+    let Some(m) = Mounted::start(&wh, &["--as-of", &at_text]) else {
+        return;
+    };
+    let as_of = |verb: &[&str], rel: &str| {
+        let path = if rel.is_empty() {
+            wh.clone()
+        } else {
+            wh.join(rel)
+        };
+        let mut args: Vec<&OsStr> = verb.iter().map(OsStr::new).collect();
+        args.extend([
+            path.as_os_str(),
+            OsStr::new("--as-of"),
+            OsStr::new(&at_text),
+        ]);
+        cli(&args)
+    };
+    let root = names(&m.mnt);
+    assert!(root.contains(&"leaf".to_string()), "{root:?}");
+    assert!(
+        !root.contains(&"newer".to_string()),
+        "a leaf made later: {root:?}"
+    );
+    for rel in ["", "leaf", "live"] {
+        let at = if rel.is_empty() {
+            m.mnt.clone()
+        } else {
+            m.at(rel)
+        };
+        assert_eq!(
+            fs::read(at.join(".stats")).unwrap(),
+            as_of(&["stats", "--json"], rel),
+            ".stats of {rel:?}"
+        );
+        assert_eq!(
+            fs::read(at.join(".sources")).unwrap(),
+            as_of(&["ls", "--sources", "--json"], rel),
+            ".sources of {rel:?}"
+        );
+    }
+    let leaf = fs::read(m.at("leaf/.records")).unwrap();
+    assert_eq!(leaf, as_of(&["cat"], "leaf"));
+    assert_eq!(
+        leaf.iter().filter(|b| **b == b'\n').count() as u64,
+        FIVE_VERSIONS[2].1
+    );
+    // The live file counts its records stamped by then.
+    let live: serde_json::Value =
+        serde_json::from_slice(&fs::read(m.at("live/.stats")).unwrap()).unwrap();
+    assert_eq!(live["record_count"], 3);
+    // A frozen view shows no leaf's past of its own.
+    assert!(fs::metadata(m.at("leaf/.versions")).is_err());
 }

@@ -361,6 +361,15 @@ impl Catalog {
         if let Some(past) = self.past(rel)? {
             return self.past_listing(&past);
         }
+        let present = self.list_present(rel)?;
+        match self.frozen_at() {
+            Some(at) => self.list_as_of(rel, present, at),
+            None => Ok(present),
+        }
+    }
+
+    /// [`Catalog::list_with_meta`] of a path of the present, as it is now.
+    fn list_present(&self, rel: &Path) -> Result<(Listing, Vec<Stat>)> {
         let kept = self.kept_or_made(
             rel,
             Question::List,
@@ -406,6 +415,9 @@ impl Catalog {
 
     /// The Snapshot of `rel`.
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
+        if let Some(at) = self.frozen_at() {
+            return self.open_as_of(rel, at, false);
+        }
         if let Some(past) = self.past(rel)? {
             return self.open_past(&past);
         }
@@ -416,6 +428,9 @@ impl Catalog {
     /// not in the count cache are not read to count them (their counts are
     /// `Uncounted`), so reading starts at once however large they are.
     pub fn open_for_reading(&self, rel: &Path) -> Result<Snapshot> {
+        if let Some(at) = self.frozen_at() {
+            return self.open_as_of(rel, at, true);
+        }
         if let Some(past) = self.past(rel)? {
             return self.open_past(&past);
         }
@@ -456,6 +471,9 @@ impl Catalog {
     /// `open(rel)` rolled up. A directory's sources are totalled as the walk
     /// meets them instead of being collected first.
     pub fn stats(&self, rel: &Path) -> Result<Stats> {
+        if let Some(at) = self.frozen_at() {
+            return self.open_as_of(rel, at, false).map(|s| s.stats());
+        }
         if let Some(past) = self.past(rel)? {
             return self.open_past(&past).map(|snapshot| snapshot.stats());
         }

@@ -32,6 +32,9 @@ pub struct CatalogOptions {
     /// it changed (see [`watch`]). For a long-lived process; ignored where
     /// the filesystem does not report changes.
     pub watch: bool,
+    /// Frozen at this time (microseconds since the epoch): every answer is
+    /// the warehouse as of then (see `as_of.rs`). `None`: as it is now.
+    pub as_of: Option<crate::records::timestamp::Micros>,
 }
 
 /// Where a catalog persists its record-file counts.
@@ -59,6 +62,7 @@ impl Default for CatalogOptions {
             walk_budget: None,
             background_count_bytes: None,
             watch: false,
+            as_of: None,
         }
     }
 }

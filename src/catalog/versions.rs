@@ -64,6 +64,10 @@ impl Catalog {
     /// Where `rel` reads a leaf's past: `None` for any other path
     /// (resolved as usual, which refuses a name inside a leaf).
     pub(super) fn past(&self, rel: &Path) -> Result<Option<Past>> {
+        // A catalog frozen at a time is itself a view of the past.
+        if self.frozen_at().is_some() {
+            return Ok(None);
+        }
         let Ok(names) = warehouse::components(rel) else {
             return Ok(None);
         };

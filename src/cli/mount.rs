@@ -110,6 +110,13 @@ pub(super) struct MountArgs {
     /// daemon running as root): slower, for comparison and diagnosis.
     #[arg(long, help_heading = "Serving")]
     no_passthrough: bool,
+    /// Show the warehouse as it was at TIME (RFC 3339), frozen: every
+    /// leaf at its revision then (one made later is not listed), and every
+    /// `.stats`, `.sources` and `.records` as `pchronicle stats|ls
+    /// --sources|cat --as-of TIME` (docs/history.md). Files themselves are
+    /// shown, and read, as they are.
+    #[arg(long = "as-of", value_name = "TIME", help_heading = "Serving")]
+    as_of: Option<String>,
     #[command(flatten, next_help_heading = "Traversal")]
     walk: WalkArgs,
     #[command(flatten, next_help_heading = "Caches")]
@@ -147,13 +154,23 @@ impl MountArgs {
             log,
             log_metrics,
             no_passthrough,
+            as_of,
             walk,
             cache,
         } = self;
+        let as_of = match as_of {
+            Some(text) => {
+                let mut selection = crate::extract::Selection::default();
+                selection.set_as_of(&text)?;
+                selection.as_of
+            }
+            None => None,
+        };
         let budget = render_timeout.max(Duration::from_secs(1));
         let catalog = CatalogOptions {
             walk_budget: Some(budget),
             background_count_bytes: Some(count_in_background_mib.saturating_mul(1 << 20)),
+            as_of,
             ..cache.apply(walk.options())
         };
         // A remote warehouse is listed again at most once per attribute

@@ -75,15 +75,10 @@ pub fn sources(
     rel: &Path,
     selection: &Selection,
 ) -> Result<crate::catalog::Snapshot> {
-    // Under `--as-of` the record files are counted below, as cut: counting
-    // them whole first would read them twice. The other filters then keep
-    // or leave out whole (cut) sources, as they do without it.
-    let reading = selection.as_of.is_some();
-    let mut snapshot = opened(catalog, rel, selection, reading)?;
-    if selection.as_of.is_some() {
-        count_cut_files(catalog, rel, selection, &mut snapshot)?;
-    }
-    let mut snapshot = selection.narrow(snapshot);
+    // Under `--as-of` the record files are counted as cut (see
+    // `Catalog::open_as_of`); the other filters then keep or leave out
+    // whole (cut) sources, as they do without it.
+    let mut snapshot = selection.narrow(opened(catalog, rel, selection, false)?);
     if selection.contains.is_some() {
         // A source is kept when one of its records holds the text: each
         // is read up to its first such record.
@@ -119,80 +114,6 @@ fn opened(
         (None, Some(at)) => catalog.open_as_of(rel, at, reading),
         (None, None) if reading => catalog.open_for_reading(rel),
         (None, None) => catalog.open(rel),
-    }
-}
-
-/// Under `--as-of`, each record file of `snapshot` counted as cut: its
-/// records stamped at or before the time (what `cat --as-of` of it
-/// writes); a file with none is left out, as a leaf with no revision by
-/// then is.
-fn count_cut_files(
-    catalog: &Catalog,
-    rel: &Path,
-    selection: &Selection,
-    snapshot: &mut crate::catalog::Snapshot,
-) -> Result<()> {
-    // Only the cut, and what leaves a file out whole (its attributes, its
-    // path): a file's counts are those of the records `cat --as-of` reads
-    // of it, whatever window or text is asked for.
-    let counting = Selection {
-        attrs: selection.attrs.clone(),
-        file: selection.file.clone(),
-        as_of: selection.as_of,
-        ..Selection::default()
-    };
-    let files: Vec<Source> = snapshot
-        .sources
-        .iter()
-        .filter(|s| s.kind == SourceKind::File && counting.may_match(s))
-        .cloned()
-        .collect();
-    let plan = Plan {
-        base: rel.to_path_buf(),
-        sources: files,
-        selection: counting,
-        shape: Shape::Plain,
-        warnings: Vec::new(),
-        truncated: false,
-    };
-    let mut tally = Tally::default();
-    let _ = plan.visit(catalog, Position::default(), false, &mut tally)?;
-    snapshot.sources.retain_mut(|source| {
-        if source.kind != SourceKind::File {
-            return true;
-        }
-        let Some(stats) = tally.counted.remove(&source.file) else {
-            return false;
-        };
-        source.counts = crate::catalog::Counts::from(stats);
-        source.trusted = true;
-        source.stats_origin = crate::catalog::StatsOrigin::Scan;
-        true
-    });
-    Ok(())
-}
-
-/// The records a plan selects, counted per source.
-#[derive(Default)]
-struct Tally {
-    counted: std::collections::HashMap<String, crate::records::RecordStats>,
-}
-
-impl Selected for Tally {
-    fn selected(
-        &mut self,
-        source: &Source,
-        _file: &str,
-        record: Record<'_>,
-        _after: Position,
-    ) -> io::Result<ControlFlow<()>> {
-        let stats = self.counted.entry(source.file.clone()).or_default();
-        stats.record_count += 1;
-        if let Some(ts) = record.timestamp {
-            stats.min_timestamp = Some(stats.min_timestamp.map_or(ts, |m| m.min(ts)));
-            stats.max_timestamp = Some(stats.max_timestamp.map_or(ts, |m| m.max(ts)));
-        }
-        Ok(ControlFlow::Continue(()))
     }
 }
 
@@ -246,6 +167,11 @@ impl Plan {
     /// warning (`PCHRONICLE_FORMAT_UNSUPPORTED`), or refused when it is
     /// the opened path itself.
     pub fn new(catalog: &Catalog, rel: &Path, selection: Selection, shape: Shape) -> Result<Plan> {
+        // A catalog frozen at a time cuts every read at it.
+        let selection = Selection {
+            as_of: selection.as_of.or(catalog.frozen_at()),
+            ..selection
+        };
         let snapshot = opened(catalog, rel, &selection, true)?;
         Plan::of_snapshot(catalog, rel, snapshot, selection, shape)
     }

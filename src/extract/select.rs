@@ -136,8 +136,8 @@ impl Selection {
     }
 
     /// Whether a record of a record file at `ts` is inside the `--as-of`
-    /// cut: stamped at or before it (a record without a time, or a failed
-    /// one, cannot be placed and is outside).
+    /// cut: stamped at or before it (a record without a time cannot be
+    /// placed and is outside).
     pub fn before_cut(&self, ts: Option<Micros>) -> bool {
         self.as_of
             .is_none_or(|as_of| ts.is_some_and(|ts| ts <= as_of))

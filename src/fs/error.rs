@@ -64,6 +64,9 @@ impl FsError {
                     ErrorCode::PathNotFound
                         | ErrorCode::PathInvalid
                         | ErrorCode::NameNotUtf8
+                        | ErrorCode::VersionNotFound
+                        | ErrorCode::TagNotFound
+                        | ErrorCode::TagInvalid
                         | ErrorCode::BeingCounted
                 )
             })
@@ -102,9 +105,15 @@ impl From<Error> for FsError {
     fn from(error: Error) -> Self {
         let raw = match (error.os_error, error.code) {
             (Some(raw), _) => raw,
-            (None, ErrorCode::PathNotFound | ErrorCode::PathInvalid | ErrorCode::NameNotUtf8) => {
-                Errno::ENOENT as i32
-            }
+            (
+                None,
+                ErrorCode::PathNotFound
+                | ErrorCode::PathInvalid
+                | ErrorCode::NameNotUtf8
+                | ErrorCode::VersionNotFound
+                | ErrorCode::TagNotFound
+                | ErrorCode::TagInvalid,
+            ) => Errno::ENOENT as i32,
             (None, ErrorCode::BeingCounted) => Errno::EAGAIN as i32,
             (None, ErrorCode::HandleLimit) => Errno::EMFILE as i32,
             (None, _) => Errno::EIO as i32,
