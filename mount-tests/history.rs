@@ -97,11 +97,15 @@ fn every_version_in_the_mount_equals_the_cli_at_that_version() {
     assert!(fs::create_dir(leaf.join(".versions/9")).is_err());
     assert!(fs::write(leaf.join(".versions/3/x"), b"x").is_err());
     assert_eq!(
-        fs::metadata(leaf.join(".versions/abc")).unwrap_err().raw_os_error(),
+        fs::metadata(leaf.join(".versions/abc"))
+            .unwrap_err()
+            .raw_os_error(),
         Some(libc::ENOENT)
     );
     assert_eq!(
-        fs::metadata(leaf.join(".versions/9")).unwrap_err().raw_os_error(),
+        fs::metadata(leaf.join(".versions/9"))
+            .unwrap_err()
+            .raw_os_error(),
         Some(libc::ENOENT)
     );
     assert!(fs::metadata(leaf.join(".versions/3/.versions")).is_err());
