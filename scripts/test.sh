@@ -68,6 +68,8 @@ PCHRONICLE_BENCH_LEAVES=100 PCHRONICLE_BENCH_ENTRIES=1000 PCHRONICLE_BENCH_SERVE
 PCHRONICLE_BENCH_SYNC_FILES=1000 PCHRONICLE_BENCH_SYNC_MIB=32 PCHRONICLE_BENCH_RUNS=1 bash benches/sync.sh
 # Reading the past: --as-of against plain stats.
 PCHRONICLE_BENCH_HISTORY_FILES=100 bash benches/history.sh
+# Polling a warehouse that does not change, through the mount.
+PCHRONICLE_BENCH_POLL_SECONDS=3 PCHRONICLE_BENCH_RUNS=1 bash benches/polling.sh
 # Remote warehouses against the local S3 server (moto, installed above).
 PCHRONICLE_BENCH_REMOTE_LEAVES=100 PCHRONICLE_BENCH_REMOTE_MIB=32 bash benches/remote.sh
 # Both install their peers (pylance, duckdb) from PyPI into a virtualenv once.

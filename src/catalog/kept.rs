@@ -4,12 +4,45 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::watch::{Answer, Question};
+use super::watch::{Answer, Begun, Question};
 use super::{Catalog, Counting, NodeKind, Snapshot, StatsOrigin};
 use crate::error::Result;
 use crate::warehouse::Dir;
 
+/// When an answer made outside the catalog from its answers was begun
+/// (see [`Catalog::change_mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChangeMark(Begun);
+
 impl Catalog {
+    /// A mark to tell later whether anything changed below a path since
+    /// ([`Catalog::unchanged_since`]); `None` when this catalog does not
+    /// watch.
+    pub fn change_mark(&self) -> Option<ChangeMark> {
+        self.quiet.as_ref().map(|quiet| ChangeMark(quiet.begin()))
+    }
+
+    /// Whether nothing changed at or below the directory `rel` since
+    /// `mark`, as reported by watches that were in place all along: what
+    /// was made from it then (a rendered `.sources`) stands as it is.
+    pub fn unchanged_since(&self, rel: &Path, mark: &ChangeMark) -> bool {
+        let path = self.absolute(rel);
+        self.quiet
+            .as_ref()
+            .is_some_and(|quiet| quiet.unchanged(&path, &mark.0))
+            && self.watched(&path)
+    }
+
+    /// `rel` below the root, as the watcher names directories.
+    fn absolute(&self, rel: &Path) -> std::path::PathBuf {
+        let mut path = self.root.clone();
+        path.extend(rel.components().filter_map(|c| match c {
+            std::path::Component::Normal(name) => Some(name),
+            _ => None,
+        }));
+        path
+    }
+
     /// `gather` of `rel`, given again while nothing below it changed. Only
     /// a directory's Snapshot whose every count is final is kept.
     pub(super) fn open_kept(&self, rel: &Path, counting: Counting) -> Result<Snapshot> {
@@ -55,14 +88,15 @@ impl Catalog {
         let begun = quiet.begin();
         let made = make()?;
         if let Some(answer) = keep(&made) {
-            let mut path = self.root.clone();
-            path.extend(rel.components().filter_map(|c| match c {
-                std::path::Component::Normal(name) => Some(name),
-                _ => None,
-            }));
-            quiet.keep(rel, question, &path, begun, answer);
+            quiet.keep(rel, question, &self.absolute(rel), begun, answer);
         }
         Ok(made)
+    }
+
+    /// Whether this catalog keeps its answers while nothing below them
+    /// changes (it watches, on a filesystem that reports changes).
+    pub fn keeps_answers(&self) -> bool {
+        self.quiet.is_some()
     }
 
     /// Drops every kept answer.

@@ -52,6 +52,7 @@ pub use as_of::CUT_BY_TIMESTAMP;
 use cache::{FileId, HitCount, StampedLru, Stamps};
 use classify::DirNode;
 use counts::{BackgroundCounts, CacheFile, CountCache, Loaded};
+pub use kept::ChangeMark;
 use listing::{node_warnings, scan_warnings, unenterable};
 pub use model::{
     Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,

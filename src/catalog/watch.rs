@@ -394,6 +394,7 @@ pub(super) struct QuietAnswers {
 }
 
 /// An answer being made: when it was begun, and the watch gaps by then.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Begun {
     since: Mark,
     gaps: u64,
@@ -430,6 +431,15 @@ impl QuietAnswers {
             self.answers.lock().0.promote(&key);
         }
         self.hits.note(found)
+    }
+
+    /// Whether nothing changed at or below `path` (a watched directory)
+    /// since `begun`, no watch was missed meanwhile, and `begun` is no
+    /// older than [`KEPT_AT_MOST`]: what was made from it then stands.
+    pub(super) fn unchanged(&self, path: &Path, begun: &Begun) -> bool {
+        self.watcher.gaps() == begun.gaps
+            && begun.at.elapsed() < KEPT_AT_MOST
+            && self.watcher.quiet(path, begun.since)
     }
 
     /// Marks the start of an answer that may be kept.

@@ -20,10 +20,19 @@ use super::FsError;
 /// A synthetic file as one viewer sees it: (inode, view id).
 pub type RenderKey = (u64, u64);
 
+/// Whether a render still stands past the TTL: nothing it was made of
+/// changed since (the catalog watches), so rendering again would give the
+/// same bytes.
+pub type Stands = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// A render kept: when it was made (or last found standing), its bytes,
+/// and how to tell it still stands past the TTL.
+type Memo = (Instant, Arc<[u8]>, Option<Stands>);
+
 /// Synthetic files rendered recently, reused for at most the TTL and
 /// bounded in count and bytes.
 struct RenderMemo {
-    entries: LruCache<RenderKey, (Instant, Arc<[u8]>)>,
+    entries: LruCache<RenderKey, Memo>,
     bytes: usize,
     max_entries: usize,
     max_bytes: usize,
@@ -31,22 +40,27 @@ struct RenderMemo {
 
 impl RenderMemo {
     fn get(&mut self, key: RenderKey, ttl: Duration) -> Option<Arc<[u8]>> {
-        match self.entries.get(&key) {
-            Some((at, bytes)) if at.elapsed() < ttl => Some(Arc::clone(bytes)),
+        match self.entries.get_mut(&key) {
+            Some((at, bytes, _)) if at.elapsed() < ttl => Some(Arc::clone(bytes)),
+            // Past the TTL but standing: another TTL's worth, unwalked.
+            Some((at, bytes, Some(stands))) if stands() => {
+                *at = Instant::now();
+                Some(Arc::clone(bytes))
+            }
             _ => None,
         }
     }
 
-    fn put(&mut self, key: RenderKey, bytes: Arc<[u8]>, ttl: Duration) {
+    fn put(&mut self, key: RenderKey, bytes: Arc<[u8]>, stands: Option<Stands>, ttl: Duration) {
         if bytes.len() > self.max_bytes || self.max_entries == 0 {
             return;
         }
-        if let Some((_, old)) = self.entries.pop(&key) {
+        if let Some((_, old, _)) = self.entries.pop(&key) {
             self.bytes -= old.len();
         }
         // Expired entries go first (least recently used first), then
         // live ones while over budget.
-        while let Some((_, (at, old))) = self.entries.peek_lru() {
+        while let Some((_, (at, old, _))) = self.entries.peek_lru() {
             let (expired, len) = (at.elapsed() >= ttl, old.len());
             let over =
                 self.bytes + bytes.len() > self.max_bytes || self.entries.len() >= self.max_entries;
@@ -57,7 +71,7 @@ impl RenderMemo {
             self.entries.pop_lru();
         }
         self.bytes += bytes.len();
-        self.entries.put(key, (Instant::now(), bytes));
+        self.entries.put(key, (Instant::now(), bytes, stands));
     }
 }
 
@@ -190,7 +204,7 @@ impl Renders {
             .map(|(key, _)| *key)
             .collect();
         for key in keys {
-            if let Some((_, bytes)) = memo.entries.pop(&key) {
+            if let Some((_, bytes, _)) = memo.entries.pop(&key) {
                 memo.bytes -= bytes.len();
             }
         }
@@ -198,14 +212,15 @@ impl Renders {
 
     /// Keeps a render begun in `generation` for reuse within the TTL (a
     /// zero TTL keeps nothing, nor does a render older than a forget).
-    pub fn keep(&self, key: RenderKey, bytes: Arc<[u8]>, generation: u64) {
+    /// Past the TTL it is used again while `stands` says so.
+    pub fn keep(&self, key: RenderKey, bytes: Arc<[u8]>, stands: Option<Stands>, generation: u64) {
         if self.ttl.is_zero() {
             return;
         }
         let mut memo = self.memo.lock();
         // Checked under the lock `forget` bumps it under.
         if self.generation.load(Ordering::SeqCst) == generation {
-            memo.put(key, bytes, self.ttl);
+            memo.put(key, bytes, stands, self.ttl);
         }
     }
 }

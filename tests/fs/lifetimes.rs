@@ -111,6 +111,50 @@ fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
     fs.release(handle.fh);
 }
 
+/// A catalog that watches: a render whose directory did not change stands
+/// past the TTL without a walk; one whose directory changed is made again.
+#[test]
+fn a_render_of_a_quiet_directory_stands_past_the_ttl_without_a_walk() {
+    let wh = Warehouse::new();
+    wh.file("d/a.jsonl", jsonl(3, 0));
+    wh.file("d/e/b.jsonl", jsonl(2, 0));
+    let options = pchronicle::catalog::CatalogOptions {
+        watch: true,
+        ..Default::default()
+    };
+    let catalog = pchronicle::catalog::Catalog::new(wh.path(), options).unwrap();
+    if !catalog.keeps_answers() {
+        // This filesystem reports no changes: nothing is kept.
+        return;
+    }
+    let ttl = Duration::from_millis(200);
+    let fs = pchronicle::fs::WarehouseFs::new(
+        std::sync::Arc::new(catalog),
+        pchronicle::fs::FsOptions {
+            attr_ttl: ttl,
+            ..Default::default()
+        },
+    );
+    assert_eq!(record_count(&cat(&fs, "d/.stats")), 5);
+    assert!(String::from_utf8_lossy(&cat(&fs, "d/.sources")).contains("e/b.jsonl"));
+    let rendered = fs.render_counts().rendered;
+    for _ in 0..3 {
+        std::thread::sleep(ttl + Duration::from_millis(50));
+        assert_eq!(record_count(&cat(&fs, "d/.stats")), 5);
+        assert!(String::from_utf8_lossy(&cat(&fs, "d/.sources")).contains("e/b.jsonl"));
+    }
+    assert_eq!(
+        fs.render_counts().rendered,
+        rendered,
+        "a quiet directory is never walked again"
+    );
+    // A change below it, however deep, is rendered past the TTL.
+    wh.file_append("d/e/b.jsonl", &jsonl(4, 10));
+    std::thread::sleep(ttl + Duration::from_millis(50));
+    assert_eq!(record_count(&cat(&fs, "d/.stats")), 9);
+    assert!(fs.render_counts().rendered > rendered);
+}
+
 #[test]
 fn renders_are_reused_within_the_ttl_and_redone_after_it() {
     let wh = Warehouse::new();

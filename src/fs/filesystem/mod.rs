@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 use super::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
 use super::handles::{Handle, HandleLimits, Handles, pread};
 use super::inodes::{InodeTable, Synthetic, Target};
-use super::render::{BIG_RENDER, RenderCounts, Renders, give_back_freed_memory};
+use super::render::{BIG_RENDER, RenderCounts, Renders, Stands, give_back_freed_memory};
 use super::views::{Caller, View, Views};
 use super::{FsError, xattrs};
 
@@ -55,7 +55,7 @@ mod refresh;
 mod versions;
 
 use crate::catalog::cache::FileId;
-use crate::catalog::{Catalog, Node, NodeKind};
+use crate::catalog::{Catalog, Node, NodeKind, StatsOrigin};
 use crate::extract::stream::{Producers, RecordsStream};
 use crate::extract::{Plan, Selection, Shape};
 use crate::warehouse::Stat;
@@ -656,7 +656,22 @@ impl WarehouseFs {
             }?;
             Arc::from(text.into_bytes())
         } else {
+            // Taken before the walk: a change during it shows as one since.
+            let mark = catalog.change_mark();
             let snapshot = catalog.open(rel)?;
+            // A render whose every count is final stands past the TTL while
+            // nothing below the directory changed (a count being made
+            // finishes with no change to report).
+            let settled = snapshot.sources.iter().all(|s| {
+                !matches!(
+                    s.stats_origin,
+                    StatsOrigin::Counting | StatsOrigin::Uncounted | StatsOrigin::Unavailable
+                )
+            });
+            let stands = mark.filter(|_| settled).map(|mark| {
+                let (catalog, rel) = (Arc::clone(catalog), rel.to_path_buf());
+                Arc::new(move || catalog.unchanged_since(&rel, &mark)) as Stands
+            });
             let (stats, sources) = (snapshot.stats().to_json(), snapshot.sources_jsonl());
             let (mine, other, text) = match which {
                 Synthetic::Stats => (stats, Synthetic::Sources, sources),
@@ -664,11 +679,19 @@ impl WarehouseFs {
                 Synthetic::Records => return Err(Errno::EINVAL.into()),
             };
             let bytes: Arc<[u8]> = Arc::from(mine.into_bytes());
-            self.renders
-                .keep((ino, view.id), Arc::clone(&bytes), generation);
+            self.renders.keep(
+                (ino, view.id),
+                Arc::clone(&bytes),
+                stands.clone(),
+                generation,
+            );
             if let Some(sibling) = self.sibling(ino, other) {
-                self.renders
-                    .keep((sibling, view.id), Arc::from(text.into_bytes()), generation);
+                self.renders.keep(
+                    (sibling, view.id),
+                    Arc::from(text.into_bytes()),
+                    stands,
+                    generation,
+                );
             }
             bytes
         };
