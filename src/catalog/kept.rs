@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::watch::{Answer, Begun, Question};
-use super::{Catalog, Counting, NodeKind, Snapshot, StatsOrigin};
+use super::{Catalog, Counting, NodeKind, Snapshot};
 use crate::error::Result;
 use crate::warehouse::Dir;
 
@@ -51,13 +51,7 @@ impl Catalog {
             Question::Open(counting),
             || self.gather(rel, &mut None, counting).map(Arc::new),
             |snapshot| {
-                let settled = snapshot.sources.iter().all(|s| {
-                    !matches!(
-                        s.stats_origin,
-                        StatsOrigin::Counting | StatsOrigin::Uncounted | StatsOrigin::Unavailable
-                    )
-                });
-                (snapshot.kind == NodeKind::Directory && settled)
+                (snapshot.kind == NodeKind::Directory && snapshot.settled())
                     .then(|| Answer::Open(snapshot.clone()))
             },
             |answer| match answer {

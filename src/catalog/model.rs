@@ -264,6 +264,18 @@ pub struct Stats {
 }
 
 impl Snapshot {
+    /// Whether every source's counts are final: none is being counted,
+    /// uncounted or unreadable (so what is made of it changes only with
+    /// the files).
+    pub fn settled(&self) -> bool {
+        self.sources.iter().all(|s| {
+            !matches!(
+                s.stats_origin,
+                StatsOrigin::Counting | StatsOrigin::Uncounted | StatsOrigin::Unavailable
+            )
+        })
+    }
+
     /// Rolls the sources up. Unreadable sources add nothing to the totals.
     pub fn stats(&self) -> Stats {
         let mut totals = StatsBuilder::new(self.kind);

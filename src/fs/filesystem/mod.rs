@@ -55,7 +55,7 @@ mod refresh;
 mod versions;
 
 use crate::catalog::cache::FileId;
-use crate::catalog::{Catalog, Node, NodeKind, StatsOrigin};
+use crate::catalog::{Catalog, Node, NodeKind};
 use crate::extract::stream::{Producers, RecordsStream};
 use crate::extract::{Plan, Selection, Shape};
 use crate::warehouse::Stat;
@@ -662,13 +662,7 @@ impl WarehouseFs {
             // A render whose every count is final stands past the TTL while
             // nothing below the directory changed (a count being made
             // finishes with no change to report).
-            let settled = snapshot.sources.iter().all(|s| {
-                !matches!(
-                    s.stats_origin,
-                    StatsOrigin::Counting | StatsOrigin::Uncounted | StatsOrigin::Unavailable
-                )
-            });
-            let stands = mark.filter(|_| settled).map(|mark| {
+            let stands = mark.filter(|_| snapshot.settled()).map(|mark| {
                 let (catalog, rel) = (Arc::clone(catalog), rel.to_path_buf());
                 Arc::new(move || catalog.unchanged_since(&rel, &mark)) as Stands
             });
