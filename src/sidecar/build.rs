@@ -19,7 +19,6 @@
 //! an object, a fraction or a number beyond `i64`, or changing type between
 //! records, refuses the build.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -30,6 +29,7 @@ use sha2::{Digest, Sha256};
 use super::format::{
     IndexContent, KeyType, Locator, encode_index, push_boolean, push_integer, push_string,
 };
+use super::keyed::KeyedRows;
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::scan::{self, RecordScanner, Token};
 use crate::records::{
@@ -373,68 +373,6 @@ impl<'a> Collector<'a> {
     }
 }
 
-/// The rows of each distinct key, collected flat: each key's canonical
-/// bytes once with a number, and per indexed record its key's number and
-/// its row. Rows are grouped by key only at the end, in two sequential
-/// passes, instead of growing one list per key as records arrive.
-#[derive(Default, Clone)]
-struct KeyedRows {
-    /// Key bytes to number, numbered in order of first appearance. Keys
-    /// come from the cohort, so the map keeps std's keyed (SipHash)
-    /// hasher.
-    numbers: HashMap<Box<[u8]>, usize>,
-    /// `(key number, row)` in row order.
-    rows: Vec<(usize, u64)>,
-}
-
-impl KeyedRows {
-    fn push(&mut self, key: &[u8], row: u64) {
-        // The key's bytes are copied only for a key not seen before.
-        let number = match self.numbers.get(key) {
-            Some(&number) => number,
-            None => {
-                let number = self.numbers.len();
-                self.numbers.insert(key.into(), number);
-                number
-            }
-        };
-        self.rows.push((number, row));
-    }
-
-    /// Appends the rows `later` collected, which come after this one's:
-    /// its row ids moved by `offset`, its keys renumbered into this table.
-    fn append(&mut self, later: KeyedRows, offset: u64) {
-        let mut renumber = vec![0; later.numbers.len()];
-        for (key, theirs) in later.numbers {
-            let next = self.numbers.len();
-            renumber[theirs] = *self.numbers.entry(key).or_insert(next);
-        }
-        self.rows.extend(
-            later
-                .rows
-                .into_iter()
-                .map(|(number, row)| (renumber[number], row + offset)),
-        );
-    }
-
-    /// Each key with its rows in file order, sorted by key.
-    fn into_entries(self) -> Vec<(Vec<u8>, Vec<u64>)> {
-        let mut counts = vec![0usize; self.numbers.len()];
-        for &(number, _) in &self.rows {
-            counts[number] += 1;
-        }
-        let mut entries: Vec<(Vec<u8>, Vec<u64>)> = vec![(Vec::new(), Vec::new()); counts.len()];
-        for (key, number) in self.numbers {
-            entries[number] = (key.into_vec(), Vec::with_capacity(counts[number]));
-        }
-        for (number, row) in self.rows {
-            entries[number].1.push(row);
-        }
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        entries
-    }
-}
-
 /// Reads the whole cohort on this thread: its records, its digest and its
 /// length. A record that refuses the build is the error.
 fn collect_serial<'a>(
@@ -483,7 +421,17 @@ fn collect_parallel<'a>(
                 hasher: Sha256::new(),
                 len: 0,
             };
-            io::copy(&mut input, &mut io::sink())?;
+            // A MiB per read: the hash keeps pace with the collecting
+            // threads at one syscall per MiB, not per 8 KiB.
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                match input.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
             Ok::<_, io::Error>((input.hasher.finalize().into(), input.len))
         });
         let ranges: Vec<_> = cuts
@@ -648,26 +596,6 @@ mod tests {
             }
         }
         Ok(Some(out))
-    }
-
-    #[test]
-    fn keyed_rows_group_by_key_in_row_order_across_appends() {
-        let mut first = KeyedRows::default();
-        for (key, row) in [("b", 0), ("a", 1), ("b", 2)] {
-            first.push(key.as_bytes(), row);
-        }
-        let mut later = KeyedRows::default();
-        for (key, row) in [("c", 0), ("a", 1), ("c", 2)] {
-            later.push(key.as_bytes(), row);
-        }
-        first.append(later, 3);
-        let entries = first.into_entries();
-        let expect: Vec<(Vec<u8>, Vec<u64>)> = vec![
-            (b"a".to_vec(), vec![1, 4]),
-            (b"b".to_vec(), vec![0, 2]),
-            (b"c".to_vec(), vec![3, 5]),
-        ];
-        assert_eq!(entries, expect);
     }
 
     #[test]

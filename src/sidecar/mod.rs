@@ -1,7 +1,7 @@
 //! Sidecar point-lookup indexes beside record files.
 //!
 //! [`format`] is the index file itself (layout v3); [`build`] writes one
-//! over a record file, [`lookup`] answers a point lookup through it,
+//! over a record file (its rows grouped by key in `keyed`), [`lookup`] answers a point lookup through it,
 //! [`manifest`] keeps the discovery manifest that names a record file's
 //! indexes, and [`status`] tells whether each index still describes its
 //! record file. The catalog asks one question of all this,
@@ -17,6 +17,7 @@
 
 pub mod build;
 pub mod format;
+mod keyed;
 pub mod lookup;
 pub mod manifest;
 pub mod status;

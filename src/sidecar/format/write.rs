@@ -28,9 +28,25 @@ pub fn bucket_count_for(keys: usize) -> u32 {
 /// Serialises an index in layout v3.
 pub fn encode_index(content: &IndexContent) -> Vec<u8> {
     let buckets = bucket_count_for(content.entries.len());
-    let mut by_bucket: Vec<Vec<&(Vec<u8>, Vec<u64>)>> = vec![Vec::new(); buckets as usize];
-    for entry in &content.entries {
-        by_bucket[(fnv1a64(&entry.0) % u64::from(buckets)) as usize].push(entry);
+    // The entries by bucket, each bucket's in the entries' order: a
+    // counting sort into one list (no list per bucket).
+    let bucket_of: Vec<u32> = content
+        .entries
+        .iter()
+        .map(|(key, _)| (fnv1a64(key) % u64::from(buckets)) as u32)
+        .collect();
+    let mut starts = vec![0u32; buckets as usize + 1];
+    for &b in &bucket_of {
+        starts[b as usize + 1] += 1;
+    }
+    for i in 0..buckets as usize {
+        starts[i + 1] += starts[i];
+    }
+    let mut by_bucket = vec![0u32; content.entries.len()];
+    let mut next = starts.clone();
+    for (i, &b) in bucket_of.iter().enumerate() {
+        by_bucket[next[b as usize] as usize] = i as u32;
+        next[b as usize] += 1;
     }
     // Sized up front: an index of a large cohort is tens of MiB, and
     // growing it by doubling would copy it several times over.
@@ -65,17 +81,17 @@ pub fn encode_index(content: &IndexContent) -> Vec<u8> {
     out.extend_from_slice(&buckets.to_le_bytes());
     let table = out.len();
     out.resize(table + buckets as usize * 8, 0);
-    for (i, bucket) in by_bucket.iter().enumerate() {
+    for i in 0..buckets as usize {
         let offset = out.len() as u64;
         out[table + i * 8..table + i * 8 + 8].copy_from_slice(&offset.to_le_bytes());
+        let bucket = &by_bucket[starts[i] as usize..starts[i + 1] as usize];
         out.extend_from_slice(&(bucket.len() as u32).to_le_bytes());
-        for (key, rows) in bucket {
+        for &entry in bucket {
+            let (key, rows) = &content.entries[entry as usize];
             out.extend_from_slice(&(key.len() as u32).to_le_bytes());
             out.extend_from_slice(key);
             out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
-            for row in rows {
-                out.extend_from_slice(&row.to_le_bytes());
-            }
+            push_u64s(&mut out, rows);
         }
     }
     for locator in &content.locators {
@@ -85,4 +101,22 @@ pub fn encode_index(content: &IndexContent) -> Vec<u8> {
     out.extend_from_slice(&(content.locators.len() as u64).to_le_bytes());
     debug_assert_eq!(out.len(), size);
     out
+}
+
+/// Appends `values` little-endian: one copy where that is their layout
+/// in memory already.
+fn push_u64s(out: &mut Vec<u8>, values: &[u64]) {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: `u64` has no padding and any bytes are valid `u8`s; the
+        // view covers exactly the slice's memory.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        };
+        out.extend_from_slice(bytes);
+    }
+    #[cfg(not(target_endian = "little"))]
+    for value in values {
+        out.extend_from_slice(&value.to_le_bytes());
+    }
 }
