@@ -135,7 +135,10 @@ impl Catalog {
                         trusted: cut.trusted,
                         stats_origin: cut.stats_origin,
                     };
-                    kept.push(Entry::Dataset { name, preview });
+                    kept.push(Entry::Dataset {
+                        name,
+                        preview: Box::new(preview),
+                    });
                     kept_metas.push(meta);
                 }
                 Ok(None) => {}

@@ -32,7 +32,7 @@ impl Catalog {
                 kind: NodeKind::Dataset,
                 entries: vec![Entry::Dataset {
                     name: ".".into(),
-                    preview: preview.clone(),
+                    preview: Box::new(preview.clone()),
                 }],
                 truncated: false,
                 warnings,
@@ -82,7 +82,7 @@ impl Catalog {
                 entries.push(match &child.leaf {
                     Some(preview) => Entry::Dataset {
                         name: name.clone(),
-                        preview: preview.clone(),
+                        preview: Box::new(preview.clone()),
                     },
                     None => Entry::Directory { name: name.clone() },
                 });

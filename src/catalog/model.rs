@@ -116,8 +116,10 @@ pub enum Entry {
     },
     Dataset {
         name: String,
+        /// Boxed: a listing holds mostly files and directories, and an
+        /// entry is as large as its largest kind (152 bytes unboxed, 40 so).
         #[serde(flatten)]
-        preview: DatasetPreview,
+        preview: Box<DatasetPreview>,
     },
     File {
         name: String,

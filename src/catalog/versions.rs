@@ -220,7 +220,10 @@ impl Catalog {
                             stats_origin: StatsOrigin::Uncounted,
                         },
                     };
-                    entries.push(Entry::Dataset { name, preview });
+                    entries.push(Entry::Dataset {
+                        name,
+                        preview: Box::new(preview),
+                    });
                     metas.push(past.revision_node(&meta).meta);
                 }
                 let listing = Listing {
@@ -238,13 +241,13 @@ impl Catalog {
                     kind: NodeKind::Dataset,
                     entries: vec![Entry::Dataset {
                         name: ".".into(),
-                        preview: DatasetPreview {
+                        preview: Box::new(DatasetPreview {
                             format: source.format,
                             counts: source.counts,
                             fingerprint: source.fingerprint,
                             trusted: source.trusted,
                             stats_origin: source.stats_origin,
-                        },
+                        }),
                     }],
                     truncated: false,
                     warnings: Vec::new(),

@@ -50,9 +50,14 @@ pub const KEPT_AT_MOST: Duration = Duration::from_secs(60);
 /// allowance (`fs.inotify.max_user_watches`) to other programs.
 const WATCHES_MAX: usize = 65_536;
 
-/// Answers kept, and their total weight (entries and sources held).
+/// Answers kept, and their total weight (entries and sources held): an
+/// entry or source kept costs about 300 bytes, so at most about 5 MiB (a
+/// walk of 100,000 files fills it with the answers of its last 16
+/// directories of 1,000). An answer heavier than `ANSWER_WEIGHT_MAX` is
+/// not kept.
 const ANSWERS_MAX: usize = 4_096;
-const WEIGHT_MAX: usize = 32_768;
+const WEIGHT_MAX: usize = 16_384;
+const ANSWER_WEIGHT_MAX: usize = 8_192;
 
 /// What a watch reports: every change to a directory's entries, to their
 /// bytes and attributes, and to the directory itself. Reads are not asked
@@ -465,7 +470,7 @@ impl QuietAnswers {
             return;
         }
         let weight = answer.weight();
-        if weight > WEIGHT_MAX / 4 {
+        if weight > ANSWER_WEIGHT_MAX {
             return;
         }
         let kept = Kept {

@@ -9,21 +9,33 @@
 //! while they hold it, and the table tracks what the kernel holds rather
 //! than every path ever seen, so a long mount over rotating shards stays
 //! bounded. Numbers handed out by a plain `readdir` (no reference) are
-//! swept when the table has doubled since the last sweep.
+//! swept when the table has doubled since the last sweep. A number is a
+//! slot of the table and that slot's generation ([`slots`]): small while
+//! nothing was dropped, and never handed out twice.
 //!
 //! An inode records where it points (a path relative to the warehouse
 //! root, or one of a directory's two synthetic files), not what it is:
 //! whether a path is a directory, a dataset or a file is asked of the
 //! catalog each time, so a directory that becomes a leaf underneath is
-//! shown as one within the attribute TTL.
+//! shown as one within the attribute TTL. It is stored as its name and its
+//! parent's number ([`slots`]); the path is rebuilt when asked for.
+//!
+//! A name is found by a hash of its parent's number and itself, keyed per
+//! process (names come from the warehouse, and a hostile writer can choose
+//! them); the name is read back from its slot, so it is not stored twice.
+
+mod slots;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::path::{Component, Path};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
 use crate::catalog::cache::FileId;
+use slots::Slots;
 
 /// The root directory's inode number (fixed by FUSE).
 pub const ROOT: u64 = 1;
@@ -75,37 +87,22 @@ pub enum Target {
     },
 }
 
-#[derive(Debug)]
-struct Inode {
-    target: Target,
-    parent: u64,
-    /// References the kernel holds (lookups not yet forgotten).
-    lookups: u64,
-    /// Replies being built that will hand the number to the kernel: such
-    /// a number is neither forgotten nor swept meanwhile.
-    pending: u64,
-}
-
 /// Tables smaller than this are never swept.
 const SWEEP_MIN: usize = 65_536;
 
 #[derive(Debug)]
 struct Inner {
-    nodes: HashMap<u64, Inode>,
-    /// The next number to hand out.
-    next: u64,
-    /// Size of the table after the last sweep.
+    slots: Slots,
+    /// Live numbers after the last sweep.
     swept_at: usize,
     /// Sweeps so far, so the mount can drop what it keeps per number for
     /// the numbers a sweep dropped.
     sweeps: u64,
-    /// `(parent, hash of the name)` to the first inode with that pair;
-    /// the name itself is read back from the inode's path, so it is not
-    /// stored twice.
-    by_name: HashMap<(u64, u64), u64>,
-    /// Names whose pair was already taken by another name (a hash
-    /// collision): rare, so kept whole.
+    /// The hash of `(parent, name)` to the first number with that hash.
+    by_name: HashMap<u64, u64>,
+    /// Names whose hash another name already had: rare, so kept whole.
     collided: HashMap<(u64, Box<str>), u64>,
+    hasher: RandomState,
     /// The identity of each file when it was last opened, so an unchanged
     /// file keeps its page cache across opens (kept apart: most inodes are
     /// never opened).
@@ -136,20 +133,14 @@ impl Default for InodeTable {
 impl InodeTable {
     /// A table holding only the root.
     pub fn new() -> InodeTable {
-        let root = Inode {
-            target: Target::Path(Arc::from(Path::new(""))),
-            parent: ROOT,
-            lookups: 1,
-            pending: 0,
-        };
         InodeTable {
             inner: RwLock::new(Inner {
-                nodes: HashMap::from([(ROOT, root)]),
-                next: ROOT + 1,
+                slots: Slots::new(),
                 swept_at: 0,
                 sweeps: 0,
                 by_name: HashMap::new(),
                 collided: HashMap::new(),
+                hasher: RandomState::new(),
                 last_open: HashMap::new(),
             }),
         }
@@ -158,47 +149,36 @@ impl InodeTable {
     /// What `ino` stands for, and its parent's number.
     pub fn get(&self, ino: u64) -> Option<(Target, u64)> {
         let inner = self.inner.read();
-        let node = inner.nodes.get(&ino)?;
-        Some((node.target.clone(), node.parent))
+        let slot = inner.slots.get(ino)?;
+        let parent = inner.slots.parent(ino)?;
+        let rel = inner.slots.path(ino)?;
+        let target = match slot.synthetic() {
+            Some(which) => Target::Synthetic {
+                of: parent,
+                rel,
+                which,
+            },
+            None => Target::Path(rel),
+        };
+        Some((target, parent))
     }
 
     /// The number of `name` in the directory numbered `parent`, assigned on
     /// first sight. `None` when `parent` is unknown or is not a path.
     pub fn child(&self, parent: u64, name: &str) -> Option<u64> {
-        let key = (parent, name_hash(name));
-        if let Some(ino) = self.inner.read().find(key, name) {
+        if let Some(ino) = self.inner.read().find(parent, name) {
             return Some(ino);
         }
         let mut inner = self.inner.write();
-        if let Some(ino) = inner.find(key, name) {
+        if let Some(ino) = inner.find(parent, name) {
             return Some(ino);
         }
         // Swept before the new number is made, so it is never swept itself.
-        if inner.nodes.len() >= SWEEP_MIN.max(inner.swept_at.saturating_mul(2)) {
+        if inner.slots.live() >= SWEEP_MIN.max(inner.swept_at.saturating_mul(2)) {
             inner.sweep();
         }
-        let Target::Path(parent_rel) = &inner.nodes.get(&parent)?.target else {
-            return None;
-        };
-        let target = match Synthetic::from_name(name) {
-            Some(which) => Target::Synthetic {
-                of: parent,
-                rel: Arc::clone(parent_rel),
-                which,
-            },
-            None => Target::Path(Arc::from(join(parent_rel, name))),
-        };
-        let ino = inner.next;
-        inner.next += 1;
-        inner.nodes.insert(
-            ino,
-            Inode {
-                target,
-                parent,
-                lookups: 0,
-                pending: 0,
-            },
-        );
+        let ino = inner.slots.add(parent, name)?;
+        let key = inner.name_key(parent, name);
         match inner.by_name.entry(key) {
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(ino);
@@ -217,8 +197,7 @@ impl InodeTable {
     pub fn claim(&self, parent: u64, name: &str) -> Option<u64> {
         loop {
             let ino = self.child(parent, name)?;
-            if let Some(node) = self.inner.write().nodes.get_mut(&ino) {
-                node.pending += 1;
+            if self.claim_number(ino) {
                 return Some(ino);
             }
             // Forgotten between the two locks: number it again.
@@ -228,9 +207,9 @@ impl InodeTable {
     /// Holds the number `ino` itself for a reply about to hand it to the
     /// kernel, as [`claim`](InodeTable::claim); false when it is gone.
     pub fn claim_number(&self, ino: u64) -> bool {
-        match self.inner.write().nodes.get_mut(&ino) {
-            Some(node) => {
-                node.pending += 1;
+        match self.inner.write().slots.get_mut(ino) {
+            Some(slot) => {
+                slot.pending = slot.pending.saturating_add(1);
                 true
             }
             None => false,
@@ -239,21 +218,21 @@ impl InodeTable {
 
     /// A claimed number was not handed to the kernel after all.
     pub fn release(&self, ino: u64) {
-        if let Some(node) = self.inner.write().nodes.get_mut(&ino) {
-            node.pending = node.pending.saturating_sub(1);
+        if let Some(slot) = self.inner.write().slots.get_mut(ino) {
+            slot.pending = slot.pending.saturating_sub(1);
         }
     }
 
     /// The number of `name` in `parent` if it has one (none is assigned).
     pub fn existing_child(&self, parent: u64, name: &str) -> Option<u64> {
-        self.inner.read().find((parent, name_hash(name)), name)
+        self.inner.read().find(parent, name)
     }
 
     /// The kernel was handed the claimed `ino` once more.
     pub fn remember(&self, ino: u64) {
-        if let Some(node) = self.inner.write().nodes.get_mut(&ino) {
-            node.pending = node.pending.saturating_sub(1);
-            node.lookups = node.lookups.saturating_add(1);
+        if let Some(slot) = self.inner.write().slots.get_mut(ino) {
+            slot.pending = slot.pending.saturating_sub(1);
+            slot.lookups = slot.lookups.saturating_add(1);
         }
     }
 
@@ -264,11 +243,11 @@ impl InodeTable {
             return false;
         }
         let mut inner = self.inner.write();
-        let Some(node) = inner.nodes.get_mut(&ino) else {
+        let Some(slot) = inner.slots.get_mut(ino) else {
             return false;
         };
-        node.lookups = node.lookups.saturating_sub(n);
-        if node.lookups > 0 || node.pending > 0 {
+        slot.lookups = slot.lookups.saturating_sub(n);
+        if slot.lookups > 0 || slot.pending > 0 {
             return false;
         }
         inner.remove(ino);
@@ -288,10 +267,35 @@ impl InodeTable {
     /// saw the same identity (its cached pages are still the file's).
     pub fn reopened_unchanged(&self, ino: u64, id: FileId) -> bool {
         let mut inner = self.inner.write();
-        if !inner.nodes.contains_key(&ino) {
+        if inner.slots.get(ino).is_none() {
             return false;
         }
         inner.last_open.insert(ino, id) == Some(id)
+    }
+
+    /// Notes that the kernel was shown the file `file` (device, inode)
+    /// underneath `ino` (dropped with the number).
+    pub fn show(&self, ino: u64, file: (u64, u64)) {
+        if let Some(slot) = self.inner.write().slots.get_mut(ino) {
+            slot.shown = file;
+        }
+    }
+
+    /// The file underneath `ino` the kernel was last shown, if noted.
+    pub fn shown(&self, ino: u64) -> Option<(u64, u64)> {
+        let inner = self.inner.read();
+        let shown = inner.slots.get(ino)?.shown;
+        (shown != slots::NOT_SHOWN).then_some(shown)
+    }
+
+    /// How many numbers have the file they were last shown as noted.
+    pub fn files_shown(&self) -> usize {
+        let inner = self.inner.read();
+        inner
+            .slots
+            .numbers()
+            .filter(|(_, slot)| slot.shown != slots::NOT_SHOWN)
+            .count()
     }
 
     /// How many sweeps dropped unheld numbers so far.
@@ -302,25 +306,36 @@ impl InodeTable {
     /// Keeps in `by_number` only the numbers the table still holds.
     pub fn retain_held<V>(&self, by_number: &mut HashMap<u64, V>) {
         let inner = self.inner.read();
-        by_number.retain(|ino, _| inner.nodes.contains_key(ino));
+        by_number.retain(|ino, _| inner.slots.get(*ino).is_some());
     }
 
     /// Every numbered node at or below the warehouse path `scope` (the
     /// synthetic files of the directories there included), each with its
     /// parent's number and its name (none for the root).
     pub fn within(&self, scope: &Path) -> Vec<Named> {
-        let inner = self.inner.read();
-        inner
-            .nodes
-            .iter()
-            .filter(|(_, node)| match &node.target {
-                Target::Path(rel) | Target::Synthetic { rel, .. } => rel.starts_with(scope),
+        let Some(scope) = scope
+            .components()
+            .map(|c| match c {
+                Component::Normal(name) => name.to_str(),
+                _ => None,
             })
-            .map(|(ino, node)| Named {
-                ino: *ino,
-                parent: node.parent,
-                name: (*ino != ROOT)
-                    .then(|| inner.name_of(*ino).map(str::to_string))
+            .collect::<Option<Vec<&str>>>()
+        else {
+            // Every numbered path is plain UTF-8 names.
+            return Vec::new();
+        };
+        let inner = self.inner.read();
+        let mut chain = Vec::new();
+        inner
+            .slots
+            .numbers()
+            .map(|(ino, _)| ino)
+            .filter(|ino| inner.slots.within(*ino, &scope, &mut chain))
+            .map(|ino| Named {
+                ino,
+                parent: inner.slots.parent(ino).unwrap_or(ROOT),
+                name: (ino != ROOT)
+                    .then(|| inner.slots.name(ino).map(str::to_string))
                     .flatten(),
             })
             .collect()
@@ -332,21 +347,21 @@ impl InodeTable {
         let inner = self.inner.read();
         let mut out = Vec::new();
         let mut at = ino;
-        while let Some(node) = inner.nodes.get(&at) {
-            if matches!(node.target, Target::Path(_)) {
+        while let Some(slot) = inner.slots.get(at) {
+            if slot.synthetic().is_none() {
                 out.push(at);
             }
-            if at == ROOT || out.len() > inner.nodes.len() {
-                break;
+            match inner.slots.parent(at) {
+                Some(parent) if at != ROOT && out.len() <= inner.slots.live() => at = parent,
+                _ => break,
             }
-            at = node.parent;
         }
         out
     }
 
     /// How many numbers are held.
     pub fn len(&self) -> usize {
-        self.inner.read().nodes.len()
+        self.inner.read().slots.live()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -355,35 +370,57 @@ impl InodeTable {
 }
 
 impl Inner {
-    /// The inode of `name` under the parent in `key`, if numbered.
-    fn find(&self, key: (u64, u64), name: &str) -> Option<u64> {
-        let ino = *self.by_name.get(&key)?;
-        if self.name_of(ino) == Some(name) {
-            return Some(ino);
+    fn name_key(&self, parent: u64, name: &str) -> u64 {
+        self.hasher.hash_one((parent, name))
+    }
+
+    /// The number of `name` under `parent`, if numbered.
+    fn find(&self, parent: u64, name: &str) -> Option<u64> {
+        let first = self.by_name.get(&self.name_key(parent, name));
+        if let Some(&ino) = first {
+            if self.slots.is(ino, parent, name) {
+                return Some(ino);
+            }
         }
-        self.collided.get(&(key.0, Box::from(name))).copied()
+        if first.is_none() || self.collided.is_empty() {
+            return None;
+        }
+        self.collided.get(&(parent, Box::from(name))).copied()
     }
 
     /// Drops `ino` and the ways to find it.
     fn remove(&mut self, ino: u64) {
         self.unname(ino);
         self.last_open.remove(&ino);
-        self.nodes.remove(&ino);
+        self.slots.drop_number(ino);
     }
 
     /// Drops the ways to find `ino` by its name (only if they lead to it).
     fn unname(&mut self, ino: u64) {
-        let Some(name) = self.name_of(ino).map(str::to_string) else {
+        let (Some(parent), Some(name)) = (self.slots.parent(ino), self.slots.name(ino)) else {
             return;
         };
-        let Some(node) = self.nodes.get(&ino) else {
-            return;
-        };
-        let key = (node.parent, name_hash(&name));
+        let key = self.name_key(parent, name);
         if self.by_name.get(&key) == Some(&ino) {
-            self.by_name.remove(&key);
+            // A name that collided with this one takes its place, so it is
+            // found again by its hash.
+            let heir = self
+                .collided
+                .iter()
+                .find(|((p, n), _)| *p == parent && self.name_key(*p, n) == key)
+                .map(|(k, v)| (k.clone(), *v));
+            match heir {
+                Some((heir, heir_ino)) => {
+                    self.collided.remove(&heir);
+                    self.by_name.insert(key, heir_ino);
+                }
+                None => {
+                    self.by_name.remove(&key);
+                }
+            }
+            return;
         }
-        let collided = (key.0, Box::from(name.as_str()));
+        let collided = (parent, Box::from(name));
         if self.collided.get(&collided) == Some(&ino) {
             self.collided.remove(&collided);
         }
@@ -392,52 +429,33 @@ impl Inner {
     /// Drops every number the kernel holds no reference to.
     fn sweep(&mut self) {
         let unheld: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(ino, node)| **ino != ROOT && node.lookups == 0 && node.pending == 0)
-            .map(|(ino, _)| *ino)
+            .slots
+            .numbers()
+            .filter(|(ino, slot)| *ino != ROOT && slot.lookups == 0 && slot.pending == 0)
+            .map(|(ino, _)| ino)
             .collect();
         for ino in unheld {
             self.remove(ino);
         }
-        self.swept_at = self.nodes.len();
+        self.swept_at = self.slots.live();
         self.sweeps += 1;
-    }
-
-    /// The last component an inode was numbered under.
-    fn name_of(&self, ino: u64) -> Option<&str> {
-        match &self.nodes.get(&ino)?.target {
-            Target::Path(rel) => rel.file_name()?.to_str(),
-            Target::Synthetic { which, .. } => Some(which.name()),
-        }
-    }
-}
-
-fn name_hash(name: &str) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(name)
-}
-
-fn join(parent: &Path, name: &str) -> PathBuf {
-    if parent.as_os_str().is_empty() {
-        PathBuf::from(name)
-    } else {
-        parent.join(name)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
     fn colliding_name_hashes_still_get_their_own_numbers() {
         let table = InodeTable::new();
         let a = table.child(ROOT, "a").unwrap();
-        // Forge a collision: "b" filed under the pair of "a".
+        // Forge a collision: "b" filed under the hash of "a".
         {
             let mut inner = table.inner.write();
-            let key = (ROOT, name_hash("b"));
+            let key = inner.name_key(ROOT, "b");
             inner.by_name.insert(key, a);
         }
         let b = table.child(ROOT, "b").unwrap();
@@ -593,5 +611,138 @@ mod tests {
         assert!(!table.forget(claimed, 1));
         table.remember(again);
         assert!(table.forget(claimed, 1));
+    }
+
+    fn path_of(table: &InodeTable, ino: u64) -> Option<PathBuf> {
+        match table.get(ino)? {
+            (Target::Path(rel), _) => Some(rel.to_path_buf()),
+            (Target::Synthetic { rel, which, .. }, _) => Some(rel.join(which.name())),
+        }
+    }
+
+    #[test]
+    fn a_slot_takes_48_bytes() {
+        assert_eq!(std::mem::size_of::<slots::Slot>(), 48);
+    }
+
+    #[test]
+    fn deep_paths_are_rebuilt_from_names() {
+        let table = InodeTable::new();
+        let mut at = ROOT;
+        let mut expected = PathBuf::new();
+        for depth in 0..200 {
+            let name = format!("level-{depth}");
+            at = table.child(at, &name).unwrap();
+            expected.push(&name);
+        }
+        assert_eq!(path_of(&table, at), Some(expected.clone()));
+        let stats = table.child(at, ".stats").unwrap();
+        assert_eq!(path_of(&table, stats), Some(expected.join(".stats")));
+        assert_eq!(table.ancestors(at).len(), 201);
+        assert_eq!(table.within(&expected).len(), 2);
+        assert_eq!(table.within(Path::new("level-0/level-1")).len(), 200);
+        assert!(table.within(Path::new("level-1")).is_empty());
+        assert!(table.within(Path::new("../level-0")).is_empty());
+    }
+
+    #[test]
+    fn a_child_keeps_its_path_after_its_parent_is_dropped() {
+        let table = InodeTable::new();
+        let dir = table.claim(ROOT, "dir").unwrap();
+        table.remember(dir);
+        let file = table.claim(dir, "f.jsonl").unwrap();
+        table.remember(file);
+        assert!(table.forget(dir, 1));
+        assert!(table.get(dir).is_none());
+        assert_eq!(table.existing_child(ROOT, "dir"), None);
+        assert_eq!(path_of(&table, file), Some(PathBuf::from("dir/f.jsonl")));
+        assert_eq!(table.ancestors(file), [file], "the parent's number is gone");
+        // The name gets a new number; the held child keeps its own.
+        let again = table.child(ROOT, "dir").unwrap();
+        assert_ne!(again, dir);
+        assert_ne!(table.child(again, "f.jsonl"), Some(file));
+        assert_eq!(table.len(), 4);
+        assert!(table.forget(file, 1));
+        assert!(table.get(file).is_none());
+        // The dropped parent's slot went with its last child, under a new
+        // generation: its number is not handed out again.
+        let numbers: Vec<u64> = (0..4)
+            .map(|i| table.child(ROOT, &format!("n{i}")).unwrap())
+            .collect();
+        assert!(!numbers.contains(&dir) && !numbers.contains(&file));
+    }
+
+    #[test]
+    fn a_reused_slot_gets_a_number_never_handed_out() {
+        let table = InodeTable::new();
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..50 {
+            let ino = table.claim(ROOT, &format!("f{round}")).unwrap();
+            table.remember(ino);
+            assert!(seen.insert(ino), "{ino} handed out twice");
+            assert_eq!(
+                path_of(&table, ino),
+                Some(PathBuf::from(format!("f{round}")))
+            );
+            assert!(table.forget(ino, 1));
+        }
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn a_detached_number_keeps_its_path_and_its_name_gets_another() {
+        let table = InodeTable::new();
+        let dir = table.child(ROOT, "d").unwrap();
+        let old = table.child(dir, "f").unwrap();
+        table.detach(old);
+        let new = table.child(dir, "f").unwrap();
+        assert_ne!(old, new);
+        assert_eq!(path_of(&table, old), path_of(&table, new));
+        assert_eq!(table.child(dir, "f"), Some(new));
+    }
+
+    #[test]
+    fn a_collided_name_is_found_after_the_first_of_its_hash_goes() {
+        let table = InodeTable::new();
+        let a = table.claim(ROOT, "a").unwrap();
+        table.remember(a);
+        {
+            let mut inner = table.inner.write();
+            let key = inner.name_key(ROOT, "b");
+            inner.by_name.insert(key, a);
+        }
+        let b = table.claim(ROOT, "b").unwrap();
+        table.remember(b);
+        // "a" goes while it holds b's hash: b is still found by name.
+        {
+            let mut inner = table.inner.write();
+            let key = inner.name_key(ROOT, "a");
+            inner.by_name.remove(&key);
+        }
+        assert!(table.forget(a, 1));
+        assert_eq!(table.existing_child(ROOT, "b"), Some(b));
+        assert_eq!(table.child(ROOT, "b"), Some(b));
+        assert!(table.forget(b, 1));
+        assert_eq!(table.existing_child(ROOT, "b"), None);
+        assert!(table.inner.read().collided.is_empty());
+    }
+
+    #[test]
+    fn names_survive_the_arena_being_rewritten() {
+        let table = InodeTable::new();
+        let dir = table.child(ROOT, "keep").unwrap();
+        let kept = table.child(dir, "kept.jsonl").unwrap();
+        let long = "x".repeat(200);
+        for i in 0..2_000 {
+            let ino = table.claim(ROOT, &format!("{long}{i}")).unwrap();
+            table.remember(ino);
+            assert!(table.forget(ino, 1));
+        }
+        assert_eq!(
+            path_of(&table, kept),
+            Some(PathBuf::from("keep/kept.jsonl"))
+        );
+        assert_eq!(table.child(dir, "kept.jsonl"), Some(kept));
+        assert!(table.inner.read().slots.arena_len() < (64 << 10) + 512);
     }
 }

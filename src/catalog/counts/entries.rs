@@ -318,12 +318,12 @@ mod tests {
     use crate::records::RecordStats;
 
     fn entry(n: u64) -> Entry {
-        Entry {
-            size: n,
-            mtime_ns: 1,
-            exact: None,
-            stats: RecordStats::default(),
-        }
+        Entry::new(n, 1, None, RecordStats::default())
+    }
+
+    #[test]
+    fn a_slot_takes_104_bytes() {
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), 104);
     }
 
     /// Every path hashes the same: each lookup goes through the collision

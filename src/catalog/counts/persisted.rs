@@ -95,13 +95,14 @@ pub(super) fn encode(entries: &Entries) -> Vec<u8> {
         out.extend_from_slice(path.as_bytes());
         out.extend_from_slice(&e.size.to_le_bytes());
         out.extend_from_slice(&e.mtime_ns.to_le_bytes());
-        out.extend_from_slice(&e.stats.record_count.to_le_bytes());
-        out.extend_from_slice(&e.stats.failed_count.to_le_bytes());
-        let flags = u8::from(e.stats.min_timestamp.is_some())
-            | u8::from(e.stats.max_timestamp.is_some()) << 1;
+        let stats = e.stats();
+        out.extend_from_slice(&stats.record_count.to_le_bytes());
+        out.extend_from_slice(&stats.failed_count.to_le_bytes());
+        let flags =
+            u8::from(stats.min_timestamp.is_some()) | u8::from(stats.max_timestamp.is_some()) << 1;
         out.push(flags);
-        out.extend_from_slice(&e.stats.min_timestamp.unwrap_or(0).to_le_bytes());
-        out.extend_from_slice(&e.stats.max_timestamp.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&stats.min_timestamp.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&stats.max_timestamp.unwrap_or(0).to_le_bytes());
     }
     let sum = crc32fast::hash(&out);
     out.extend_from_slice(&sum.to_le_bytes());
@@ -236,12 +237,7 @@ fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, Entry) -> bool) -> Option<usi
             min_timestamp: (flags & 1 != 0).then_some(min),
             max_timestamp: (flags & 2 != 0).then_some(max),
         };
-        let entry = Entry {
-            size,
-            mtime_ns,
-            exact: None,
-            stats,
-        };
+        let entry = Entry::new(size, mtime_ns, None, stats);
         if !each(path, entry) {
             return None;
         }

@@ -112,12 +112,8 @@ pub struct WarehouseFs {
     options: FsOptions,
     handles: Handles,
     renders: Renders,
-    /// Per file inode the kernel holds: the file underneath it was last
-    /// shown as (device, inode). An open serves that file or `ESTALE` (the
-    /// kernel then looks the name up again and retries).
-    shown: Mutex<HashMap<u64, (u64, u64)>>,
-    /// The inode table's sweep count when `shown` and `listed` were last
-    /// pruned to its numbers.
+    /// The inode table's sweep count when `listed` and `snapshots` were
+    /// last pruned to its numbers.
     pruned_at: AtomicU64,
     /// The threads producing `.records` streams, bounded across handles.
     producers: Arc<Producers>,
@@ -169,7 +165,6 @@ impl WarehouseFs {
             handles: Handles::new(options.handle_limits),
             options,
             producers: Producers::new(RECORDS_PRODUCERS),
-            shown: Mutex::new(HashMap::new()),
             pruned_at: AtomicU64::new(0),
             listed: Mutex::new(HashMap::new()),
             snapshots: Mutex::new(HashMap::new()),
@@ -443,7 +438,7 @@ impl WarehouseFs {
                 // checks the file actually opened. A file swapped after
                 // the kernel saw it is ESTALE.
                 let (file, stat) = self.views.of(caller)?.catalog.open_file(&rel)?;
-                let shown = self.shown.lock().get(&ino).copied();
+                let shown = self.inodes.shown(ino);
                 if shown.is_some_and(|shown| shown != (stat.dev, stat.ino)) {
                     return Err(Errno::ESTALE.into());
                 }
@@ -498,7 +493,6 @@ impl WarehouseFs {
         if self.inodes.forget(ino, nlookup) {
             self.listed.lock().remove(&ino);
             self.snapshots.lock().remove(&ino);
-            self.shown.lock().remove(&ino);
             self.versions.forget(ino);
         }
     }
@@ -559,7 +553,6 @@ impl WarehouseFs {
     fn prune_swept(&self) {
         let sweeps = self.inodes.sweeps();
         if self.pruned_at.swap(sweeps, Ordering::Relaxed) != sweeps {
-            self.inodes.retain_held(&mut self.shown.lock());
             self.inodes.retain_held(&mut self.listed.lock());
             self.inodes.retain_held(&mut self.snapshots.lock());
         }
@@ -581,7 +574,7 @@ impl WarehouseFs {
 
     /// How many numbers have the file they were last shown as noted.
     pub fn files_shown(&self) -> usize {
-        self.shown.lock().len()
+        self.inodes.files_shown()
     }
 
     /// The number of `name` in `parent`, which is `node`: a new one when
@@ -608,16 +601,15 @@ impl WarehouseFs {
         let Some(file) = shown_file(node) else {
             return false;
         };
-        self.shown
-            .lock()
-            .get(&ino)
-            .is_some_and(|shown| *shown != file)
+        self.inodes.shown(ino).is_some_and(|shown| shown != file)
     }
 
-    /// Notes which file underneath the kernel was last shown as `ino`.
+    /// Notes which file underneath the kernel was last shown as `ino`
+    /// (an open serves that file or `ESTALE`: the kernel then looks the
+    /// name up again and retries).
     fn show(&self, ino: u64, file: Option<(u64, u64)>) {
         if let Some(file) = file {
-            self.shown.lock().insert(ino, file);
+            self.inodes.show(ino, file);
         }
     }
 

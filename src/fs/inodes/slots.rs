@@ -1,0 +1,357 @@
+//! The inode table's storage: one fixed-size slot per number in one
+//! vector, each holding its name and its parent's slot rather than a whole
+//! path, every name in one string arena. A walk of 100,000 files numbers
+//! 100,000 names; a map entry and a path allocation for each cost about
+//! twice what a 48-byte slot and the name's bytes do.
+//!
+//! A number is its slot's index (plus one: the root, slot 0, is number 1)
+//! in its low 32 bits and the slot's generation in its high 32 bits. A slot
+//! is reused once its number is dropped, under the next generation, so a
+//! number is never handed out twice (a slot whose generation would wrap is
+//! retired instead). Numbers stay small while nothing is dropped.
+//!
+//! A path is rebuilt by walking parents, so a slot is kept while slots
+//! below it are: a number dropped while it still has children becomes a
+//! ghost (no longer a number, only its name and parent kept) and is freed
+//! with its last child. The kernel never holds a child without its parent,
+//! so ghosts only anchor numbers nobody holds, until they are dropped too.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::Synthetic;
+
+/// [`Slot::shown`] when no file was shown.
+pub(super) const NOT_SHOWN: (u64, u64) = (0, 0);
+
+/// The root's slot.
+const ROOT_SLOT: u32 = 0;
+
+/// The arena is rewritten without the names of freed slots once those
+/// take more than half of it, and at least this much.
+const COMPACT_MIN: usize = 64 << 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Unused: on the vacant list, or retired.
+    Free,
+    /// Stands for its number.
+    Live,
+    /// Its number was dropped; kept because slots below it still are.
+    Ghost,
+}
+
+/// One number. 48 bytes.
+#[derive(Debug)]
+pub(super) struct Slot {
+    /// References the kernel holds (lookups not yet forgotten).
+    pub(super) lookups: u64,
+    /// The file underneath (device, inode) the kernel was last shown as
+    /// this number; `(0, 0)`, which no file is, when none was.
+    pub(super) shown: (u64, u64),
+    /// Replies being built that will hand the number to the kernel: such
+    /// a number is neither forgotten nor swept meanwhile.
+    pub(super) pending: u32,
+    parent: u32,
+    generation: u32,
+    /// Where the name lies in the arena (a synthetic file's name is its
+    /// kind's).
+    name_at: u32,
+    /// Slots whose parent this is.
+    children: u32,
+    name_len: u16,
+    which: Option<Synthetic>,
+    state: State,
+}
+
+impl Slot {
+    /// The synthetic file this slot is, if it is one.
+    pub(super) fn synthetic(&self) -> Option<Synthetic> {
+        self.which
+    }
+}
+
+/// The slots of one table.
+#[derive(Debug)]
+pub(super) struct Slots {
+    slots: Vec<Slot>,
+    /// Freed slots, reused first.
+    vacant: Vec<u32>,
+    names: String,
+    /// Bytes of the arena no slot refers to any more.
+    garbage: usize,
+    /// Live slots.
+    live: usize,
+}
+
+impl Slots {
+    /// Only the root, held for good.
+    pub(super) fn new() -> Slots {
+        let root = Slot {
+            lookups: 1,
+            shown: NOT_SHOWN,
+            pending: 0,
+            parent: ROOT_SLOT,
+            generation: 0,
+            name_at: 0,
+            children: 0,
+            name_len: 0,
+            which: None,
+            state: State::Live,
+        };
+        Slots {
+            slots: vec![root],
+            vacant: Vec::new(),
+            names: String::new(),
+            garbage: 0,
+            live: 1,
+        }
+    }
+
+    /// Bytes of the name arena.
+    #[cfg(test)]
+    pub(super) fn arena_len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// How many numbers are live.
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// The number slot `at` stands for.
+    fn number(&self, at: u32) -> u64 {
+        u64::from(self.slots[at as usize].generation) << 32 | (u64::from(at) + 1)
+    }
+
+    /// The slot of the live number `ino`.
+    fn slot_of(&self, ino: u64) -> Option<u32> {
+        let at = (ino as u32).checked_sub(1)?;
+        let slot = self.slots.get(at as usize)?;
+        (slot.state == State::Live && u64::from(slot.generation) == ino >> 32).then_some(at)
+    }
+
+    pub(super) fn get(&self, ino: u64) -> Option<&Slot> {
+        self.slot_of(ino).map(|at| &self.slots[at as usize])
+    }
+
+    pub(super) fn get_mut(&mut self, ino: u64) -> Option<&mut Slot> {
+        self.slot_of(ino).map(|at| &mut self.slots[at as usize])
+    }
+
+    /// The number of `ino`'s parent (the root's is the root).
+    pub(super) fn parent(&self, ino: u64) -> Option<u64> {
+        let at = self.slot_of(ino)?;
+        Some(self.number(self.slots[at as usize].parent))
+    }
+
+    /// The name `ino` was numbered under (empty for the root).
+    pub(super) fn name(&self, ino: u64) -> Option<&str> {
+        self.slot_of(ino).map(|at| self.name_at(at))
+    }
+
+    fn name_at(&self, at: u32) -> &str {
+        let slot = &self.slots[at as usize];
+        match slot.which {
+            Some(which) => which.name(),
+            None => {
+                let start = slot.name_at as usize;
+                &self.names[start..start + usize::from(slot.name_len)]
+            }
+        }
+    }
+
+    /// Whether `ino` is live and is `name` in the directory numbered
+    /// `parent`.
+    pub(super) fn is(&self, ino: u64, parent: u64, name: &str) -> bool {
+        self.slot_of(ino).is_some_and(|at| {
+            self.number(self.slots[at as usize].parent) == parent && self.name_at(at) == name
+        })
+    }
+
+    /// A new number for `name` in the directory numbered `parent` (a
+    /// synthetic file when `name` is one's). `None` when `parent` is not a
+    /// live directory's number, or the table cannot hold another name (a
+    /// name over 64 KiB, which no kernel sends, or 4 Gi of them).
+    pub(super) fn add(&mut self, parent: u64, name: &str) -> Option<u64> {
+        let parent_at = self.slot_of(parent)?;
+        if self.slots[parent_at as usize].which.is_some() {
+            return None;
+        }
+        let which = Synthetic::from_name(name);
+        let (name_at, name_len) = match which {
+            Some(_) => (0, 0),
+            None => self.store_name(name)?,
+        };
+        let at = match self.vacant.pop() {
+            Some(at) => at,
+            None => {
+                // Number 0 does not exist: the last slot is number 2^32 - 1.
+                let at = u32::try_from(self.slots.len())
+                    .ok()
+                    .filter(|at| *at < u32::MAX)?;
+                self.slots.push(Slot {
+                    lookups: 0,
+                    shown: NOT_SHOWN,
+                    pending: 0,
+                    parent: 0,
+                    generation: 0,
+                    name_at: 0,
+                    children: 0,
+                    name_len: 0,
+                    which: None,
+                    state: State::Free,
+                });
+                at
+            }
+        };
+        let slot = &mut self.slots[at as usize];
+        *slot = Slot {
+            lookups: 0,
+            shown: NOT_SHOWN,
+            pending: 0,
+            parent: parent_at,
+            generation: slot.generation,
+            name_at,
+            children: 0,
+            name_len,
+            which,
+            state: State::Live,
+        };
+        self.slots[parent_at as usize].children += 1;
+        self.live += 1;
+        Some(self.number(at))
+    }
+
+    /// Drops the number `ino` (never the root's): its slot is freed, or
+    /// kept as a ghost while slots below it are.
+    pub(super) fn drop_number(&mut self, ino: u64) {
+        let Some(at) = self.slot_of(ino).filter(|at| *at != ROOT_SLOT) else {
+            return;
+        };
+        self.live -= 1;
+        if self.slots[at as usize].children > 0 {
+            self.slots[at as usize].state = State::Ghost;
+            return;
+        }
+        self.free(at);
+    }
+
+    /// Frees the childless slot `at`, and each ghost above it left
+    /// childless by that.
+    fn free(&mut self, mut at: u32) {
+        loop {
+            let slot = &mut self.slots[at as usize];
+            slot.state = State::Free;
+            slot.lookups = 0;
+            slot.shown = NOT_SHOWN;
+            slot.pending = 0;
+            self.garbage += usize::from(slot.name_len);
+            slot.name_len = 0;
+            slot.which = None;
+            let parent = slot.parent;
+            // Under the next generation the slot's number is a new one; a
+            // slot whose generations are spent is never reused.
+            if let Some(next) = slot.generation.checked_add(1) {
+                slot.generation = next;
+                self.vacant.push(at);
+            }
+            let up = &mut self.slots[parent as usize];
+            up.children -= 1;
+            if up.children > 0 || up.state != State::Ghost {
+                break;
+            }
+            at = parent;
+        }
+        self.compact_if_wasteful();
+    }
+
+    /// Every live number with its slot.
+    pub(super) fn numbers(&self) -> impl Iterator<Item = (u64, &Slot)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.state == State::Live)
+            .map(|(at, slot)| (self.number(at as u32), slot))
+    }
+
+    /// The warehouse path `ino` stands for: its own, or for a synthetic
+    /// file its directory's (empty for the root).
+    pub(super) fn path(&self, ino: u64) -> Option<Arc<Path>> {
+        let at = self.slot_of(ino)?;
+        let mut chain = Vec::new();
+        self.chain(at, &mut chain);
+        let len = chain.iter().map(|at| self.name_at(*at).len() + 1).sum();
+        let mut path = String::with_capacity(len);
+        for at in chain.iter().rev() {
+            if !path.is_empty() {
+                path.push('/');
+            }
+            path.push_str(self.name_at(*at));
+        }
+        Some(Arc::from(PathBuf::from(path)))
+    }
+
+    /// Whether the path `ino` stands for (as [`path`](Slots::path)) is
+    /// `scope` or lies below it; `chain` is scratch space.
+    pub(super) fn within(&self, ino: u64, scope: &[&str], chain: &mut Vec<u32>) -> bool {
+        let Some(at) = self.slot_of(ino) else {
+            return false;
+        };
+        chain.clear();
+        self.chain(at, chain);
+        chain.len() >= scope.len()
+            && chain
+                .iter()
+                .rev()
+                .zip(scope)
+                .all(|(at, name)| self.name_at(*at) == *name)
+    }
+
+    /// The slots whose names make the path of `at`, nearest first (a
+    /// synthetic file's own name left out; the root has none).
+    fn chain(&self, mut at: u32, out: &mut Vec<u32>) {
+        if self.slots[at as usize].which.is_some() {
+            at = self.slots[at as usize].parent;
+        }
+        // Each parent was numbered before its children, so the walk ends;
+        // the bound only guards that invariant.
+        while at != ROOT_SLOT && out.len() < self.slots.len() {
+            out.push(at);
+            at = self.slots[at as usize].parent;
+        }
+    }
+
+    /// Stores `name` in the arena: where it lies and its length.
+    fn store_name(&mut self, name: &str) -> Option<(u32, u16)> {
+        let len = u16::try_from(name.len()).ok()?;
+        if self.names.len() + name.len() > u32::MAX as usize {
+            self.compact();
+        }
+        let at = u32::try_from(self.names.len()).ok()?;
+        u32::try_from(self.names.len() + name.len()).ok()?;
+        self.names.push_str(name);
+        Some((at, len))
+    }
+
+    fn compact_if_wasteful(&mut self) {
+        if self.garbage >= COMPACT_MIN && self.garbage * 2 > self.names.len() {
+            self.compact();
+        }
+    }
+
+    /// Rewrites the arena with only the names slots refer to.
+    fn compact(&mut self) {
+        let mut names = String::with_capacity(self.names.len() - self.garbage);
+        for slot in &mut self.slots {
+            if slot.state == State::Free || slot.which.is_some() {
+                continue;
+            }
+            let start = slot.name_at as usize;
+            slot.name_at = names.len() as u32;
+            names.push_str(&self.names[start..start + usize::from(slot.name_len)]);
+        }
+        self.names = names;
+        self.garbage = 0;
+    }
+}
