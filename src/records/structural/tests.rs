@@ -38,6 +38,16 @@ fn serde_count(run: &[u8]) -> (u64, u64) {
     (records, failed)
 }
 
+/// A reproducible stream of pseudo-random numbers from `seed`.
+fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 /// The levels this CPU runs (the best one first).
 fn levels() -> Vec<Level> {
     [Level::Avx512, Level::Avx2]
@@ -91,15 +101,12 @@ fn both_classifiers_give_the_byte_masks() {
     if no_vectors() {
         return;
     }
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     let mut blocks: Vec<[u8; 64]> = (0..=255u8).map(|b| [b; 64]).collect();
     for _ in 0..2_000 {
         let mut block = [0u8; 64];
         for byte in &mut block {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            *byte = (state >> 24) as u8;
+            *byte = (next() >> 24) as u8;
         }
         blocks.push(block);
     }
@@ -198,13 +205,7 @@ fn agrees_on_mutated_runs_of_records() {
         "{\"text\":\"naïve café — 東京\",\"ts\":\"2026-03-04T05:06:07.5+01:00\"}".as_bytes(),
         b"{\"role\":\"tool\",\"content\":\"line one\\nline two\\ttabbed \\u2028\"}",
     ];
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     let alphabet: &[u8] =
         b"{}[],:\"\\ 0123456789.-+eEtrufalsn\n\x1e\x0c\t\r\x01\x80\xc3\xa9\xe2\xff";
     let mut runs = 0;
@@ -270,13 +271,7 @@ fn agrees_on_random_token_sequences() {
         b"[]",
         b"\"x\\\"y\"",
     ];
-    let mut state = 0x1234_5678_9abc_def1u64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x1234_5678_9abc_def1);
     let mut valid = 0;
     for _ in 0..50_000 {
         let mut run = Vec::new();
