@@ -39,8 +39,9 @@ use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode, Result};
 use crate::work::{self, Work};
 
-/// Output bytes per piece handed from a producer to readers.
-const PIECE: usize = 128 << 10;
+/// Output bytes per piece handed from a producer to readers: two in the
+/// channel keep the producer up to a whole 1 MiB read ahead of its reader.
+const PIECE: usize = 512 << 10;
 /// Output bytes between checkpoints.
 pub const CHECKPOINT_EVERY: u64 = 4 << 20;
 /// Checkpoints kept per stream; past it every other one is dropped and
@@ -175,6 +176,10 @@ struct State {
 
 struct Producer {
     pieces: Receiver<Piece>,
+    /// Pieces' buffers handed back once copied out, for the producer to
+    /// fill again: a fresh buffer of a piece's size is fresh pages to
+    /// fault in and zero, each time.
+    spare: SyncSender<Vec<u8>>,
     /// Bytes received and not yet dropped, ending at `reached`.
     window: VecDeque<u8>,
     /// Output offset just past the last byte received.
@@ -261,6 +266,7 @@ impl RecordsStream {
                 Ok(Piece::Bytes(bytes, after)) => {
                     producer.reached += bytes.len() as u64;
                     producer.window.extend(bytes.iter());
+                    let _ = producer.spare.try_send(bytes);
                     let reached = producer.reached;
                     if let Some(after) = after {
                         state.note_checkpoint(reached, after);
@@ -301,13 +307,18 @@ impl RecordsStream {
     /// is output offset `at`.
     fn start(&self, position: Position, at: u64) -> Producer {
         let (sender, pieces) = sync_channel(2);
+        let (spare, spares) = sync_channel(2);
         let plan = Arc::clone(&self.plan);
         let catalog = Arc::clone(&self.catalog);
         let work = Work::cancellable("producing `.records`");
         let producing = Arc::clone(&work);
         let spawned = std::thread::Builder::new()
             .name("pchronicle-records".into())
-            .spawn(move || work::within(&producing, || produce(&plan, &catalog, position, sender)));
+            .spawn(move || {
+                work::within(&producing, || {
+                    produce(&plan, &catalog, position, sender, spares)
+                })
+            });
         if let Err(e) = spawned {
             let (failed, pieces) = sync_channel(1);
             let _ = failed.send(Piece::Failed(Error::io(
@@ -316,6 +327,7 @@ impl RecordsStream {
             )));
             return Producer {
                 pieces,
+                spare,
                 window: VecDeque::new(),
                 reached: at,
                 done: false,
@@ -324,6 +336,7 @@ impl RecordsStream {
         }
         Producer {
             pieces,
+            spare,
             window: VecDeque::new(),
             reached: at,
             done: false,
@@ -360,9 +373,16 @@ impl State {
     }
 }
 
-fn produce(plan: &Plan, catalog: &Catalog, from: Position, sender: SyncSender<Piece>) {
+fn produce(
+    plan: &Plan,
+    catalog: &Catalog,
+    from: Position,
+    sender: SyncSender<Piece>,
+    spares: Receiver<Vec<u8>>,
+) {
     let mut out = ChannelOutput {
         sender: &sender,
+        spares,
         buf: Vec::with_capacity(PIECE),
         last: None,
         last_end: 0,
@@ -395,6 +415,8 @@ fn produce(plan: &Plan, catalog: &Catalog, from: Position, sender: SyncSender<Pi
 /// Gathers output into pieces for the channel.
 struct ChannelOutput<'s> {
     sender: &'s SyncSender<Piece>,
+    /// Buffers the reader is done with.
+    spares: Receiver<Vec<u8>>,
     buf: Vec<u8>,
     /// Where the last whole record in `buf` ends, if one does, and the
     /// length of `buf` there.
@@ -406,7 +428,14 @@ struct ChannelOutput<'s> {
 impl ChannelOutput<'_> {
     /// Sends what is buffered, with `after` when it ends after a record.
     fn send(&mut self, after: Option<Position>) -> io::Result<()> {
-        let piece = std::mem::replace(&mut self.buf, Vec::with_capacity(PIECE));
+        let next = match self.spares.try_recv() {
+            Ok(mut spare) => {
+                spare.clear();
+                spare
+            }
+            Err(_) => Vec::with_capacity(PIECE),
+        };
+        let piece = std::mem::replace(&mut self.buf, next);
         self.last = None;
         self.last_end = 0;
         if self.sender.send(Piece::Bytes(piece, after)).is_err() {

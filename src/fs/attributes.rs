@@ -53,6 +53,13 @@ pub fn node_attr(ino: u64, node: &Node) -> FileAttr {
     }
 }
 
+/// The I/O size a synthetic file asks readers for (`st_blksize`): `cat`,
+/// `cp` and Python's buffered reads size their reads by it, and a
+/// `.records` stream is served one request per read (direct I/O), so a
+/// larger one means fewer round trips through the kernel (up to the
+/// 1 MiB a request can carry).
+pub const SYNTHETIC_BLKSIZE: u32 = 1 << 20;
+
 /// A synthetic file's attributes: read-only, owned like the node it
 /// describes, its times `now` (when its content was rendered).
 pub fn synthetic_attr(ino: u64, len: u64, owner: &Stat, now: SystemTime) -> FileAttr {
@@ -70,7 +77,7 @@ pub fn synthetic_attr(ino: u64, len: u64, owner: &Stat, now: SystemTime) -> File
         uid: owner.uid,
         gid: owner.gid,
         rdev: 0,
-        blksize: 4096,
+        blksize: SYNTHETIC_BLKSIZE,
         flags: 0,
     }
 }
