@@ -39,9 +39,10 @@ use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode, Result};
 use crate::work::{self, Work};
 
-/// Output bytes per piece handed from a producer to readers: two in the
-/// channel keep the producer up to a whole 1 MiB read ahead of its reader.
-const PIECE: usize = 512 << 10;
+/// Output bytes per piece handed from a producer to readers. A piece goes
+/// out only when full or at the end of a record that nearly fills it, so a
+/// larger one keeps a reader waiting longer for its first bytes.
+const PIECE: usize = 128 << 10;
 /// Output bytes between checkpoints.
 pub const CHECKPOINT_EVERY: u64 = 4 << 20;
 /// Checkpoints kept per stream; past it every other one is dropped and
