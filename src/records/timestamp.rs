@@ -43,50 +43,60 @@ pub fn parse_rfc3339_bytes(b: &[u8]) -> Option<Micros> {
     parse_rfc3339_remembering(b, &mut DayMemo::default())
 }
 
-/// The last date [`parse_rfc3339_remembering`] turned into a day number:
-/// the records of one file mostly share their date, so its calendar
-/// arithmetic is done once per date rather than once per record.
+/// The last month [`parse_rfc3339_remembering`] met: the records of one
+/// file mostly fall in one month, so its calendar arithmetic is done once
+/// per month rather than once per record (a file whose dates change every
+/// record still pays only a compare and two digits for the day).
 #[derive(Debug, Default, Clone)]
 pub struct DayMemo {
-    /// `YYYY-MM-DD` as it was written, and its days since the epoch.
-    date: [u8; 10],
-    days: Option<i64>,
+    /// `YYYY-MM` as it was written, the days since the epoch of its first
+    /// day, and how many days it has.
+    month: [u8; 7],
+    first: Option<(i64, u32)>,
 }
 
 impl DayMemo {
     /// The days since the epoch of `date` (`YYYY-MM-DD`), `None` if it is
     /// not a valid date.
-    fn days(&mut self, date: &[u8]) -> Option<i64> {
-        if let Some(days) = self.days.filter(|_| self.date == date) {
-            return Some(days);
+    fn days(&mut self, date: &[u8; 10]) -> Option<i64> {
+        let day = two_digits(date, 8)?;
+        if date[7] != b'-' {
+            return None;
         }
+        let (first, len) = match self.first {
+            Some(known) if self.month == date[..7] => known,
+            _ => self.learn(date)?,
+        };
+        (1..=len).contains(&day).then(|| first + i64::from(day) - 1)
+    }
+
+    /// The first day and the length of `date`'s month, remembered.
+    fn learn(&mut self, date: &[u8; 10]) -> Option<(i64, u32)> {
         let year = digits(date, 0, 4)?;
-        let month = digits(date, 5, 2)?;
-        let day = digits(date, 8, 2)?;
-        if date[4] != b'-' || date[7] != b'-' {
+        let month = two_digits(date, 5)?;
+        if date[4] != b'-' || !(1..=12).contains(&month) {
             return None;
         }
-        if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-            return None;
-        }
-        let days = days_from_civil(i64::from(year), month, day);
-        self.date.copy_from_slice(date);
-        self.days = Some(days);
-        Some(days)
+        let known = (
+            days_from_civil(i64::from(year), month, 1),
+            days_in_month(year, month),
+        );
+        self.month.copy_from_slice(&date[..7]);
+        self.first = Some(known);
+        Some(known)
     }
 }
 
-/// [`parse_rfc3339_bytes`], its date looked up in (and remembered by)
+/// [`parse_rfc3339_bytes`], its month looked up in (and remembered by)
 /// `memo`.
 pub fn parse_rfc3339_remembering(b: &[u8], memo: &mut DayMemo) -> Option<Micros> {
-    if b.len() < 20 {
-        return None;
-    }
-    let days = memo.days(&b[..10])?;
-    let hour = digits(b, 11, 2)?;
-    let minute = digits(b, 14, 2)?;
-    let second = digits(b, 17, 2)?;
-    if !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+    // `YYYY-MM-DDTHH:MM:SS` and at least a `Z`: fixed places from here.
+    let head: &[u8; 20] = b.get(..20)?.try_into().ok()?;
+    let days = memo.days(head[..10].try_into().ok()?)?;
+    let hour = two_digits(head, 11)?;
+    let minute = two_digits(head, 14)?;
+    let second = two_digits(head, 17)?;
+    if !matches!(head[10], b'T' | b't' | b' ') || head[13] != b':' || head[16] != b':' {
         return None;
     }
     // 60 admits a leap second; it is folded into the next minute.
@@ -163,6 +173,13 @@ fn digits(b: &[u8], start: usize, len: usize) -> Option<u32> {
         value = value * 10 + u32::from(c - b'0');
     }
     Some(value)
+}
+
+/// The two ASCII digits at `at` as a number, `None` unless both are digits.
+#[inline(always)]
+fn two_digits(b: &[u8], at: usize) -> Option<u32> {
+    let (tens, ones) = (b[at].wrapping_sub(b'0'), b[at + 1].wrapping_sub(b'0'));
+    (tens < 10 && ones < 10).then(|| u32::from(tens) * 10 + u32::from(ones))
 }
 
 fn is_leap(year: u32) -> bool {
@@ -242,6 +259,34 @@ mod tests {
                 parse_rfc3339(text),
                 "{text}"
             );
+        }
+    }
+
+    /// Every day of two centuries, parsed with one memo as a file whose
+    /// date changes each record is, and the days around each month's end
+    /// (valid or not) right after its month was remembered.
+    #[test]
+    fn a_remembered_month_gives_every_day_its_own_number() {
+        let mut memo = DayMemo::default();
+        let (first, last) = (days_from_civil(1899, 12, 1), days_from_civil(2101, 1, 31));
+        for days in first..=last {
+            let (year, month, day) = civil_from_days(days);
+            let text = format!("{year:04}-{month:02}-{day:02}T01:02:03Z");
+            let want = (days * 86_400 + 3_723) * 1_000_000;
+            assert_eq!(parse_rfc3339_remembering(text.as_bytes(), &mut memo), Some(want), "{text}");
+            if day == 1 {
+                let len = days_in_month(year as u32, month);
+                for probe in [0, len - 1, len, len + 1, 31, 32, 99] {
+                    let text = format!("{year:04}-{month:02}-{probe:02}T00:00:00Z");
+                    let remembered = parse_rfc3339_remembering(text.as_bytes(), &mut memo);
+                    let valid = (1..=len).contains(&probe);
+                    assert_eq!(remembered.is_some(), valid, "{text}");
+                    assert_eq!(remembered, parse_rfc3339(&text), "{text}");
+                }
+            }
+        }
+        for bad in ["2026-1a-01T00:00:00Z", "2026-01-0aT00:00:00Z", "2026-01/01T00:00:00Z"] {
+            assert_eq!(parse_rfc3339_remembering(bad.as_bytes(), &mut memo), None, "{bad}");
         }
     }
 
