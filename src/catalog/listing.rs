@@ -48,7 +48,7 @@ impl Catalog {
         self.prefetch(dir, &scan.children);
         let mut entries = Vec::with_capacity(scan.children.len());
         let mut metas = Vec::with_capacity(scan.children.len());
-        for name in &scan.children {
+        for name in scan.children.iter() {
             // A child that vanished, turned into a symlink or lies on
             // another filesystem since the scan is simply not listed; one
             // an object store could not say anything of fails the listing
@@ -68,10 +68,12 @@ impl Catalog {
                     Err(e) if unenterable(&e) => {
                         warnings.push(Warning {
                             code: ErrorCode::Io,
-                            path: name.clone(),
+                            path: name.to_string(),
                             message: e.to_string(),
                         });
-                        entries.push(Entry::Directory { name: name.clone() });
+                        entries.push(Entry::Directory {
+                            name: name.to_string(),
+                        });
                         metas.push(meta);
                         continue;
                     }
@@ -81,10 +83,12 @@ impl Catalog {
                 warnings.extend(node_warnings(&child, name));
                 entries.push(match &child.leaf {
                     Some(preview) => Entry::Dataset {
-                        name: name.clone(),
+                        name: name.to_string(),
                         preview: Box::new(preview.clone()),
                     },
-                    None => Entry::Directory { name: name.clone() },
+                    None => Entry::Directory {
+                        name: name.to_string(),
+                    },
                 });
             } else if meta.is_file() {
                 entries.push(file_entry(name, OsStr::new(name), &meta));

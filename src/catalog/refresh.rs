@@ -22,13 +22,13 @@ use crate::error::{Error, FailureWatch, RemoteFailure, Result};
 use crate::records::{CountingLater, RecordFormat, RecordStats, count_open};
 use crate::store::RecordCounter;
 use crate::store::manifest;
-use crate::warehouse::{Dir, Stat};
+use crate::warehouse::{Dir, Names, Stat};
 
 /// The names of one directory's subdirectories and regular files, sorted,
 /// as of one stat identity.
 #[derive(Debug)]
 pub(super) struct DirScan {
-    pub(super) children: Vec<String>,
+    pub(super) children: Names,
     /// Stopped at `max_entries`.
     pub(super) truncated: bool,
     /// An object store's listing stopped at its own bound.
@@ -112,7 +112,7 @@ impl Catalog {
     /// Asks a remote directory, at once, for what classifying its
     /// children one by one will ask of each (their listings, manifests
     /// and markers); a local directory has nothing to ask ahead.
-    pub(super) fn prefetch(&self, dir: &Dir, children: &[String]) {
+    pub(super) fn prefetch(&self, dir: &Dir, children: &Names) {
         let markers: Vec<&str> = std::iter::once(manifest::MANIFEST_FILE)
             .chain(
                 self.stores
@@ -131,7 +131,7 @@ impl Catalog {
             return Ok(scan);
         }
         let mut scan = DirScan {
-            children: Vec::new(),
+            children: Names::default(),
             truncated: false,
             cut_by_store: false,
             non_utf8: Vec::new(),
@@ -144,6 +144,7 @@ impl Catalog {
             .map_err(|e| Error::io(dir.path(), &e))?;
         scan.truncated = found.more;
         scan.cut_by_store = found.cut_by_store;
+        let (mut children, mut bytes) = (Vec::new(), 0);
         for entry in found.entries {
             let name = match String::from_utf8(entry.name) {
                 Ok(name) => name,
@@ -156,13 +157,14 @@ impl Catalog {
             if name == STATE_DIR {
                 continue;
             }
-            if scan.children.len() == self.options.max_entries {
+            if children.len() == self.options.max_entries || !Names::fits(bytes, &name) {
                 scan.truncated = true;
                 break;
             }
-            scan.children.push(name);
+            bytes += name.len();
+            children.push(name);
         }
-        scan.children.sort();
+        scan.children = Names::sorted(children);
         let scan = Arc::new(scan);
         if !id.is_racy() {
             self.dirs.put(key, id, Arc::clone(&scan));

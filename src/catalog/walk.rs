@@ -25,7 +25,7 @@ use super::{Catalog, display_rel, join_rel, node_warnings, scan_warnings, unente
 use crate::error::{Error, ErrorCode, Result, is_remote_failure};
 use crate::records::RecordFormat;
 use crate::sidecar;
-use crate::warehouse::{Dir, Stat};
+use crate::warehouse::{Dir, Names, Stat};
 
 impl Catalog {
     /// The Snapshot of `rel`; when walking a directory with `rollup`, every
@@ -72,7 +72,7 @@ impl Catalog {
                 // The names beside the file come from the cached listing of
                 // its directory (valid while the directory is unchanged).
                 let siblings = self.dir_scan(&target.dir).ok();
-                let names = siblings.as_ref().map(|scan| scan.children.as_slice());
+                let names = siblings.as_ref().map(|scan| &scan.children);
                 let scope = sidecar::Scope::File {
                     name,
                     siblings: names,
@@ -237,7 +237,7 @@ impl Catalog {
         self.prefetch(dir, &scan.children);
         self.walk_indexes(dir, rel, &scan.children, walk);
         let mut keyed = Vec::with_capacity(scan.children.len());
-        for name in &scan.children {
+        for name in scan.children.iter() {
             walk.check_deadline()?;
             let child_rel = join_rel(rel, name);
             // As in a listing: a child the object store could not say
@@ -262,7 +262,7 @@ impl Catalog {
                 walk.warnings.extend(node_warnings(&node, &child_rel));
                 if let Some(preview) = &node.leaf {
                     keyed.push((
-                        name.clone(),
+                        name.to_string(),
                         WalkItem::Leaf(leaf_source(&child_rel, preview, attrs.clone())),
                     ));
                 } else {
@@ -270,7 +270,7 @@ impl Catalog {
                     hive::merge_segment(&mut child_attrs, name);
                     let item = WalkItem::Dir {
                         parent: Arc::clone(dir),
-                        name: name.clone(),
+                        name: name.to_string(),
                         rel: child_rel,
                         meta: child_meta,
                         attrs: child_attrs,
@@ -282,13 +282,13 @@ impl Catalog {
             {
                 let item = WalkItem::File {
                     dir: Arc::clone(dir),
-                    name: name.clone(),
+                    name: name.to_string(),
                     rel: child_rel,
                     meta: child_meta,
                     format,
                     attrs: attrs.clone(),
                 };
-                keyed.push((name.clone(), item));
+                keyed.push((name.to_string(), item));
             }
         }
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
@@ -298,7 +298,7 @@ impl Catalog {
     /// The sidecar indexes in one directory of a walk: every record file
     /// (present or not) that an index file or discovery manifest there
     /// names, with the state of each of its indexes.
-    fn walk_indexes(&self, dir: &Dir, rel: &str, children: &[String], walk: &mut Walk) {
+    fn walk_indexes(&self, dir: &Dir, rel: &str, children: &Names, walk: &mut Walk) {
         let scope = sidecar::Scope::Directory { names: children };
         for cohort in sidecar::index_states(dir, scope) {
             let cohort_rel = join_rel(rel, &cohort.cohort);

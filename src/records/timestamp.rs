@@ -273,7 +273,11 @@ mod tests {
             let (year, month, day) = civil_from_days(days);
             let text = format!("{year:04}-{month:02}-{day:02}T01:02:03Z");
             let want = (days * 86_400 + 3_723) * 1_000_000;
-            assert_eq!(parse_rfc3339_remembering(text.as_bytes(), &mut memo), Some(want), "{text}");
+            assert_eq!(
+                parse_rfc3339_remembering(text.as_bytes(), &mut memo),
+                Some(want),
+                "{text}"
+            );
             if day == 1 {
                 let len = days_in_month(year as u32, month);
                 for probe in [0, len - 1, len, len + 1, 31, 32, 99] {
@@ -285,8 +289,16 @@ mod tests {
                 }
             }
         }
-        for bad in ["2026-1a-01T00:00:00Z", "2026-01-0aT00:00:00Z", "2026-01/01T00:00:00Z"] {
-            assert_eq!(parse_rfc3339_remembering(bad.as_bytes(), &mut memo), None, "{bad}");
+        for bad in [
+            "2026-1a-01T00:00:00Z",
+            "2026-01-0aT00:00:00Z",
+            "2026-01/01T00:00:00Z",
+        ] {
+            assert_eq!(
+                parse_rfc3339_remembering(bad.as_bytes(), &mut memo),
+                None,
+                "{bad}"
+            );
         }
     }
 

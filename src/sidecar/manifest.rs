@@ -19,7 +19,7 @@ use super::build::{BuildReport, index_path};
 use super::format::{IndexReader, KeyType};
 use super::{MANIFEST_SUFFIX, command, manifest_path, rebuild_command};
 use crate::error::{Error, ErrorCode, Result};
-use crate::warehouse::{self, CappedError, Dir, Replace};
+use crate::warehouse::{self, CappedError, Dir, Names, Replace};
 
 pub const SCHEMA: u32 = 1;
 
@@ -205,7 +205,7 @@ pub fn union(
     dir: &Dir,
     cohort: &str,
     manifest: Option<IndexManifest>,
-    siblings: Option<&[String]>,
+    siblings: Option<&Names>,
 ) -> Result<Vec<std::result::Result<ManifestEntry, String>>> {
     let named: Vec<ManifestEntry> = manifest.map(|m| m.indexes).unwrap_or_default();
     let skip: Vec<&str> = named.iter().map(|e| e.file.as_str()).collect();
@@ -232,7 +232,7 @@ fn sort_entries(entries: &mut [std::result::Result<ManifestEntry, String>]) {
 pub fn listed(
     dir: &Dir,
     cohort: &str,
-    siblings: Option<&[String]>,
+    siblings: Option<&Names>,
     skip: &[&str],
 ) -> Result<Vec<std::result::Result<ManifestEntry, String>>> {
     let prefix = format!("{cohort}.");
@@ -244,18 +244,15 @@ pub fn listed(
             &listing
         }
     };
-    let start = names.partition_point(|n| n.as_str() < prefix.as_str());
     let mut out = Vec::new();
-    for name in names[start..].iter().take_while(|n| n.starts_with(&prefix)) {
+    for name in names.starting_with(&prefix) {
         let Some(hash) = name
             .strip_prefix(&prefix)
             .and_then(|rest| rest.strip_suffix(".idx"))
         else {
             continue;
         };
-        if hash.len() != 16
-            || !hash.bytes().all(|b| b.is_ascii_hexdigit())
-            || skip.contains(&name.as_str())
+        if hash.len() != 16 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) || skip.contains(&name)
         {
             continue;
         }
@@ -264,7 +261,7 @@ pub fn listed(
             Some(entry) if index_path(&cohort_path, &entry.key) == dir.path().join(name) => {
                 out.push(Ok(entry))
             }
-            _ => out.push(Err(name.clone())),
+            _ => out.push(Err(name.to_string())),
         }
     }
     sort_entries(&mut out);
@@ -287,14 +284,13 @@ fn read_entry(dir: &Dir, name: &str) -> Option<ManifestEntry> {
     })
 }
 
-fn list_dir(dir: &Dir) -> Result<Vec<String>> {
+fn list_dir(dir: &Dir) -> Result<Names> {
     let entries = dir.entries().map_err(|e| Error::io(dir.path(), &e))?;
-    let mut names: Vec<String> = entries
+    let names: Vec<String> = entries
         .into_iter()
         .map(|entry| String::from_utf8_lossy(&entry.name).into_owned())
         .collect();
-    names.sort();
-    Ok(names)
+    Ok(Names::sorted(names))
 }
 
 fn sibling(cohort: &Path, name: &str) -> PathBuf {

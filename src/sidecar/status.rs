@@ -22,7 +22,7 @@ use super::format::{IndexReader, KeyType};
 use super::manifest::{self, ManifestEntry};
 use super::{cohort_of, lookup, rebuild_command};
 use crate::error::Result;
-use crate::warehouse::{Dir, Stat};
+use crate::warehouse::{Dir, Names, Stat};
 
 /// What an index is worth against its record file as it is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,13 +81,13 @@ pub enum Scope<'a> {
     /// Every record file, present or not, that a sidecar file (an index
     /// file or a discovery manifest) among `names` belongs to; `names` is
     /// the directory's listing, sorted.
-    Directory { names: &'a [String] },
+    Directory { names: &'a Names },
     /// The record file `name` alone, whether or not a sidecar file names
     /// it; `siblings` is the directory's sorted listing when the caller
     /// has it (else the directory is listed if need be).
     File {
         name: &'a str,
-        siblings: Option<&'a [String]>,
+        siblings: Option<&'a Names>,
     },
 }
 
@@ -125,7 +125,7 @@ pub fn index_states(dir: &Dir, scope: Scope<'_>) -> Vec<CohortIndexes> {
 /// index files found beside the record file by name (among `siblings` when
 /// the caller already listed the directory). A malformed manifest is an
 /// error, as everywhere.
-pub fn of_cohort(dir: &Dir, cohort: &str, siblings: Option<&[String]>) -> Result<Vec<Indexed>> {
+pub fn of_cohort(dir: &Dir, cohort: &str, siblings: Option<&Names>) -> Result<Vec<Indexed>> {
     let cohort_meta = dir.stat_at(cohort).ok().filter(|m| m.is_file());
     let manifest = manifest::read_in(dir, cohort)?;
     let entries: Vec<ManifestEntry> = manifest::union(dir, cohort, manifest, siblings)?
@@ -249,11 +249,12 @@ mod tests {
         std::fs::write(tmp.path().join("c.jsonl.indexes.json"), "not json").unwrap();
         std::fs::write(tmp.path().join("plain.jsonl"), "{}\n").unwrap();
         let dir = Dir::open_root(tmp.path()).unwrap();
-        let mut names: Vec<String> = std::fs::read_dir(tmp.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
+        let names = Names::sorted(
+            std::fs::read_dir(tmp.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect(),
+        );
 
         let answers = index_states(&dir, Scope::Directory { names: &names });
         let cohorts: Vec<&str> = answers.iter().map(|a| a.cohort.as_str()).collect();

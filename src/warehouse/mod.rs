@@ -39,6 +39,7 @@
 
 pub mod blob;
 pub mod list;
+pub mod names;
 mod notify;
 pub mod open;
 pub mod read;
@@ -59,6 +60,7 @@ use rustix::fs::{Mode, OFlags};
 
 pub use blob::{Blob, BlobReader, OwnedBlobReader};
 pub use list::{DirEntry, Entries};
+pub use names::Names;
 pub use read::{
     COUNT_CACHE_CAP, CappedError, INDEX_MANIFEST_CAP, MANIFEST_CAP, POINTER_CAP, read_all_capped,
 };
@@ -269,7 +271,7 @@ impl Dir {
 #[cfg(not(feature = "remote"))]
 impl Dir {
     /// Nothing to do for a local directory (see the remote one).
-    pub fn prefetch_children(&self, _names: &[String], _markers: &[&str]) {}
+    pub fn prefetch_children(&self, _names: &Names, _markers: &[&str]) {}
 
     /// Nothing to do for a local directory (see the remote one).
     pub fn forget_remote(&self) {}

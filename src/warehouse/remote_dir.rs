@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::read::CappedError;
-use super::{Backend, Dir, Stat};
+use super::{Backend, Dir, Names, Stat};
 use crate::remote::{self, Bucket, Listing, Location, RemoteFile, join_key};
 
 /// A directory of a remote warehouse: a bucket and a key prefix.
@@ -209,7 +209,7 @@ impl RemoteDir {
     /// `markers` in it (a file is read, a directory listed). Stops at the
     /// first failure: what was not asked ahead is asked by the reader that
     /// needs it, which then meets the failure itself.
-    pub(super) fn prefetch(&self, names: &[String], markers: &[&str]) {
+    pub(super) fn prefetch(&self, names: &Names, markers: &[&str]) {
         let Ok(listing) = self.listing() else { return };
         let children: Vec<String> = names
             .iter()
@@ -258,7 +258,7 @@ impl RemoteDir {
 impl Dir {
     /// Lists the subdirectories `names` of a remote directory at once,
     /// before they are classified one by one (nothing for a local one).
-    pub fn prefetch_children(&self, names: &[String], markers: &[&str]) {
+    pub fn prefetch_children(&self, names: &Names, markers: &[&str]) {
         if let Backend::Remote(remote) = &self.backend {
             remote.prefetch(names, markers);
         }
