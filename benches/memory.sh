@@ -2,7 +2,9 @@
 # The daemon's memory after a first mount's walk of 100,000 files (100
 # directories of 1,000 one-record files): its RSS (and of that the
 # anonymous part: the heap) once mounted, after `find`, and after `cat` of
-# every `.stats`, and its peak (VmHWM) at the end. Each run is a first
+# every `.stats` (at once, and settled: a second later, when the daemon
+# has handed back what its last renders freed), and its peak (VmHWM) at
+# the end. Each run is a first
 # mount: the persisted count cache is removed before it. Prints the median
 # of the runs for `PCHRONICLE_BIN` and, when given, `PCHRONICLE_BIN_BEFORE`
 # (another build, measured in the same run, alternating).
@@ -31,7 +33,8 @@ mkdir -p "$mnt"
 # "VmRSS RssAnon" of a process, in KiB.
 rss() { awk '/^VmRSS/ { r = $2 } /^RssAnon/ { a = $2 } END { print r, a }' "/proc/$1/status"; }
 # One first mount with binary $1: prints "mounted-rss mounted-anon
-# find-rss find-anon stats-rss stats-anon peak", in KiB.
+# find-rss find-anon stats-rss stats-anon settled-rss settled-anon peak",
+# in KiB.
 measure() {
   local bin="$1" pid out
   rm -rf "$work/wh/.pchronicle"
@@ -41,6 +44,8 @@ measure() {
   find "$mnt" >/dev/null
   out="$out $(rss "$pid")"
   find "$mnt" -name .stats -exec cat {} + >/dev/null
+  out="$out $(rss "$pid")"
+  sleep 1
   out="$out $(rss "$pid") $(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")"
   "$bin" umount "$mnt" >/dev/null
   # The daemon has exited before the next mount.
@@ -57,7 +62,7 @@ print(" ".join("%.1f" % (statistics.median(c) / 1024) for c in zip(*rows)))'
 row() {  # label, medians
   # shellcheck disable=SC2086
   set -- "$1" $2
-  printf '%-8s %7s %7s | %7s %7s | %7s %7s | %7s\n' "$@"
+  printf '%-8s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s\n' "$@"
 }
 
 : >"$work/after.txt"
@@ -69,7 +74,7 @@ for run in $(seq "$runs"); do
   measure "$after" | tee -a "$work/after.txt" | sed "s/^/  run $run after  (KiB): /" >&2
 done
 echo "daemon memory, first mount of $entries files, median of $runs runs (MiB; goal: RSS <= 48 after .stats)"
-printf '%-8s %15s | %15s | %15s | %7s\n' "" "mounted" "after find" "after .stats" "peak"
-printf '%-8s %7s %7s | %7s %7s | %7s %7s | %7s\n' "" RSS anon RSS anon RSS anon HWM
+printf '%-8s %15s | %15s | %15s | %15s | %7s\n' "" "mounted" "after find" "after .stats" "settled (1 s)" "peak"
+printf '%-8s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s\n' "" RSS anon RSS anon RSS anon RSS anon HWM
 if [ -n "$before" ]; then row before "$(medians <"$work/before.txt")"; fi
 row after "$(medians <"$work/after.txt")"

@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 use super::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
 use super::handles::{Handle, HandleLimits, Handles, pread};
 use super::inodes::{InodeTable, Synthetic, Target};
-use super::render::{BIG_RENDER, RenderCounts, Renders, Stands, give_back_freed_memory};
+use super::render::{RenderCounts, Renders, Stands, give_back_freed_memory_soon};
 use super::views::{Caller, View, Views};
 use super::{FsError, xattrs};
 
@@ -636,7 +636,6 @@ impl WarehouseFs {
         rel: &Path,
     ) -> Result<Arc<[u8]>, FsError> {
         let catalog = &view.catalog;
-        let started = Instant::now();
         // A refresh during this render makes what it found too old to keep.
         let generation = self.renders.generation();
         let bytes: Arc<[u8]> = if self.options.attr_ttl.is_zero() {
@@ -681,9 +680,7 @@ impl WarehouseFs {
             }
             bytes
         };
-        if started.elapsed() >= BIG_RENDER {
-            give_back_freed_memory();
-        }
+        give_back_freed_memory_soon();
         Ok(bytes)
     }
 
