@@ -1,6 +1,7 @@
 //! The count cache's entries in few allocations: one vector of fixed-size
-//! slots, every path in one string arena, and a map from a path's hash to
-//! its slot. A first mount counts every file of the warehouse while it
+//! slots, every path in one string arena, and a hash table of slot
+//! numbers (five bytes a slot, where a map from a path's hash to its slot
+//! took seventeen) whose keys are the paths in the arena. A first mount counts every file of the warehouse while it
 //! walks; a map of a small allocation per path (key and node) interleaved
 //! with the walk's own short-lived buffers leaves the heap fragmented long
 //! after the walk. Large vectors come from their own mappings instead, and
@@ -11,11 +12,12 @@
 //!
 //! Paths come from the warehouse, and a hostile writer can choose them, so
 //! the hash is keyed per process; two paths of one hash still both work
-//! (the second one is kept in a small map of whole names).
+//! (the table compares whole paths).
 
-use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use super::Entry;
 
@@ -53,10 +55,8 @@ pub struct Entries<S = RandomState> {
     arena: String,
     /// Bytes of the arena no entry refers to any more.
     garbage: usize,
-    /// Hash of a path to its slot (the first path of that hash).
-    by_hash: HashMap<u64, u32>,
-    /// Paths whose hash another path already had.
-    collided: HashMap<Box<str>, u32>,
+    /// The slot of each entry, found by its path's hash.
+    table: HashTable<u32>,
     hasher: S,
     newest: u32,
     oldest: u32,
@@ -77,8 +77,7 @@ impl<S: BuildHasher> Entries<S> {
             vacant: Vec::new(),
             arena: String::new(),
             garbage: 0,
-            by_hash: HashMap::new(),
-            collided: HashMap::new(),
+            table: HashTable::new(),
             hasher,
             newest: NIL,
             oldest: NIL,
@@ -98,8 +97,7 @@ impl<S: BuildHasher> Entries<S> {
         self.vacant = Vec::new();
         self.arena = String::new();
         self.garbage = 0;
-        self.by_hash = HashMap::new();
-        self.collided = HashMap::new();
+        self.table = HashTable::new();
         self.newest = NIL;
         self.oldest = NIL;
         self.len = 0;
@@ -147,14 +145,17 @@ impl<S: BuildHasher> Entries<S> {
             }
         };
         let hash = self.hasher.hash_one(path);
-        match self.by_hash.entry(hash) {
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(at);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => {
-                self.collided.insert(path.into(), at);
-            }
-        }
+        let Entries {
+            table,
+            slots,
+            arena,
+            hasher,
+            ..
+        } = self;
+        // Growing the table hashes each path again, from the arena.
+        table.insert_unique(hash, at, |&other| {
+            hasher.hash_one(slot_path(arena, slot_in(slots, other)))
+        });
         self.link_newest(at);
         self.len += 1;
         true
@@ -201,12 +202,9 @@ impl<S: BuildHasher> Entries<S> {
 
     fn find(&self, path: &str) -> Option<u32> {
         let hash = self.hasher.hash_one(path);
-        if let Some(&at) = self.by_hash.get(&hash) {
-            if self.path_of_slot(self.slot(at)) == path {
-                return Some(at);
-            }
-        }
-        self.collided.get(path).copied()
+        self.table
+            .find(hash, |&at| self.path_of_slot(self.slot(at)) == path)
+            .copied()
     }
 
     fn slot_at(&self, at: u32) -> Option<&Slot> {
@@ -214,7 +212,7 @@ impl<S: BuildHasher> Entries<S> {
     }
 
     fn slot(&self, at: u32) -> &Slot {
-        self.slot_at(at).expect("a linked slot holds an entry")
+        slot_in(&self.slots, at)
     }
 
     fn slot_mut(&mut self, at: u32) -> &mut Slot {
@@ -224,8 +222,7 @@ impl<S: BuildHasher> Entries<S> {
     }
 
     fn path_of_slot(&self, slot: &Slot) -> &str {
-        let start = slot.path_at as usize;
-        &self.arena[start..start + slot.path_len as usize]
+        slot_path(&self.arena, slot)
     }
 
     /// Appends `path` to the arena (compacting it first when mostly
@@ -258,13 +255,10 @@ impl<S: BuildHasher> Entries<S> {
         let slot = self.slots[at as usize]
             .take()
             .expect("a linked slot holds an entry");
-        let start = slot.path_at as usize;
-        let path = &self.arena[start..start + slot.path_len as usize];
+        let path = slot_path(&self.arena, &slot);
         let hash = self.hasher.hash_one(path);
-        if self.by_hash.get(&hash) == Some(&at) {
-            self.by_hash.remove(&hash);
-        } else {
-            self.collided.remove(path);
+        if let Ok(found) = self.table.find_entry(hash, |&other| other == at) {
+            found.remove();
         }
         self.garbage += path.len();
         self.vacant.push(at);
@@ -310,6 +304,19 @@ impl<S: BuildHasher> Entries<S> {
     }
 }
 
+/// The slot `at` of `slots`, which holds an entry.
+fn slot_in(slots: &[Option<Slot>], at: u32) -> &Slot {
+    slots[at as usize]
+        .as_ref()
+        .expect("a linked slot holds an entry")
+}
+
+/// The path of `slot` in `arena`.
+fn slot_path<'a>(arena: &'a str, slot: &Slot) -> &'a str {
+    let start = slot.path_at as usize;
+    &arena[start..start + slot.path_len as usize]
+}
+
 #[cfg(test)]
 mod tests {
     use std::hash::{BuildHasherDefault, Hasher};
@@ -326,8 +333,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Option<Slot>>(), 104);
     }
 
-    /// Every path hashes the same: each lookup goes through the collision
-    /// map but the first.
+    /// Every path hashes the same: each lookup compares whole paths along
+    /// one probe sequence.
     #[derive(Default)]
     struct Constant;
 
