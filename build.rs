@@ -52,17 +52,43 @@ fn main() {
 /// relative relocations: as plain entries (24 bytes each, 7 MiB) the
 /// loader reads all of them at every start, which every short command
 /// and the daemon's resident memory pay for. Packed (DT_RELR, a bitmap
-/// per run of adjacent words) they take a few hundred KiB, and the binary
+/// per run of adjacent words) they take about 90 KiB, and the binary
 /// stays position-independent. The loader must know the format: glibc
 /// 2.36 or newer, where a binary packed so states the need by version.
-/// Asked only of a Linux GNU target, where GNU ld 2.38+ or lld link it;
-/// `PCHRONICLE_PLAIN_RELOCATIONS=1` builds the plain table for an older
-/// glibc.
+/// So it is asked only when building for this machine's own Linux GNU
+/// target and this machine's glibc is 2.36 or newer (GNU ld 2.38+ or lld
+/// link it); elsewhere, or with `PCHRONICLE_PLAIN_RELOCATIONS=1`, the
+/// plain table is built.
 fn pack_relocations() {
     println!("cargo:rerun-if-env-changed=PCHRONICLE_PLAIN_RELOCATIONS");
     let target = std::env::var("TARGET").unwrap_or_default();
+    let native = std::env::var("HOST").is_ok_and(|host| host == target);
     let plain = std::env::var_os("PCHRONICLE_PLAIN_RELOCATIONS").is_some_and(|v| v == "1");
-    if target.ends_with("linux-gnu") && !plain {
+    if native && target.ends_with("linux-gnu") && !plain && glibc_at_least(2, 36) {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
+}
+
+/// Whether this machine's glibc (`getconf GNU_LIBC_VERSION` prints
+/// `glibc 2.36`) is at least `major.minor`; false when it cannot be told.
+fn glibc_at_least(major: u32, minor: u32) -> bool {
+    let Some(out) = Command::new("getconf")
+        .arg("GNU_LIBC_VERSION")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+    else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text
+        .trim()
+        .strip_prefix("glibc ")
+        .unwrap_or_default()
+        .split('.')
+        .map(|part| part.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(have_major), Some(have_minor)) => (have_major, have_minor) >= (major, minor),
+        _ => false,
     }
 }

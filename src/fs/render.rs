@@ -231,6 +231,10 @@ impl Renders {
 /// reads every `.stats`) are trimmed after once.
 const TRIM_AFTER: Duration = Duration::from_millis(50);
 
+/// The least time between two trims, so a mount rendering all the time
+/// (a zero TTL renders every read) trims at most twice a second.
+const TRIM_GAP: Duration = Duration::from_millis(500);
+
 /// Hands the heap memory freed by a render back to the system soon, on a
 /// thread of its own, so no answer waits for it.
 ///
@@ -239,7 +243,7 @@ const TRIM_AFTER: Duration = Duration::from_millis(50);
 /// free for reuse, per thread arena. Without this a daemon that walked a
 /// large tree stays at its peak: 100,000 files and every `.stats` left
 /// about 9 MiB of free pages. Trimming takes a lock per arena and a pass
-/// over its free blocks, so it is done at most once per [`TRIM_AFTER`],
+/// over its free blocks, so it is done at most once per [`TRIM_GAP`],
 /// and only after work: a mount answering from what it kept never trims.
 pub fn give_back_freed_memory_soon() {
     static NUDGE: OnceLock<Option<SyncSender<()>>> = OnceLock::new();
@@ -253,6 +257,7 @@ pub fn give_back_freed_memory_soon() {
                     // Nudges that came meanwhile are served by this trim.
                     while nudged.try_recv().is_ok() {}
                     give_back_freed_memory();
+                    std::thread::sleep(TRIM_GAP.saturating_sub(TRIM_AFTER));
                 }
             })
             .ok()
