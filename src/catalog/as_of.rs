@@ -63,7 +63,7 @@ impl Catalog {
         } else {
             Counting::Read
         };
-        let mut snapshot = self.open_kept(rel, counting)?;
+        let mut snapshot = Arc::unwrap_or_clone(self.open_kept(rel, counting)?);
         let sources = std::mem::take(&mut snapshot.sources);
         for source in sources {
             let file = source.file.clone();

@@ -45,8 +45,8 @@ impl Catalog {
 
     /// `gather` of `rel`, given again while nothing below it changed. Only
     /// a directory's Snapshot whose every count is final is kept.
-    pub(super) fn open_kept(&self, rel: &Path, counting: Counting) -> Result<Snapshot> {
-        let kept = self.kept_or_made(
+    pub(super) fn open_kept(&self, rel: &Path, counting: Counting) -> Result<Arc<Snapshot>> {
+        self.kept_or_made(
             rel,
             Question::Open(counting),
             || self.gather(rel, &mut None, counting).map(Arc::new),
@@ -58,8 +58,7 @@ impl Catalog {
                 Answer::Open(snapshot) => Some(snapshot),
                 _ => None,
             },
-        )?;
-        Ok(Arc::unwrap_or_clone(kept))
+        )
     }
 
     /// The answer to `question` of `rel` kept while nothing below it
@@ -91,6 +90,17 @@ impl Catalog {
     /// changes (it watches, on a filesystem that reports changes).
     pub fn keeps_answers(&self) -> bool {
         self.quiet.is_some()
+    }
+
+    /// Whether `snapshot`, just made by [`Catalog::open`], is kept while
+    /// nothing below it changes, so that asking for it again costs no
+    /// walk (while it stays among the answers kept last).
+    pub fn keeps(&self, snapshot: &Snapshot) -> bool {
+        self.quiet.is_some()
+            && self.frozen_at().is_none()
+            && snapshot.kind == NodeKind::Directory
+            && snapshot.settled()
+            && super::watch::light_enough(snapshot)
     }
 
     /// Drops every kept answer.

@@ -416,11 +416,17 @@ impl Catalog {
 
     /// The Snapshot of `rel`.
     pub fn open(&self, rel: &Path) -> Result<Snapshot> {
+        self.open_shared(rel).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Catalog::open`], shared with the answers this catalog keeps
+    /// instead of copied from them.
+    pub fn open_shared(&self, rel: &Path) -> Result<Arc<Snapshot>> {
         if let Some(at) = self.frozen_at() {
-            return self.open_as_of(rel, at, false);
+            return self.open_as_of(rel, at, false).map(Arc::new);
         }
         if let Some(past) = self.past(rel)? {
-            return self.open_past(&past);
+            return self.open_past(&past).map(Arc::new);
         }
         self.open_kept(rel, Counting::Read)
     }
@@ -436,6 +442,7 @@ impl Catalog {
             return self.open_past(&past);
         }
         self.open_kept(rel, Counting::CachedOnly)
+            .map(Arc::unwrap_or_clone)
     }
 
     /// The stores this catalog reads leaves with.

@@ -377,10 +377,20 @@ impl Answer {
     fn weight(&self) -> usize {
         1 + match self {
             Answer::List(listing) => listing.0.entries.len(),
-            Answer::Open(snapshot) => snapshot.sources.len() + snapshot.indexes.len(),
+            Answer::Open(snapshot) => open_weight(snapshot),
             Answer::Stats(stats) => stats.indexes.len(),
         }
     }
+}
+
+/// What keeping the Snapshot `snapshot` weighs, beyond the answer itself.
+fn open_weight(snapshot: &Snapshot) -> usize {
+    snapshot.sources.len() + snapshot.indexes.len()
+}
+
+/// Whether a Snapshot like `snapshot` is light enough to be kept.
+pub(super) fn light_enough(snapshot: &Snapshot) -> bool {
+    1 + open_weight(snapshot) <= ANSWER_WEIGHT_MAX
 }
 
 struct Kept {

@@ -19,16 +19,11 @@
 //! catalog each time, so a directory that becomes a leaf underneath is
 //! shown as one within the attribute TTL. It is stored as its name and its
 //! parent's number ([`slots`]); the path is rebuilt when asked for.
-//!
-//! A name is found by a hash of its parent's number and itself, keyed per
-//! process (names come from the warehouse, and a hostile writer can choose
-//! them); the name is read back from its slot, so it is not stored twice.
+//! A name is found by a hash of its parent's number and itself ([`slots`]).
 
 mod slots;
 
 use std::collections::HashMap;
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::path::{Component, Path};
 use std::sync::Arc;
 
@@ -98,11 +93,6 @@ struct Inner {
     /// Sweeps so far, so the mount can drop what it keeps per number for
     /// the numbers a sweep dropped.
     sweeps: u64,
-    /// The hash of `(parent, name)` to the first number with that hash.
-    by_name: HashMap<u64, u64>,
-    /// Names whose hash another name already had: rare, so kept whole.
-    collided: HashMap<(u64, Box<str>), u64>,
-    hasher: RandomState,
     /// The identity of each file when it was last opened, so an unchanged
     /// file keeps its page cache across opens (kept apart: most inodes are
     /// never opened).
@@ -138,9 +128,6 @@ impl InodeTable {
                 slots: Slots::new(),
                 swept_at: 0,
                 sweeps: 0,
-                by_name: HashMap::new(),
-                collided: HashMap::new(),
-                hasher: RandomState::new(),
                 last_open: HashMap::new(),
             }),
         }
@@ -177,17 +164,7 @@ impl InodeTable {
         if inner.slots.live() >= SWEEP_MIN.max(inner.swept_at.saturating_mul(2)) {
             inner.sweep();
         }
-        let ino = inner.slots.add(parent, name)?;
-        let key = inner.name_key(parent, name);
-        match inner.by_name.entry(key) {
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(ino);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => {
-                inner.collided.insert((parent, Box::from(name)), ino);
-            }
-        }
-        Some(ino)
+        inner.slots.add(parent, name)
     }
 
     /// The number of `name` in `parent`, as [`child`](InodeTable::child),
@@ -259,8 +236,7 @@ impl InodeTable {
     /// kernel holds) until forgotten. For a file replaced underneath, so
     /// the new file is a new inode, as on a native filesystem.
     pub fn detach(&self, ino: u64) {
-        let mut inner = self.inner.write();
-        inner.unname(ino);
+        self.inner.write().slots.unname(ino);
     }
 
     /// Records that `ino` was opened as `id`; true when the previous open
@@ -370,60 +346,15 @@ impl InodeTable {
 }
 
 impl Inner {
-    fn name_key(&self, parent: u64, name: &str) -> u64 {
-        self.hasher.hash_one((parent, name))
-    }
-
     /// The number of `name` under `parent`, if numbered.
     fn find(&self, parent: u64, name: &str) -> Option<u64> {
-        let first = self.by_name.get(&self.name_key(parent, name));
-        if let Some(&ino) = first {
-            if self.slots.is(ino, parent, name) {
-                return Some(ino);
-            }
-        }
-        if first.is_none() || self.collided.is_empty() {
-            return None;
-        }
-        self.collided.get(&(parent, Box::from(name))).copied()
+        self.slots.find(parent, name)
     }
 
     /// Drops `ino` and the ways to find it.
     fn remove(&mut self, ino: u64) {
-        self.unname(ino);
         self.last_open.remove(&ino);
         self.slots.drop_number(ino);
-    }
-
-    /// Drops the ways to find `ino` by its name (only if they lead to it).
-    fn unname(&mut self, ino: u64) {
-        let (Some(parent), Some(name)) = (self.slots.parent(ino), self.slots.name(ino)) else {
-            return;
-        };
-        let key = self.name_key(parent, name);
-        if self.by_name.get(&key) == Some(&ino) {
-            // A name that collided with this one takes its place, so it is
-            // found again by its hash.
-            let heir = self
-                .collided
-                .iter()
-                .find(|((p, n), _)| *p == parent && self.name_key(*p, n) == key)
-                .map(|(k, v)| (k.clone(), *v));
-            match heir {
-                Some((heir, heir_ino)) => {
-                    self.collided.remove(&heir);
-                    self.by_name.insert(key, heir_ino);
-                }
-                None => {
-                    self.by_name.remove(&key);
-                }
-            }
-            return;
-        }
-        let collided = (parent, Box::from(name));
-        if self.collided.get(&collided) == Some(&ino) {
-            self.collided.remove(&collided);
-        }
     }
 
     /// Drops every number the kernel holds no reference to.
@@ -447,23 +378,6 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-
-    #[test]
-    fn colliding_name_hashes_still_get_their_own_numbers() {
-        let table = InodeTable::new();
-        let a = table.child(ROOT, "a").unwrap();
-        // Forge a collision: "b" filed under the hash of "a".
-        {
-            let mut inner = table.inner.write();
-            let key = inner.name_key(ROOT, "b");
-            inner.by_name.insert(key, a);
-        }
-        let b = table.child(ROOT, "b").unwrap();
-        assert_ne!(a, b);
-        assert_eq!(table.child(ROOT, "b"), Some(b));
-        assert_eq!(table.child(ROOT, "a"), Some(a));
-        assert!(matches!(table.get(b), Some((Target::Path(p), _)) if &*p == Path::new("b")));
-    }
 
     #[test]
     fn within_finds_a_subtree_and_ancestors_climb_to_the_root() {
@@ -699,32 +613,6 @@ mod tests {
         assert_ne!(old, new);
         assert_eq!(path_of(&table, old), path_of(&table, new));
         assert_eq!(table.child(dir, "f"), Some(new));
-    }
-
-    #[test]
-    fn a_collided_name_is_found_after_the_first_of_its_hash_goes() {
-        let table = InodeTable::new();
-        let a = table.claim(ROOT, "a").unwrap();
-        table.remember(a);
-        {
-            let mut inner = table.inner.write();
-            let key = inner.name_key(ROOT, "b");
-            inner.by_name.insert(key, a);
-        }
-        let b = table.claim(ROOT, "b").unwrap();
-        table.remember(b);
-        // "a" goes while it holds b's hash: b is still found by name.
-        {
-            let mut inner = table.inner.write();
-            let key = inner.name_key(ROOT, "a");
-            inner.by_name.remove(&key);
-        }
-        assert!(table.forget(a, 1));
-        assert_eq!(table.existing_child(ROOT, "b"), Some(b));
-        assert_eq!(table.child(ROOT, "b"), Some(b));
-        assert!(table.forget(b, 1));
-        assert_eq!(table.existing_child(ROOT, "b"), None);
-        assert!(table.inner.read().collided.is_empty());
     }
 
     #[test]

@@ -155,6 +155,57 @@ fn a_render_of_a_quiet_directory_stands_past_the_ttl_without_a_walk() {
     assert!(fs.render_counts().rendered > rendered);
 }
 
+/// The `.sources` of a large directory, when only its `.stats` was asked
+/// for, is not kept: it is made when asked for, from the answer the
+/// catalog kept, without walking the directory again. A small one is kept.
+#[test]
+fn a_large_sources_nobody_asked_for_is_made_from_the_kept_answer() {
+    let wh = Warehouse::new();
+    for i in 0..300 {
+        wh.file(&format!("big/f{i:03}.jsonl"), jsonl(1, i as i64));
+    }
+    wh.file("small/a.jsonl", jsonl(2, 0));
+    let options = pchronicle::catalog::CatalogOptions {
+        watch: true,
+        ..Default::default()
+    };
+    let catalog = pchronicle::catalog::Catalog::new(wh.path(), options).unwrap();
+    if !catalog.keeps_answers() {
+        // This filesystem reports no changes: nothing is kept.
+        return;
+    }
+    settle();
+    let catalog = std::sync::Arc::new(catalog);
+    let fs = pchronicle::fs::WarehouseFs::new(
+        std::sync::Arc::clone(&catalog),
+        pchronicle::fs::FsOptions {
+            attr_ttl: Duration::from_secs(60),
+            ..Default::default()
+        },
+    );
+    let expected = catalog
+        .open(std::path::Path::new("big"))
+        .unwrap()
+        .sources_jsonl();
+    // Both synthetic files numbered unrendered, as a plain `ls -a` does.
+    for dir in ["big", "small"] {
+        list(&fs, ino(&fs, dir), 1 << 16, false);
+    }
+    let before = fs.render_counts().rendered;
+    assert_eq!(record_count(&cat(&fs, "big/.stats")), 300);
+    assert_eq!(record_count(&cat(&fs, "small/.stats")), 2);
+    assert_eq!(fs.render_counts().rendered, before + 2);
+    let (rendered, kept) = (fs.render_counts().rendered, catalog.cache_hits().kept);
+    // The small one was kept with its `.stats`.
+    assert!(String::from_utf8_lossy(&cat(&fs, "small/.sources")).contains("a.jsonl"));
+    assert_eq!(fs.render_counts().rendered, rendered);
+    // The large one is made now, from the kept answer.
+    assert_eq!(cat(&fs, "big/.sources"), expected.as_bytes());
+    assert_eq!(fs.render_counts().rendered, rendered + 1);
+    assert_eq!(catalog.cache_hits().kept.hits, kept.hits + 1);
+    assert_eq!(catalog.cache_hits().kept.misses, kept.misses);
+}
+
 #[test]
 fn renders_are_reused_within_the_ttl_and_redone_after_it() {
     let wh = Warehouse::new();

@@ -1,5 +1,6 @@
 //! The count cache's entries in few allocations: one vector of fixed-size
-//! slots, every path in one string arena, and a hash table of slot
+//! slots, every path in one string arena (each ended by a NUL, which no
+//! path holds, so a slot keeps no length), and a hash table of slot
 //! numbers (five bytes a slot, where a map from a path's hash to its slot
 //! took seventeen) whose keys are the paths in the arena. A first mount counts every file of the warehouse while it
 //! walks; a map of a small allocation per path (key and node) interleaved
@@ -29,22 +30,24 @@ const NIL: u32 = u32::MAX;
 const COMPACT_MIN: usize = 64 << 10;
 
 /// Which entry a slot held when it was seen: a slot reused by another
-/// entry since has another serial.
+/// entry since has another serial. Serials are 32 bits and wrap: a
+/// reference is taken for one directory's walk, far fewer than 2^32
+/// entries before it is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotRef {
     slot: u32,
-    serial: u64,
+    serial: u32,
 }
 
+/// 96 bytes (as an `Option`).
 struct Slot {
     entry: Entry,
-    /// Where the path lies in the arena.
+    /// Where the path starts in the arena (a NUL ends it).
     path_at: u32,
-    path_len: u32,
     /// Toward the most recently used entry, and toward the least.
     newer: u32,
     older: u32,
-    serial: u64,
+    serial: u32,
 }
 
 /// Paths to entries, in recency order.
@@ -61,7 +64,7 @@ pub struct Entries<S = RandomState> {
     newest: u32,
     oldest: u32,
     len: usize,
-    next_serial: u64,
+    next_serial: u32,
 }
 
 impl Default for Entries {
@@ -113,7 +116,7 @@ impl<S: BuildHasher> Entries<S> {
 
     /// Adds or replaces the entry of `path` as the most recently used;
     /// false when it replaced one. An entry whose path would not fit the
-    /// arena's 32-bit offsets is not kept.
+    /// arena's 32-bit offsets, or holding a NUL, is not kept.
     pub fn push(&mut self, path: &str, entry: Entry) -> bool {
         if let Some(at) = self.find(path) {
             self.slot_mut(at).entry = entry;
@@ -125,11 +128,10 @@ impl<S: BuildHasher> Entries<S> {
             return true;
         };
         let serial = self.next_serial;
-        self.next_serial += 1;
+        self.next_serial = self.next_serial.wrapping_add(1);
         let slot = Slot {
             entry,
             path_at,
-            path_len: path.len() as u32,
             newer: NIL,
             older: NIL,
             serial,
@@ -202,9 +204,13 @@ impl<S: BuildHasher> Entries<S> {
 
     fn find(&self, path: &str) -> Option<u32> {
         let hash = self.hasher.hash_one(path);
-        self.table
-            .find(hash, |&at| self.path_of_slot(self.slot(at)) == path)
-            .copied()
+        let path = path.as_bytes();
+        // The path and the NUL that ends it, without looking for the NUL.
+        let holds = |at: u32| {
+            let rest = &self.arena.as_bytes()[self.slot(at).path_at as usize..];
+            rest.get(..path.len()) == Some(path) && rest.get(path.len()) == Some(&0)
+        };
+        self.table.find(hash, |&at| holds(at)).copied()
     }
 
     fn slot_at(&self, at: u32) -> Option<&Slot> {
@@ -225,15 +231,20 @@ impl<S: BuildHasher> Entries<S> {
         slot_path(&self.arena, slot)
     }
 
-    /// Appends `path` to the arena (compacting it first when mostly
-    /// garbage); `None` when it would not fit 32-bit offsets.
+    /// Appends `path` and its NUL to the arena (compacting it first when
+    /// mostly garbage); `None` when it would not fit 32-bit offsets or
+    /// holds a NUL itself.
     fn store_path(&mut self, path: &str) -> Option<u32> {
+        if path.as_bytes().contains(&0) {
+            return None;
+        }
         if self.garbage > COMPACT_MIN && self.garbage * 2 > self.arena.len() {
             self.compact();
         }
         let at = u32::try_from(self.arena.len()).ok()?;
-        u32::try_from(self.arena.len() + path.len()).ok()?;
+        u32::try_from(self.arena.len() + path.len() + 1).ok()?;
         self.arena.push_str(path);
+        self.arena.push('\0');
         Some(at)
     }
 
@@ -241,10 +252,10 @@ impl<S: BuildHasher> Entries<S> {
     fn compact(&mut self) {
         let mut arena = String::with_capacity(self.arena.len() - self.garbage);
         for slot in self.slots.iter_mut().flatten() {
-            let start = slot.path_at as usize;
-            let path = &self.arena[start..start + slot.path_len as usize];
+            let path = slot_path(&self.arena, slot);
             slot.path_at = arena.len() as u32;
             arena.push_str(path);
+            arena.push('\0');
         }
         self.arena = arena;
         self.garbage = 0;
@@ -260,7 +271,7 @@ impl<S: BuildHasher> Entries<S> {
         if let Ok(found) = self.table.find_entry(hash, |&other| other == at) {
             found.remove();
         }
-        self.garbage += path.len();
+        self.garbage += path.len() + 1;
         self.vacant.push(at);
         self.len -= 1;
         if self.len == 0 {
@@ -311,10 +322,11 @@ fn slot_in(slots: &[Option<Slot>], at: u32) -> &Slot {
         .expect("a linked slot holds an entry")
 }
 
-/// The path of `slot` in `arena`.
+/// The path of `slot` in `arena`: up to its NUL.
 fn slot_path<'a>(arena: &'a str, slot: &Slot) -> &'a str {
-    let start = slot.path_at as usize;
-    &arena[start..start + slot.path_len as usize]
+    let rest = &arena[slot.path_at as usize..];
+    let len = memchr::memchr(0, rest.as_bytes()).unwrap_or(rest.len());
+    &rest[..len]
 }
 
 #[cfg(test)]
@@ -329,8 +341,21 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_takes_104_bytes() {
-        assert_eq!(std::mem::size_of::<Option<Slot>>(), 104);
+    fn a_path_holding_a_nul_is_not_kept_and_a_prefix_is_another_path() {
+        let mut entries = Entries::default();
+        assert!(entries.push("a\0b", entry(1)));
+        assert_eq!(entries.len(), 0);
+        assert!(entries.push("ab", entry(2)));
+        assert!(entries.push("a", entry(3)));
+        assert_eq!(entries.get_mut("a").map(|e| e.size), Some(3));
+        assert_eq!(entries.get_mut("ab").map(|e| e.size), Some(2));
+        assert!(entries.get_mut("a\0b").is_none());
+        assert!(entries.get_mut("").is_none());
+    }
+
+    #[test]
+    fn a_slot_takes_96_bytes() {
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), 96);
     }
 
     /// Every path hashes the same: each lookup compares whole paths along
@@ -400,7 +425,8 @@ mod tests {
         }
         // The next path finds the arena mostly garbage and rewrites it.
         entries.push("last", entry(0));
-        let live: usize = entries.oldest_first().map(|(p, _)| p.len()).sum();
+        // Each path with the NUL that ends it.
+        let live: usize = entries.oldest_first().map(|(p, _)| p.len() + 1).sum();
         assert_eq!(entries.len(), 51);
         assert_eq!(entries.arena.len(), live);
         for round in 0..50 {

@@ -44,14 +44,15 @@ use parking_lot::Mutex;
 use super::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
 use super::handles::{Handle, HandleLimits, Handles, pread};
 use super::inodes::{InodeTable, Synthetic, Target};
-use super::render::{RenderCounts, Renders, Stands, give_back_freed_memory_soon};
-use super::views::{Caller, View, Views};
+use super::render::{RenderCounts, Renders};
+use super::views::{Caller, Views};
 use super::{FsError, xattrs};
 
 mod answers;
 mod directory;
 mod extras;
 mod refresh;
+mod synthetic;
 mod versions;
 
 use crate::catalog::cache::FileId;
@@ -352,43 +353,6 @@ impl WarehouseFs {
         Ok((node_attr(ino, &node), self.options.attr_ttl))
     }
 
-    /// A synthetic file's attributes: those of the content its number
-    /// holds (a number pushed out is described by a handle still open on
-    /// it, else stale), or, rendered per open, the length of what the
-    /// handle holds or of a render now, never cached.
-    fn synthetic_file_attr(
-        &self,
-        caller: &Caller,
-        ino: u64,
-        rel: &Path,
-        which: Synthetic,
-        handle: Option<&Handle>,
-    ) -> Result<(FileAttr, Duration), FsError> {
-        let owner = self.synthetic_owner(rel, which)?;
-        let now = SystemTime::now();
-        // `.records` says 0 bytes, as /proc files do: its length is
-        // known only by producing it (see docs/filesystem.md).
-        if which == Synthetic::Records {
-            return Ok((synthetic_attr(ino, 0, &owner.meta, now), NO_TTL));
-        }
-        if let Some(made) = self.retired(ino) {
-            let any = self.handles.any_of(ino);
-            if let Some(Handle::Bytes(bytes)) = handle.or(any.as_deref()) {
-                let attr = synthetic_attr(ino, bytes.len() as u64, &owner.meta, made);
-                return Ok((attr, self.options.attr_ttl));
-            }
-        }
-        let view = self.views.of(caller)?;
-        if let Some(version) = self.served_version(&view, ino, which, rel)? {
-            return Ok((version.attr(ino, &owner.meta), self.options.attr_ttl));
-        }
-        let len = match handle {
-            Some(Handle::Bytes(bytes)) => bytes.len(),
-            _ => self.synthetic_bytes(&view, ino, which, rel)?.len(),
-        };
-        Ok((synthetic_attr(ino, len as u64, &owner.meta, now), NO_TTL))
-    }
-
     /// Opens `ino` for reading (`writes`: the open asked to write or
     /// truncate, which is `EROFS`). A synthetic file is rendered now and
     /// read from that render; a warehouse file is resolved once below the
@@ -610,86 +574,6 @@ impl WarehouseFs {
     fn show(&self, ino: u64, file: Option<(u64, u64)>) {
         if let Some(file) = file {
             self.inodes.show(ino, file);
-        }
-    }
-
-    /// A synthetic file's bytes, reused when rendered within the TTL.
-    fn synthetic_bytes(
-        &self,
-        view: &View,
-        ino: u64,
-        which: Synthetic,
-        rel: &Path,
-    ) -> Result<Arc<[u8]>, FsError> {
-        self.renders
-            .get_or_render((ino, view.id), || self.render(view, ino, which, rel))
-    }
-
-    /// Renders a synthetic file. One walk renders both of a directory's
-    /// synthetic files (an `ls -l` stats both, a poller reads one), and
-    /// both are kept for the TTL.
-    fn render(
-        &self,
-        view: &View,
-        ino: u64,
-        which: Synthetic,
-        rel: &Path,
-    ) -> Result<Arc<[u8]>, FsError> {
-        let catalog = &view.catalog;
-        // A refresh during this render makes what it found too old to keep.
-        let generation = self.renders.generation();
-        let bytes: Arc<[u8]> = if self.options.attr_ttl.is_zero() {
-            let text = match which {
-                Synthetic::Stats => catalog.stats(rel).map(|s| s.to_json()),
-                Synthetic::Sources => catalog.open(rel).map(|s| s.sources_jsonl()),
-                // Streamed at open, never rendered.
-                Synthetic::Records => return Err(Errno::EINVAL.into()),
-            }?;
-            Arc::from(text.into_bytes())
-        } else {
-            // Taken before the walk: a change during it shows as one since.
-            let mark = catalog.change_mark();
-            let snapshot = catalog.open(rel)?;
-            // A render whose every count is final stands past the TTL while
-            // nothing below the directory changed (a count being made
-            // finishes with no change to report).
-            let stands = mark.filter(|_| snapshot.settled()).map(|mark| {
-                let (catalog, rel) = (Arc::clone(catalog), rel.to_path_buf());
-                Arc::new(move || catalog.unchanged_since(&rel, &mark)) as Stands
-            });
-            let (stats, sources) = (snapshot.stats().to_json(), snapshot.sources_jsonl());
-            let (mine, other, text) = match which {
-                Synthetic::Stats => (stats, Synthetic::Sources, sources),
-                Synthetic::Sources => (sources, Synthetic::Stats, stats),
-                Synthetic::Records => return Err(Errno::EINVAL.into()),
-            };
-            let bytes: Arc<[u8]> = Arc::from(mine.into_bytes());
-            self.renders.keep(
-                (ino, view.id),
-                Arc::clone(&bytes),
-                stands.clone(),
-                generation,
-            );
-            if let Some(sibling) = self.sibling(ino, other) {
-                self.renders.keep(
-                    (sibling, view.id),
-                    Arc::from(text.into_bytes()),
-                    stands,
-                    generation,
-                );
-            }
-            bytes
-        };
-        give_back_freed_memory_soon();
-        Ok(bytes)
-    }
-
-    /// The inode of the other synthetic file of the directory `ino`'s
-    /// synthetic file belongs to.
-    fn sibling(&self, ino: u64, other: Synthetic) -> Option<u64> {
-        match self.inodes.get(ino)? {
-            (Target::Synthetic { of, .. }, _) => self.inodes.existing_child(of, other.name()),
-            _ => None,
         }
     }
 }

@@ -15,9 +15,20 @@
 //! ghost (no longer a number, only its name and parent kept) and is freed
 //! with its last child. The kernel never holds a child without its parent,
 //! so ghosts only anchor numbers nobody holds, until they are dropped too.
+//!
+//! A name is found by a hash of its parent's number and itself, keyed per
+//! process (names come from the warehouse, and a hostile writer can choose
+//! them). The table of names holds slot indices only (five bytes a name):
+//! the key of each is recomputed from its slot, which a ghost parent keeps
+//! its number for, and two names of one hash are told apart by comparing
+//! them.
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use hashbrown::HashTable;
 
 use super::Synthetic;
 
@@ -72,8 +83,7 @@ impl Slot {
 }
 
 /// The slots of one table.
-#[derive(Debug)]
-pub(super) struct Slots {
+pub(super) struct Slots<S = RandomState> {
     slots: Vec<Slot>,
     /// Freed slots, reused first.
     vacant: Vec<u32>,
@@ -82,11 +92,32 @@ pub(super) struct Slots {
     garbage: usize,
     /// Live slots.
     live: usize,
+    /// The live slots found by name (all but the root and detached ones),
+    /// by the hash of their parent's number and their name.
+    by_name: HashTable<u32>,
+    hasher: S,
+}
+
+impl<S> std::fmt::Debug for Slots<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slots")
+            .field("live", &self.live)
+            .field("slots", &self.slots.len())
+            .field("arena", &self.names.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Slots {
     /// Only the root, held for good.
     pub(super) fn new() -> Slots {
+        Slots::with_hasher(RandomState::new())
+    }
+}
+
+impl<S: BuildHasher> Slots<S> {
+    /// Only the root, names hashed by `hasher`.
+    pub(super) fn with_hasher(hasher: S) -> Slots<S> {
         let root = Slot {
             lookups: 1,
             shown: NOT_SHOWN,
@@ -105,6 +136,8 @@ impl Slots {
             names: String::new(),
             garbage: 0,
             live: 1,
+            by_name: HashTable::new(),
+            hasher,
         }
     }
 
@@ -121,7 +154,7 @@ impl Slots {
 
     /// The number slot `at` stands for.
     fn number(&self, at: u32) -> u64 {
-        u64::from(self.slots[at as usize].generation) << 32 | (u64::from(at) + 1)
+        number(&self.slots, at)
     }
 
     /// The slot of the live number `ino`.
@@ -151,26 +184,45 @@ impl Slots {
     }
 
     fn name_at(&self, at: u32) -> &str {
-        let slot = &self.slots[at as usize];
-        match slot.which {
-            Some(which) => which.name(),
-            None => {
-                let start = slot.name_at as usize;
-                &self.names[start..start + usize::from(slot.name_len)]
-            }
+        name_at(&self.slots, &self.names, at)
+    }
+
+    /// The live number of `name` in the directory numbered `parent`, if
+    /// it has one.
+    pub(super) fn find(&self, parent: u64, name: &str) -> Option<u64> {
+        let hash = self.hasher.hash_one((parent, name));
+        let at = *self.by_name.find(hash, |&at| {
+            self.number(self.slots[at as usize].parent) == parent && self.name_at(at) == name
+        })?;
+        Some(self.number(at))
+    }
+
+    /// Makes `at` (a live slot) found by its name.
+    fn index_name(&mut self, at: u32) {
+        let (slots, names, hasher) = (&self.slots, &self.names, &self.hasher);
+        let key = |at: u32| {
+            let parent = number(slots, slots[at as usize].parent);
+            hasher.hash_one((parent, name_at(slots, names, at)))
+        };
+        self.by_name.insert_unique(key(at), at, |&at| key(at));
+    }
+
+    /// Stops `ino` from being found by its name (it stays a number): its
+    /// name's next lookup numbers it afresh.
+    pub(super) fn unname(&mut self, ino: u64) {
+        let Some(at) = self.slot_of(ino) else {
+            return;
+        };
+        let parent = self.number(self.slots[at as usize].parent);
+        let hash = self.hasher.hash_one((parent, self.name_at(at)));
+        if let Ok(entry) = self.by_name.find_entry(hash, |&other| other == at) {
+            entry.remove();
         }
     }
 
-    /// Whether `ino` is live and is `name` in the directory numbered
-    /// `parent`.
-    pub(super) fn is(&self, ino: u64, parent: u64, name: &str) -> bool {
-        self.slot_of(ino).is_some_and(|at| {
-            self.number(self.slots[at as usize].parent) == parent && self.name_at(at) == name
-        })
-    }
-
     /// A new number for `name` in the directory numbered `parent` (a
-    /// synthetic file when `name` is one's). `None` when `parent` is not a
+    /// synthetic file when `name` is one's), found by that name from now
+    /// on: ask [`find`](Slots::find) first. `None` when `parent` is not a
     /// live directory's number, or the table cannot hold another name (a
     /// name over 64 KiB, which no kernel sends, or 4 Gi of them).
     pub(super) fn add(&mut self, parent: u64, name: &str) -> Option<u64> {
@@ -220,6 +272,7 @@ impl Slots {
         };
         self.slots[parent_at as usize].children += 1;
         self.live += 1;
+        self.index_name(at);
         Some(self.number(at))
     }
 
@@ -229,6 +282,7 @@ impl Slots {
         let Some(at) = self.slot_of(ino).filter(|at| *at != ROOT_SLOT) else {
             return;
         };
+        self.unname(ino);
         self.live -= 1;
         if self.slots[at as usize].children > 0 {
             self.slots[at as usize].state = State::Ghost;
@@ -353,5 +407,97 @@ impl Slots {
         }
         self.names = names;
         self.garbage = 0;
+    }
+}
+
+/// The number slot `at` of `slots` stands for (a ghost's is the one it
+/// had, which its children's keys were made with).
+fn number(slots: &[Slot], at: u32) -> u64 {
+    u64::from(slots[at as usize].generation) << 32 | (u64::from(at) + 1)
+}
+
+/// The name of slot `at` of `slots`, whose names lie in `names`.
+fn name_at<'a>(slots: &[Slot], names: &'a str, at: u32) -> &'a str {
+    let slot = &slots[at as usize];
+    match slot.which {
+        Some(which) => which.name(),
+        None => {
+            let start = slot.name_at as usize;
+            &names[start..start + usize::from(slot.name_len)]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::{BuildHasherDefault, Hasher};
+
+    use super::*;
+
+    const ROOT: u64 = 1;
+
+    /// Every name hashes the same: each lookup compares names along one
+    /// probe sequence.
+    #[derive(Default)]
+    struct Constant;
+
+    impl Hasher for Constant {
+        fn write(&mut self, _: &[u8]) {}
+        fn finish(&self) -> u64 {
+            7
+        }
+    }
+
+    #[test]
+    fn names_of_one_hash_are_told_apart_and_go_alone() {
+        let mut slots = Slots::with_hasher(BuildHasherDefault::<Constant>::default());
+        let a = slots.add(ROOT, "a").unwrap();
+        let b = slots.add(ROOT, "b").unwrap();
+        let dir = slots.add(ROOT, "dir").unwrap();
+        let a_below = slots.add(dir, "a").unwrap();
+        assert_eq!(slots.find(ROOT, "a"), Some(a));
+        assert_eq!(slots.find(ROOT, "b"), Some(b));
+        assert_eq!(slots.find(dir, "a"), Some(a_below));
+        slots.drop_number(a);
+        assert_eq!(slots.find(ROOT, "a"), None);
+        assert_eq!(slots.find(ROOT, "b"), Some(b));
+        assert_eq!(slots.find(dir, "a"), Some(a_below));
+        let again = slots.add(ROOT, "a").unwrap();
+        assert_ne!(again, a);
+        assert_eq!(slots.find(ROOT, "a"), Some(again));
+    }
+
+    #[test]
+    fn a_ghosts_children_keep_their_keys_while_the_table_grows() {
+        let mut slots = Slots::new();
+        let dir = slots.add(ROOT, "d").unwrap();
+        let file = slots.add(dir, "f").unwrap();
+        slots.drop_number(dir);
+        assert_eq!(slots.find(ROOT, "d"), None);
+        // Growing rehashes every name, the ghost's child's from its slot.
+        for i in 0..5_000 {
+            slots.add(ROOT, &format!("n{i}")).unwrap();
+        }
+        assert_eq!(slots.find(dir, "f"), Some(file));
+        slots.drop_number(file);
+        assert_eq!(slots.find(dir, "f"), None);
+        assert_eq!(slots.by_name.len(), 5_000);
+        assert_eq!(
+            slots.find(ROOT, "n4999").and_then(|n| slots.name(n)),
+            Some("n4999")
+        );
+    }
+
+    #[test]
+    fn an_unnamed_number_stays_but_is_not_found() {
+        let mut slots = Slots::new();
+        let file = slots.add(ROOT, "f").unwrap();
+        slots.unname(file);
+        assert_eq!(slots.find(ROOT, "f"), None);
+        assert_eq!(slots.name(file), Some("f"));
+        let new = slots.add(ROOT, "f").unwrap();
+        assert_eq!(slots.find(ROOT, "f"), Some(new));
+        slots.drop_number(file);
+        assert_eq!(slots.find(ROOT, "f"), Some(new));
     }
 }
