@@ -62,8 +62,9 @@ pub(super) enum Field {
 }
 
 impl Field {
-    pub(super) fn is_mark(self) -> bool {
-        matches!(self, Field::Mark(_))
+    /// `timestamp` or `ts`: all a count reads of a record.
+    pub(super) fn is_timestamp(self) -> bool {
+        matches!(self, Field::Timestamp | Field::Ts)
     }
 }
 

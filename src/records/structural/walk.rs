@@ -390,8 +390,13 @@ impl Walk<'_, '_> {
         let key = &b[key_start..key_end];
         let escaped = |s: &[u8]| self.any_backslash && s.contains(&b'\\');
         let key_escaped = escaped(key);
-        // Counting reads timestamps only, never a record's landmarks.
-        let Some(field) = scan::fact_field(key, key_escaped).filter(|f| !f.is_mark()) else {
+        // Counting reads the timestamp only (`timestamp` or `ts`, quotes
+        // included 11 or 4 bytes when written plainly): any other key is
+        // passed over by its length.
+        if !key_escaped && key.len() != 11 && key.len() != 4 {
+            return;
+        }
+        let Some(field) = scan::fact_field(key, key_escaped).filter(|f| f.is_timestamp()) else {
             return;
         };
         let token = match token {
