@@ -92,15 +92,16 @@ impl Catalog {
         self.quiet.is_some()
     }
 
-    /// Whether `snapshot`, just made by [`Catalog::open`], is kept while
-    /// nothing below it changes, so that asking for it again costs no
-    /// walk (while it stays among the answers kept last).
-    pub fn keeps(&self, snapshot: &Snapshot) -> bool {
-        self.quiet.is_some()
-            && self.frozen_at().is_none()
-            && snapshot.kind == NodeKind::Directory
-            && snapshot.settled()
-            && super::watch::light_enough(snapshot)
+    /// Whether the answer [`Catalog::open`] gives for `rel` is kept now
+    /// and still quiet, so that asking for it again costs no walk. Never
+    /// in a view of the past (its answers are cut from the kept ones, at a
+    /// cost of their own).
+    pub fn keeps(&self, rel: &Path) -> bool {
+        self.frozen_at().is_none()
+            && self
+                .quiet
+                .as_ref()
+                .is_some_and(|quiet| quiet.holds(rel, Question::Open(Counting::Read)))
     }
 
     /// Drops every kept answer.

@@ -388,11 +388,6 @@ fn open_weight(snapshot: &Snapshot) -> usize {
     snapshot.sources.len() + snapshot.indexes.len()
 }
 
-/// Whether a Snapshot like `snapshot` is light enough to be kept.
-pub(super) fn light_enough(snapshot: &Snapshot) -> bool {
-    1 + open_weight(snapshot) <= ANSWER_WEIGHT_MAX
-}
-
 struct Kept {
     /// The directory the answer is of, as the watcher names it.
     path: PathBuf,
@@ -427,6 +422,21 @@ impl QuietAnswers {
 
     pub(super) fn watcher(&self) -> &Arc<Watcher> {
         &self.watcher
+    }
+
+    /// Whether an answer to `question` of `rel` is kept and still quiet
+    /// (as [`get`](QuietAnswers::get) would find it, without using it).
+    pub(super) fn holds(&self, rel: &Path, question: Question) -> bool {
+        let kept = {
+            let answers = self.answers.lock();
+            answers
+                .0
+                .peek(&(rel.to_path_buf(), question))
+                .map(|k| (k.path.clone(), k.since, k.at))
+        };
+        kept.is_some_and(|(path, since, at)| {
+            at.elapsed() < KEPT_AT_MOST && self.watcher.quiet(&path, since)
+        })
     }
 
     /// The answer to `question` of `rel`, if one is kept and still quiet.

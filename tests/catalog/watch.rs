@@ -241,6 +241,32 @@ fn a_quiet_warehouse_is_answered_without_validating_a_leaf() {
     assert_eq!(watching.cache_hits().kept.hits, after.hits + 1);
 }
 
+/// `keeps` says an answer is kept only while it is, quiet, and would be
+/// given again without a walk.
+#[test]
+fn keeps_tells_an_answer_kept_and_quiet() {
+    let w = Warehouse::new();
+    w.file("a/b.jsonl", jsonl(2, 0));
+    crate::support::settle();
+    let watching = catalog(&w, true);
+    if !watching.keeps_answers() {
+        return; // this filesystem reports no changes
+    }
+    let a = Path::new("a");
+    assert!(!watching.keeps(a), "nothing asked yet");
+    watching.open(a).unwrap();
+    assert!(watching.keeps(a));
+    assert!(!watching.keeps(Path::new(".")), "only what was asked");
+    w.file("a/c.jsonl", jsonl(1, 0));
+    // The change is seen once the watcher reads its reports.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while watching.keeps(a) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!watching.keeps(a), "a change below ends it");
+    assert!(!catalog(&w, false).keeps(a), "without watching, never");
+}
+
 #[test]
 fn without_watching_nothing_is_kept() {
     let w = Warehouse::new();

@@ -205,6 +205,10 @@ impl<S: BuildHasher> Entries<S> {
     fn find(&self, path: &str) -> Option<u32> {
         let hash = self.hasher.hash_one(path);
         let path = path.as_bytes();
+        if memchr::memchr(0, path).is_some() {
+            // Never kept, and would match a kept path and the one after it.
+            return None;
+        }
         // The path and the NUL that ends it, without looking for the NUL.
         let holds = |at: u32| {
             let rest = &self.arena.as_bytes()[self.slot(at).path_at as usize..];

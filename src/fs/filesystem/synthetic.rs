@@ -75,9 +75,12 @@ impl WarehouseFs {
             .get_or_render((ino, view.id), || self.render(view, ino, which, rel))
     }
 
-    /// Renders a synthetic file. One walk renders both of a directory's
-    /// synthetic files (an `ls -l` stats both, a poller reads one), and
-    /// both are kept for the TTL.
+    /// Renders a synthetic file. One walk serves both of a directory's
+    /// synthetic files (an `ls -l` stats both, a poller reads one): the
+    /// other is rendered and kept for the TTL too, unless it is a large
+    /// `.sources` the catalog can make again without a walk (see
+    /// [`UNASKED_SOURCES_MAX`]). Made then, it shows the directory as it is
+    /// then, which within the TTL may be newer than the `.stats` kept.
     fn render(
         &self,
         view: &View,
@@ -123,7 +126,7 @@ impl WarehouseFs {
             // it is small, or when making it later would take another walk.
             let unasked = other == Synthetic::Stats
                 || snapshot.sources.len() <= UNASKED_SOURCES_MAX
-                || !catalog.keeps(&snapshot);
+                || !catalog.keeps(rel);
             if let Some(sibling) = self.sibling(ino, other).filter(|_| unasked) {
                 self.renders.keep(
                     (sibling, view.id),
