@@ -427,35 +427,33 @@ impl QuietAnswers {
     /// Whether an answer to `question` of `rel` is kept and still quiet
     /// (as [`get`](QuietAnswers::get) would find it, without using it).
     pub(super) fn holds(&self, rel: &Path, question: Question) -> bool {
-        let kept = {
-            let answers = self.answers.lock();
-            answers
-                .0
-                .peek(&(rel.to_path_buf(), question))
-                .map(|k| (k.path.clone(), k.since, k.at))
-        };
-        kept.is_some_and(|(path, since, at)| {
-            at.elapsed() < KEPT_AT_MOST && self.watcher.quiet(&path, since)
-        })
+        self.quiet_kept(&(rel.to_path_buf(), question), |_| ())
+            .is_some()
     }
 
     /// The answer to `question` of `rel`, if one is kept and still quiet.
     pub(super) fn get(&self, rel: &Path, question: Question) -> Option<Answer> {
         let key = (rel.to_path_buf(), question);
-        let kept = {
-            let answers = self.answers.lock();
-            answers
-                .0
-                .peek(&key)
-                .map(|k| (k.path.clone(), k.since, k.at, k.answer.clone()))
-        };
-        let found = kept.and_then(|(path, since, at, answer)| {
-            (at.elapsed() < KEPT_AT_MOST && self.watcher.quiet(&path, since)).then_some(answer)
-        });
+        let found = self.quiet_kept(&key, |kept| kept.answer.clone());
         if found.is_some() {
             self.answers.lock().0.promote(&key);
         }
         self.hits.note(found)
+    }
+
+    /// `take` of the answer kept under `key`, if it is still quiet (taken
+    /// under the lock, checked after it).
+    fn quiet_kept<T>(&self, key: &(PathBuf, Question), take: impl FnOnce(&Kept) -> T) -> Option<T> {
+        let kept = {
+            let answers = self.answers.lock();
+            answers
+                .0
+                .peek(key)
+                .map(|k| (k.path.clone(), k.since, k.at, take(k)))
+        };
+        kept.and_then(|(path, since, at, taken)| {
+            (at.elapsed() < KEPT_AT_MOST && self.watcher.quiet(&path, since)).then_some(taken)
+        })
     }
 
     /// Whether nothing changed at or below `path` (a watched directory)

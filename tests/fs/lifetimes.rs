@@ -111,6 +111,17 @@ fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
     fs.release(handle.fh);
 }
 
+/// A catalog of `wh` that watches, or `None` where the filesystem reports
+/// no changes (nothing is kept there, so there is nothing to test).
+fn watching_catalog(wh: &Warehouse) -> Option<pchronicle::catalog::Catalog> {
+    let options = pchronicle::catalog::CatalogOptions {
+        watch: true,
+        ..Default::default()
+    };
+    let catalog = pchronicle::catalog::Catalog::new(wh.path(), options).unwrap();
+    catalog.keeps_answers().then_some(catalog)
+}
+
 /// A catalog that watches: a render whose directory did not change stands
 /// past the TTL without a walk; one whose directory changed is made again.
 #[test]
@@ -118,15 +129,9 @@ fn a_render_of_a_quiet_directory_stands_past_the_ttl_without_a_walk() {
     let wh = Warehouse::new();
     wh.file("d/a.jsonl", jsonl(3, 0));
     wh.file("d/e/b.jsonl", jsonl(2, 0));
-    let options = pchronicle::catalog::CatalogOptions {
-        watch: true,
-        ..Default::default()
-    };
-    let catalog = pchronicle::catalog::Catalog::new(wh.path(), options).unwrap();
-    if !catalog.keeps_answers() {
-        // This filesystem reports no changes: nothing is kept.
+    let Some(catalog) = watching_catalog(&wh) else {
         return;
-    }
+    };
     let ttl = Duration::from_millis(200);
     let fs = pchronicle::fs::WarehouseFs::new(
         std::sync::Arc::new(catalog),
@@ -165,15 +170,9 @@ fn a_large_sources_nobody_asked_for_is_made_from_the_kept_answer() {
         wh.file(&format!("big/f{i:03}.jsonl"), jsonl(1, i as i64));
     }
     wh.file("small/a.jsonl", jsonl(2, 0));
-    let options = pchronicle::catalog::CatalogOptions {
-        watch: true,
-        ..Default::default()
-    };
-    let catalog = pchronicle::catalog::Catalog::new(wh.path(), options).unwrap();
-    if !catalog.keeps_answers() {
-        // This filesystem reports no changes: nothing is kept.
+    let Some(catalog) = watching_catalog(&wh) else {
         return;
-    }
+    };
     settle();
     let catalog = std::sync::Arc::new(catalog);
     let fs = pchronicle::fs::WarehouseFs::new(
