@@ -7,7 +7,8 @@
 #
 # Usage: bash benches/mount.sh          (after a release build)
 # Environment: PCHRONICLE_BENCH_ENTRIES (10000), PCHRONICLE_BENCH_RUNS (15),
-#   PCHRONICLE_BENCH_DIR (a temp dir), CARGO_TARGET_DIR (where the binary is).
+#   PCHRONICLE_BENCH_DIR (a temp dir), PCHRONICLE_BIN (the binary measured;
+#   by default the release build under CARGO_TARGET_DIR, else target/).
 # Needs root (or fusermount3) and /dev/fuse; installs bindfs with apt-get
 # when missing and run as root, and reports it as unavailable otherwise.
 set -euo pipefail
@@ -15,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 entries="${PCHRONICLE_BENCH_ENTRIES:-10000}"
 runs="${PCHRONICLE_BENCH_RUNS:-15}"
-bin="${CARGO_TARGET_DIR:-/var/cache/pchronicle/target}/release/pchronicle"
+bin="$(realpath "${PCHRONICLE_BIN:-${CARGO_TARGET_DIR:-target}/release/pchronicle}")"
 [ -x "$bin" ] || { echo "build first: cargo build --release ($bin missing)" >&2; exit 1; }
 
 if ! command -v bindfs >/dev/null && [ "$(id -u)" -eq 0 ]; then

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pchronicle::catalog::{Catalog, CatalogOptions};
 
-use crate::harness::{Mapping, Mounted, within};
+use crate::harness::{Mapping, Mounted, metrics_lines, within};
 use crate::support::{Warehouse, jsonl};
 
 /// The TTL these tests mount with, and the slack allowed for scheduling.
@@ -327,4 +327,56 @@ fn refresh_shows_changes_underneath_at_once_under_long_ttls() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_PATH_INVALID"));
     let out = crate::harness::run(&[std::ffi::OsStr::new("refresh"), wh.path().as_os_str()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("PCHRONICLE_NOT_MOUNTED"));
+}
+
+#[test]
+fn a_polled_directory_is_listed_from_the_kernels_cache_and_renewed_after_the_ttl() {
+    let wh = Warehouse::new();
+    for i in 0..100 {
+        wh.file(&format!("polled/f{i:03}.jsonl"), "{}\n");
+    }
+    let ttl_ms = TTL_MS.to_string();
+    let Some(m) = Mounted::start_logging(
+        wh.path(),
+        &["--attr-ttl", &ttl_ms, "--log-metrics", "100ms"],
+        "warn,pchronicle=info",
+    ) else {
+        return;
+    };
+    // What `ls -l` asks: the names, then each one's attributes.
+    let ls_l = || {
+        let mut listed = 0;
+        for entry in fs::read_dir(m.at("polled")).unwrap() {
+            fs::symlink_metadata(entry.unwrap().path()).unwrap();
+            listed += 1;
+        }
+        listed
+    };
+    // Each operation's count, over every interval logged once the daemon
+    // has been idle for a few.
+    let counted = |op: &str| {
+        std::thread::sleep(Duration::from_millis(350));
+        metrics_lines(&m.log())
+            .iter()
+            .filter_map(|line| line["ops"][op]["count"].as_u64())
+            .sum::<u64>()
+    };
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        assert_eq!(ls_l(), 102, "100 files, .stats and .sources");
+    }
+    assert!(started.elapsed() < ttl(), "the rounds fit in the TTL");
+    assert!(
+        counted("opendir") <= 1,
+        "the kernel opens directories itself: {}",
+        m.log()
+    );
+    // Past the TTL the kernel's copy is dropped, so the next `ls -l`
+    // renews every entry with the listing instead of a lookup per name.
+    std::thread::sleep(ttl());
+    let (lookups, pluses) = (counted("lookup"), counted("readdirplus"));
+    assert_eq!(ls_l(), 102);
+    let new_lookups = counted("lookup") - lookups;
+    assert!(new_lookups < 10, "{new_lookups} lookups: {}", m.log());
+    assert!(counted("readdirplus") > pluses, "listed again");
 }

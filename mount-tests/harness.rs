@@ -363,3 +363,11 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
+
+/// The metrics lines of a daemon's log (`--log-metrics`), as JSON.
+pub fn metrics_lines(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|line| line.split_once(" metrics ").map(|(_, json)| json))
+        .map(|json| serde_json::from_str(json).expect("a metrics line is JSON"))
+        .collect()
+}

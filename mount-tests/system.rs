@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use pchronicle::fs::mountpoint::{self, MountState};
 
-use crate::harness::{bin, empty_mount_point, fuse_usable, wait_with_timeout, within};
+use crate::harness::{
+    bin, empty_mount_point, fuse_usable, metrics_lines, wait_with_timeout, within,
+};
 use crate::support::{Warehouse, jsonl};
 
 /// Where mount(8) looks for the helper of `fuse.pchronicle`.
@@ -547,13 +549,6 @@ fn command_with(args: &[&dyn AsRef<OsStr>], stdin: Stdio) -> Output {
 }
 
 /// The metrics lines in a daemon's log, parsed.
-fn metrics_lines(log: &str) -> Vec<serde_json::Value> {
-    log.lines()
-        .filter_map(|line| line.split_once(" metrics ").map(|(_, json)| json))
-        .map(|json| serde_json::from_str(json).expect("a metrics line is JSON"))
-        .collect()
-}
-
 #[test]
 fn log_metrics_writes_counts_latencies_renders_cache_hits_and_memory() {
     let wh = broken_warehouse();

@@ -60,7 +60,7 @@ pub use model::{
 };
 pub use options::{CatalogOptions, CountCachePlace};
 use refresh::DirScan;
-pub use versions::REVISIONS_LISTED;
+pub use versions::{REVISIONS_LISTED, TAGS, VERSIONS};
 pub use walk::Counting;
 use watch::{Answer, Question, QuietAnswers, Watcher};
 

@@ -31,13 +31,13 @@ use fuser::{
 
 use super::FsError;
 use super::control;
-use super::filesystem::{DirEntry, DirectoryReplier, Forget, Opened, WarehouseFs, XattrData};
+use super::filesystem::{Forget, Opened, WarehouseFs, XattrData};
 use super::invalidations::Invalidations;
 use super::metrics::{Metrics, Op};
 use super::passthrough::Route;
+use super::replies::{DirectoryReply, Plain, Plus, caller, handle, open_flags};
 use super::requests::Core;
 pub use super::requests::FAILURES_LOGGED_PER_MINUTE;
-use super::views::Caller;
 use super::workers::{LateHook, Workers};
 
 /// Answers one request here, on the serving thread: `$call` (with
@@ -117,6 +117,8 @@ pub struct FuseAdapter {
     core: Arc<Core>,
     /// Ask the kernel to read warehouse files itself where it can.
     wants_passthrough: bool,
+    /// The kernel opens directories itself (see `opendir`).
+    dirs_unopened: bool,
     /// The session's way to tell the kernel what to forget, once the
     /// session exists (see [`FuseAdapter::kernel`]).
     kernel: Arc<OnceLock<fuser::Notifier>>,
@@ -138,6 +140,7 @@ impl FuseAdapter {
         FuseAdapter {
             core,
             wants_passthrough,
+            dirs_unopened: false,
             kernel: Arc::default(),
             invalidations: Invalidations::default(),
             workers: Workers::new(workers.threads, workers.queue, workers.budget, late),
@@ -160,6 +163,17 @@ impl FuseAdapter {
 
     fn fs(&self) -> &WarehouseFs {
         &self.core.fs
+    }
+
+    /// Replies to a directory read, and has the kernel's copy of the
+    /// listing dropped when the read began one that may be kept only so
+    /// long.
+    fn listed<R: DirectoryReply>(&self, ino: u64, kept_for: Option<Duration>, reply: R) {
+        if let Some(kept_for) = kept_for {
+            self.invalidations
+                .drop_listing(ino, kept_for, || self.kernel.get().cloned());
+        }
+        reply.ok();
     }
 
     /// Hands the kernel's side of a refresh to the invalidation thread;
@@ -193,53 +207,6 @@ impl Core {
     }
 }
 
-fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-    }
-}
-
-fn open_flags(opened: Opened) -> FopenFlags {
-    let mut flags = FopenFlags::empty();
-    if opened.keep_cache {
-        flags |= FopenFlags::FOPEN_KEEP_CACHE;
-    }
-    if opened.direct_io {
-        flags |= FopenFlags::FOPEN_DIRECT_IO;
-    }
-    flags
-}
-
-struct Plain<'a>(&'a mut ReplyDirectory);
-
-impl DirectoryReplier for Plain<'_> {
-    fn add(&mut self, entry: DirEntry<'_>) -> bool {
-        self.0.add(
-            INodeNo(entry.ino),
-            entry.offset,
-            entry.attr.kind,
-            entry.name,
-        )
-    }
-}
-
-struct Plus<'a>(&'a mut ReplyDirectoryPlus);
-
-impl DirectoryReplier for Plus<'_> {
-    fn add(&mut self, entry: DirEntry<'_>) -> bool {
-        self.0.add(
-            INodeNo(entry.ino),
-            entry.offset,
-            entry.name,
-            &entry.ttl,
-            entry.attr,
-            Generation(0),
-        )
-    }
-}
-
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Each is asked for alone: a kernel without one still mounts.
@@ -254,6 +221,11 @@ impl Filesystem for FuseAdapter {
                 log::debug!("the kernel does not offer {wanted:?}");
             }
         }
+        // The kernel then opens directories itself, once `opendir` is
+        // answered ENOSYS, and caches their entries.
+        self.dirs_unopened = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
         let _ = config
             .set_max_readahead(1 << 20)
             .or_else(|max| config.set_max_readahead(max));
@@ -367,7 +339,16 @@ impl Filesystem for FuseAdapter {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Where the kernel can open directories itself, ENOSYS: it sends no
+    /// `opendir` or `releasedir` again, reads without a handle, and keeps
+    /// a directory's entries until its mtime changes or it is told to
+    /// drop them (`readdir`). A directory polled ten times a second then
+    /// costs the daemon two requests a TTL instead of twenty a second.
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.dirs_unopened {
+            self.core.counted(Op::Opendir, Instant::now(), true);
+            return reply.error(Errno::ENOSYS);
+        }
         let caller = caller(req);
         serve!(
             self,
@@ -396,8 +377,10 @@ impl Filesystem for FuseAdapter {
             Op::Readdir,
             ino.0,
             reply,
-            |core| core.fs.readdir(ino.0, fh.0, offset, &mut Plain(&mut reply)),
-            |()| reply.ok()
+            |core| core
+                .fs
+                .readdir(ino.0, handle(fh), offset, &mut Plain(&mut reply)),
+            |kept_for| self.listed(ino.0, kept_for, reply)
         )
     }
 
@@ -416,8 +399,8 @@ impl Filesystem for FuseAdapter {
             reply,
             |core| core
                 .fs
-                .readdirplus(ino.0, fh.0, offset, &mut Plus(&mut reply)),
-            |()| reply.ok()
+                .readdirplus(ino.0, handle(fh), offset, &mut Plus(&mut reply)),
+            |kept_for| self.listed(ino.0, kept_for, reply)
         )
     }
 

@@ -1,85 +1,182 @@
-//! The kernel's side of `pchronicle refresh`: what the daemon forgot, told
-//! to the kernel from one thread of its own, in the order asked.
+//! The kernel's side of `pchronicle refresh` (what the daemon forgot) and
+//! of the directory listings the kernel caches itself (dropped when due),
+//! told to the kernel from one thread of its own.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::ffi::OsStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
 
 use fuser::INodeNo;
+use parking_lot::Mutex;
 
 use super::filesystem::Forget;
 
-/// The kernel's side of refreshes, sent from one thread of its own, in
-/// the order asked: no serving thread ever waits for it. (Invalidating a
-/// name waits for its directory's lock, which a lookup there holds while
-/// it waits for a serving thread: a serving thread that waited too could
+/// The kernel's side of refreshes, and the listings the kernel caches to
+/// be dropped once due, sent from one thread of its own, in the order
+/// asked: no serving thread ever waits for it. (Invalidating a name waits
+/// for its directory's lock, which a lookup there holds while it waits for
+/// a serving thread; invalidating a listing waits for its cached pages,
+/// which a reader holds while it copies entries out to a buffer that may
+/// be mapped from this very mount: a serving thread that waited too could
 /// stall the mount.) Each refresh gets a ticket; the client asks whether
 /// its ticket is done.
 #[derive(Default)]
 pub struct Invalidations {
-    queue: parking_lot::Mutex<Option<std::sync::mpsc::Sender<(u64, Forget)>>>,
-    issued: std::sync::atomic::AtomicU64,
-    done: Arc<std::sync::atomic::AtomicU64>,
+    queue: Mutex<Option<Sender<Job>>>,
+    issued: AtomicU64,
+    done: Arc<AtomicU64>,
+}
+
+/// What the invalidation thread is asked to do.
+enum Job {
+    /// A refresh's forgets, with its ticket.
+    Refresh(u64, Forget),
+    /// The kernel's cached listing of a directory goes at this instant
+    /// (unless a later listing of it is due later).
+    Listing(u64, Instant),
+}
+
+/// Whether a job reached the thread.
+enum Sent {
+    Yes,
+    /// No session yet: the kernel holds nothing to forget.
+    NoSession,
+    /// The thread could not be started, or is gone.
+    NoThread,
 }
 
 impl Invalidations {
     /// Queues `forget` for the kernel (reached through `kernel`, once the
     /// session exists; before, there is nothing to invalidate); its ticket.
     pub fn submit(&self, forget: Forget, kernel: impl FnOnce() -> Option<fuser::Notifier>) -> u64 {
-        use std::sync::atomic::Ordering;
         let mut queue = self.queue.lock();
         // Numbered under the lock, so tickets reach the thread in order.
         let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
-        if queue.is_none() {
-            match kernel() {
-                Some(kernel) => *queue = self.start(kernel),
-                None => {
-                    self.done.fetch_max(ticket, Ordering::SeqCst);
-                    return ticket;
-                }
+        match self.send(&mut queue, Job::Refresh(ticket, forget), kernel) {
+            Sent::Yes => {}
+            Sent::NoSession => {
+                self.done.fetch_max(ticket, Ordering::SeqCst);
             }
-        }
-        let sent = queue
-            .as_ref()
-            .is_some_and(|q| q.send((ticket, forget)).is_ok());
-        if !sent {
-            // No thread to send to: said done, the daemon's caches are.
-            log::warn!("the kernel's caches were not invalidated: no invalidation thread");
-            self.done.fetch_max(ticket, Ordering::SeqCst);
+            Sent::NoThread => {
+                // Said done: the daemon's caches are.
+                log::warn!("the kernel's caches were not invalidated: no invalidation thread");
+                self.done.fetch_max(ticket, Ordering::SeqCst);
+            }
         }
         ticket
     }
 
-    /// Whether every refresh up to `ticket` reached the kernel.
-    pub fn is_done(&self, ticket: u64) -> bool {
-        self.done.load(std::sync::atomic::Ordering::SeqCst) >= ticket
+    /// Has the kernel's cached listing of the directory `ino` dropped
+    /// `after` from now, unless the kernel takes a new one meanwhile, which
+    /// is then dropped when due.
+    pub fn drop_listing(
+        &self,
+        ino: u64,
+        after: Duration,
+        kernel: impl FnOnce() -> Option<fuser::Notifier>,
+    ) {
+        let job = Job::Listing(ino, Instant::now() + after);
+        if let Sent::NoThread = self.send(&mut self.queue.lock(), job, kernel) {
+            log::debug!("the listing of inode {ino} stays cached: no invalidation thread");
+        }
     }
 
-    fn start(&self, kernel: fuser::Notifier) -> Option<std::sync::mpsc::Sender<(u64, Forget)>> {
-        let (queue, jobs) = std::sync::mpsc::channel::<(u64, Forget)>();
+    /// Whether every refresh up to `ticket` reached the kernel.
+    pub fn is_done(&self, ticket: u64) -> bool {
+        self.done.load(Ordering::SeqCst) >= ticket
+    }
+
+    fn send(
+        &self,
+        queue: &mut Option<Sender<Job>>,
+        job: Job,
+        kernel: impl FnOnce() -> Option<fuser::Notifier>,
+    ) -> Sent {
+        if queue.is_none() {
+            let Some(kernel) = kernel() else {
+                return Sent::NoSession;
+            };
+            *queue = self.start(kernel);
+        }
+        match queue.as_ref().map(|q| q.send(job)) {
+            Some(Ok(())) => Sent::Yes,
+            _ => Sent::NoThread,
+        }
+    }
+
+    fn start(&self, kernel: fuser::Notifier) -> Option<Sender<Job>> {
+        let (queue, jobs) = std::sync::mpsc::channel::<Job>();
         let done = Arc::clone(&self.done);
         let spawned = std::thread::Builder::new()
             .name("invalidations".into())
-            .spawn(move || {
-                for (ticket, forget) in jobs {
-                    // An ENOENT (the kernel does not hold it) is no failure.
-                    for (parent, name) in &forget.entries {
-                        if let Err(e) = kernel.inval_entry(INodeNo(*parent), OsStr::new(name)) {
-                            log::debug!("invalidating {name:?} in inode {parent}: {e}");
-                        }
-                    }
-                    for ino in &forget.inodes {
-                        if let Err(e) = kernel.inval_inode(INodeNo(*ino), 0, 0) {
-                            log::debug!("invalidating inode {ino}: {e}");
-                        }
-                    }
-                    done.fetch_max(ticket, std::sync::atomic::Ordering::SeqCst);
-                }
-            });
+            .spawn(move || serve(&kernel, &jobs, &done));
         match spawned {
             Ok(_) => Some(queue),
             Err(e) => {
                 log::warn!("no invalidation thread: {e}");
                 None
+            }
+        }
+    }
+}
+
+/// The invalidation thread: jobs in the order they come, and each
+/// listing's drop when it is due. An ENOENT (the kernel does not hold
+/// what is named) is no failure.
+fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
+    let mut due: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
+    // The latest drop asked for each directory; earlier ones are moot.
+    let mut latest: HashMap<u64, Instant> = HashMap::new();
+    loop {
+        let job = match due.peek() {
+            Some(Reverse((at, _))) => {
+                match jobs.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(job) => Some(job),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            None => match jobs.recv() {
+                Ok(job) => Some(job),
+                Err(_) => return,
+            },
+        };
+        match job {
+            Some(Job::Refresh(ticket, forget)) => {
+                for (parent, name) in &forget.entries {
+                    if let Err(e) = kernel.inval_entry(INodeNo(*parent), OsStr::new(name)) {
+                        log::debug!("invalidating {name:?} in inode {parent}: {e}");
+                    }
+                }
+                for ino in &forget.inodes {
+                    if let Err(e) = kernel.inval_inode(INodeNo(*ino), 0, 0) {
+                        log::debug!("invalidating inode {ino}: {e}");
+                    }
+                }
+                done.fetch_max(ticket, Ordering::SeqCst);
+            }
+            Some(Job::Listing(ino, at)) => {
+                latest.insert(ino, at);
+                due.push(Reverse((at, ino)));
+            }
+            None => {}
+        }
+        let now = Instant::now();
+        while let Some(&Reverse((at, ino))) = due.peek() {
+            if at > now {
+                break;
+            }
+            due.pop();
+            if latest.get(&ino) == Some(&at) {
+                latest.remove(&ino);
+                // Its pages go, so the next read from the start lists again.
+                if let Err(e) = kernel.inval_inode(INodeNo(ino), 0, 0) {
+                    log::debug!("dropping the listing of inode {ino}: {e}");
+                }
             }
         }
     }

@@ -38,6 +38,7 @@ pub mod mountpoint;
 pub mod notify;
 mod passthrough;
 pub mod render;
+mod replies;
 mod requests;
 pub mod views;
 pub mod workers;

@@ -147,9 +147,10 @@ pub fn list(fs: &WarehouseFs, ino: u64, room: usize, plus: bool) -> Vec<Listed> 
         let offset = out.last().map_or(0, |l| l.offset);
         let mut buffer = Buffer::with_room(room);
         if plus {
-            fs.readdirplus(ino, dir.fh, offset, &mut buffer).unwrap();
+            fs.readdirplus(ino, Some(dir.fh), offset, &mut buffer)
+                .unwrap();
         } else {
-            fs.readdir(ino, dir.fh, offset, &mut buffer).unwrap();
+            fs.readdir(ino, Some(dir.fh), offset, &mut buffer).unwrap();
         }
         if buffer.got.is_empty() {
             break;

@@ -90,11 +90,11 @@ fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
     let dir = ino(&fs, "d");
     let handle = fs.opendir(&ROOT_CALLER, dir).unwrap();
     let mut first = Buffer::with_room(5);
-    fs.readdir(dir, handle.fh, 0, &mut first).unwrap();
+    fs.readdir(dir, Some(handle.fh), 0, &mut first).unwrap();
     wh.file("d/c.txt", "x");
     let mut rest = Buffer::with_room(10);
     let offset = first.got.last().unwrap().offset;
-    fs.readdir(dir, handle.fh, offset, &mut rest).unwrap();
+    fs.readdir(dir, Some(handle.fh), offset, &mut rest).unwrap();
     let seen: Vec<_> = first
         .got
         .iter()
@@ -103,12 +103,80 @@ fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
         .collect();
     assert_eq!(seen, [".", "..", ".stats", ".sources", "a.txt", "b.txt"]);
     let mut again = Buffer::with_room(10);
-    fs.readdir(dir, handle.fh, 0, &mut again).unwrap();
+    fs.readdir(dir, Some(handle.fh), 0, &mut again).unwrap();
     assert!(
         again.got.iter().any(|l| l.name == "c.txt"),
         "offset 0 takes a new snapshot"
     );
     fs.release(handle.fh);
+}
+
+#[test]
+fn a_read_without_a_handle_continues_the_snapshot_its_offset_names() {
+    let wh = Warehouse::new();
+    wh.file("d/a.txt", "x");
+    wh.file("d/b.txt", "x");
+    let fs = fs_with_ttl(&wh, Duration::ZERO);
+    let dir = ino(&fs, "d");
+    let mut first = Buffer::with_room(5);
+    fs.readdir(dir, None, 0, &mut first).unwrap();
+    wh.file("d/c.txt", "x");
+    // Another reader starts meanwhile: the directory as it is now.
+    let mut other = Buffer::with_room(10);
+    fs.readdir(dir, None, 0, &mut other).unwrap();
+    assert!(other.got.iter().any(|l| l.name == "c.txt"));
+    assert_eq!(fs.unopened_listings(), 2);
+    let mut rest = Buffer::with_room(10);
+    let offset = first.got.last().unwrap().offset;
+    fs.readdir(dir, None, offset, &mut rest).unwrap();
+    let seen: Vec<_> = first
+        .got
+        .iter()
+        .chain(&rest.got)
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(seen, [".", "..", ".stats", ".sources", "a.txt", "b.txt"]);
+    // Read to the end, each snapshot goes.
+    for reader in [&rest, &other] {
+        let mut end = Buffer::with_room(10);
+        let offset = reader.got.last().unwrap().offset;
+        fs.readdir(dir, None, offset, &mut end).unwrap();
+        assert!(end.got.is_empty());
+    }
+    assert_eq!(fs.unopened_listings(), 0);
+}
+
+#[test]
+fn a_listing_the_kernel_caches_itself_is_kept_for_the_ttl_at_most() {
+    let wh = Warehouse::new();
+    wh.file("d/a.txt", "x");
+    wh.storyline("leaf", 2);
+    let kept_for = |fs: &pchronicle::fs::WarehouseFs, rel: &str, fh: Option<u64>| {
+        let mut buffer = Buffer::with_room(2);
+        let kept = fs.readdir(ino(fs, rel), fh, 0, &mut buffer).unwrap();
+        let offset = buffer.got.last().unwrap().offset;
+        let more = fs.readdir(ino(fs, rel), fh, offset, &mut Buffer::with_room(1));
+        assert_eq!(
+            more.unwrap(),
+            None,
+            "only a read from the start begins a copy"
+        );
+        kept
+    };
+    let fs = fs_with_ttl(&wh, Duration::from_millis(700));
+    assert_eq!(kept_for(&fs, "d", None), Some(Duration::from_millis(700)));
+    let handle = fs.opendir(&ROOT_CALLER, ino(&fs, "d")).unwrap();
+    assert_eq!(kept_for(&fs, "d", Some(handle.fh)), None, "as opendir said");
+    fs.release(handle.fh);
+    // With a zero TTL the kernel asks for the mtime at every read from the
+    // start: a leaf's past changes without it, and so may a directory
+    // changed within the racy window.
+    let fs = fs_with_ttl(&wh, Duration::ZERO);
+    assert_eq!(kept_for(&fs, "leaf", None), Some(Duration::ZERO));
+    assert_eq!(kept_for(&fs, "leaf/.versions", None), Some(Duration::ZERO));
+    assert_eq!(kept_for(&fs, "d", None), Some(Duration::from_secs(1)));
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(kept_for(&fs, "d", None), None, "as long as its mtime is");
 }
 
 /// A catalog of `wh` that watches, or `None` where the filesystem reports

@@ -142,9 +142,9 @@ fn directory_reads_continue_at_their_offset_in_any_buffer_size() {
     // Offsets past the end return nothing.
     let handle = fs.opendir(&ROOT_CALLER, dir).unwrap();
     let mut buffer = Buffer::with_room(10);
-    fs.readdir(dir, handle.fh, 0, &mut buffer).unwrap();
+    fs.readdir(dir, Some(handle.fh), 0, &mut buffer).unwrap();
     let mut past = Buffer::with_room(10);
-    fs.readdir(dir, handle.fh, 1_000, &mut past).unwrap();
+    fs.readdir(dir, Some(handle.fh), 1_000, &mut past).unwrap();
     assert!(past.got.is_empty());
     fs.release(handle.fh);
 }
@@ -227,7 +227,7 @@ fn writes_are_refused_and_handles_are_checked() {
     let file = fs.open(&ROOT_CALLER, readme, false).unwrap();
     let mut buffer = Buffer::with_room(5);
     assert_eq!(
-        errno(fs.readdir(ROOT, file.fh, 0, &mut buffer)),
+        errno(fs.readdir(ROOT, Some(file.fh), 0, &mut buffer)),
         Errno::EBADF
     );
     fs.release(dir.fh);

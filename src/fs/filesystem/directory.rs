@@ -1,18 +1,22 @@
 //! Directories: opening one, and reading its entries from a snapshot taken
 //! at offset 0, so offsets stay valid however the directory changes while
-//! it is read; `readdirplus` hands the kernel one reference per entry.
+//! it is read; `readdirplus` hands the kernel one reference per entry. A
+//! read names the handle `opendir` gave, or none when the kernel opens
+//! directories itself (see `unopened.rs`).
 
 use std::path::Path;
 use std::sync::{Arc, Weak};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{FileAttr, INodeNo};
 use nix::errno::Errno;
 use parking_lot::Mutex;
 
+use super::unopened::{Start, cookie};
 use super::{DirEntry, DirectoryReplier, Listed, Opened, WarehouseFs};
-use crate::catalog::cache::FileId;
+use crate::catalog::cache::{FileId, RACY_WINDOW_NS};
 use crate::catalog::{Node, NodeKind};
+use crate::catalog::{TAGS, VERSIONS};
 use crate::fs::FsError;
 use crate::fs::attributes::{NO_TTL, node_attr, shown_file, synthetic_attr};
 use crate::fs::handles::{DirItem, Handle};
@@ -61,15 +65,25 @@ impl WarehouseFs {
         })
     }
 
-    /// The entries of the open directory `fh` from `offset` on, until the
-    /// replier is full. No references are handed out (plain `readdir`).
+    /// The entries of the directory `ino` from `offset` on, until the
+    /// replier is full, read through the handle `fh` or without one. No
+    /// references are handed out (plain `readdir`).
+    ///
+    /// Returns how long the kernel may keep the entries in its own cache
+    /// when it caches them without a handle and this read began its copy
+    /// (offset 0): past that, it must be told to drop them, so what the
+    /// directory's mtime does not tell it (a leaf's past, a change within
+    /// the racy window) shows within the TTL, and an `ls -l` after the TTL
+    /// renews every entry's attributes in one `readdirplus` instead of one
+    /// `lookup` per name. `None`: as long as the mtime is unchanged (or,
+    /// with a handle, as `opendir` said).
     pub fn readdir(
         &self,
         ino: u64,
-        fh: u64,
+        fh: Option<u64>,
         offset: u64,
         replier: &mut dyn DirectoryReplier,
-    ) -> Result<(), FsError> {
+    ) -> Result<Option<Duration>, FsError> {
         self.fill(ino, fh, offset, replier, false)
     }
 
@@ -79,23 +93,38 @@ impl WarehouseFs {
     pub fn readdirplus(
         &self,
         ino: u64,
-        fh: u64,
+        fh: Option<u64>,
         offset: u64,
         replier: &mut dyn DirectoryReplier,
-    ) -> Result<(), FsError> {
+    ) -> Result<Option<Duration>, FsError> {
         self.fill(ino, fh, offset, replier, true)
     }
 
     fn fill(
         &self,
         ino: u64,
-        fh: u64,
+        fh: Option<u64>,
         offset: u64,
         replier: &mut dyn DirectoryReplier,
         hands_over: bool,
-    ) -> Result<(), FsError> {
-        let items = self.dir_snapshot(ino, fh, offset)?;
-        for (i, item) in items.iter().enumerate().skip(offset as usize) {
+    ) -> Result<Option<Duration>, FsError> {
+        let (reading, kept_for) = match fh {
+            Some(fh) => (
+                Reading {
+                    items: self.dir_snapshot(ino, fh, offset)?,
+                    from: offset as usize,
+                    generation: 0,
+                },
+                None,
+            ),
+            None => self.unopened_snapshot(ino, offset)?,
+        };
+        let Reading {
+            items,
+            from,
+            generation,
+        } = reading;
+        for (i, item) in items.iter().enumerate().skip(from) {
             let held = hands_over && item.name != "." && item.name != "..";
             // The very number the item describes (a name given a new
             // number since keeps its old one here, with the old
@@ -117,7 +146,7 @@ impl WarehouseFs {
             };
             let full = replier.add(DirEntry {
                 ino: child,
-                offset: i as u64 + 1,
+                offset: cookie(generation) | (i as u64 + 1),
                 name: &item.name,
                 attr: &attr,
                 ttl: item.ttl,
@@ -134,7 +163,79 @@ impl WarehouseFs {
                 break;
             }
         }
-        Ok(())
+        if fh.is_none() && from >= items.len() {
+            self.unopened.done(ino, generation);
+        }
+        Ok(kept_for)
+    }
+
+    /// The snapshot a read without a handle at `offset` is served from:
+    /// the one its generation names while held, else (offset 0, or a
+    /// generation no longer held) the directory as of now, held under a
+    /// new generation or the one named. With how long the kernel may keep
+    /// its copy, when the read begins one.
+    fn unopened_snapshot(
+        &self,
+        ino: u64,
+        offset: u64,
+    ) -> Result<(Reading, Option<Duration>), FsError> {
+        let Start {
+            generation,
+            position,
+        } = Start::of(offset);
+        let held = (generation != 0)
+            .then(|| self.unopened.get(ino, generation))
+            .flatten();
+        if let Some(items) = held {
+            let reading = Reading {
+                items,
+                from: position,
+                generation,
+            };
+            return Ok((reading, None));
+        }
+        let (target, parent) = self.target(ino)?;
+        let Target::Path(rel) = target else {
+            return Err(Errno::ENOTDIR.into());
+        };
+        let node = self.dir_node(&rel)?;
+        let items = self.shared_snapshot(ino, parent, &rel, &node)?;
+        let generation = match generation {
+            0 => self.unopened.generation(),
+            named => named,
+        };
+        self.unopened.hold(ino, generation, Arc::clone(&items));
+        let kept_for = (offset == 0)
+            .then(|| self.kernel_keeps(&rel, node.kind, FileId::of(&node.meta)))
+            .flatten();
+        let reading = Reading {
+            items,
+            from: position,
+            generation,
+        };
+        Ok((reading, kept_for))
+    }
+
+    /// How long the kernel may keep a listing it caches itself, beyond
+    /// what the directory's mtime tells it: the TTL; with a zero TTL (the
+    /// kernel then asks for the mtime at every read from the start),
+    /// nothing for a leaf or a leaf's past, which change without it (they
+    /// show the leaf's own mtime), and the racy window for a directory
+    /// changed within it; else as long as the mtime is unchanged.
+    fn kernel_keeps(&self, rel: &Path, kind: NodeKind, id: FileId) -> Option<Duration> {
+        let ttl = self.options.attr_ttl;
+        let past = rel
+            .components()
+            .any(|c| c.as_os_str() == VERSIONS || c.as_os_str() == TAGS);
+        if !ttl.is_zero() {
+            Some(ttl)
+        } else if kind == NodeKind::Dataset || past {
+            Some(Duration::ZERO)
+        } else if id.is_racy() {
+            Some(Duration::from_nanos(RACY_WINDOW_NS as u64))
+        } else {
+            None
+        }
     }
 
     /// The entries of a directory node: `.`, `..`, the synthetic files,
@@ -244,7 +345,8 @@ impl WarehouseFs {
                 let Target::Path(rel) = target else {
                     return Err(Errno::ENOTDIR.into());
                 };
-                let items = self.shared_snapshot(ino, parent, &rel)?;
+                let node = self.dir_node(&rel)?;
+                let items = self.shared_snapshot(ino, parent, &rel, &node)?;
                 *slot = Some(Arc::clone(&items));
                 Ok(items)
             }
@@ -260,8 +362,8 @@ impl WarehouseFs {
         ino: u64,
         parent: u64,
         rel: &Path,
+        node: &Node,
     ) -> Result<Arc<Vec<DirItem>>, FsError> {
-        let node = self.dir_node(rel)?;
         let (kind, id) = (node.kind, FileId::of(&node.meta));
         let ttl = self.options.attr_ttl;
         let reused = self.snapshots.lock().get(&ino).and_then(|shared| {
@@ -284,6 +386,14 @@ impl WarehouseFs {
         self.snapshots.lock().insert(ino, shared);
         Ok(items)
     }
+}
+
+/// The entries a read serves, from the position `from` on; `generation`
+/// names them in the offsets of a read without a handle (0 with one).
+struct Reading {
+    items: Arc<Vec<DirItem>>,
+    from: usize,
+    generation: u32,
 }
 
 /// A directory snapshot handles share (see `shared_snapshot`); held only

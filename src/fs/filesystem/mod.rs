@@ -53,6 +53,7 @@ mod directory;
 mod extras;
 mod refresh;
 mod synthetic;
+mod unopened;
 mod versions;
 
 use crate::catalog::cache::FileId;
@@ -126,6 +127,8 @@ pub struct WarehouseFs {
     /// by every handle that reads it again within the TTL while the
     /// directory is unchanged (one copy, however many handles hold it).
     snapshots: Mutex<HashMap<u64, directory::Shared>>,
+    /// The snapshots being read without a handle.
+    unopened: unopened::Unopened,
     /// Per synthetic file inode: the one content it holds (see `versions`).
     versions: versions::Versions,
     /// The names the kernel was told do not exist, most recent ones (see
@@ -169,6 +172,7 @@ impl WarehouseFs {
             pruned_at: AtomicU64::new(0),
             listed: Mutex::new(HashMap::new()),
             snapshots: Mutex::new(HashMap::new()),
+            unopened: unopened::Unopened::new(),
             negatives: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(NEGATIVES_KEPT).expect("not zero"),
             )),
@@ -184,6 +188,12 @@ impl WarehouseFs {
     /// How many handles are open (released ones are gone).
     pub fn open_handles(&self) -> usize {
         self.handles.len()
+    }
+
+    /// How many directory snapshots are held for readers without a handle
+    /// (each until read to the end).
+    pub fn unopened_listings(&self) -> usize {
+        self.unopened.len()
     }
 
     /// Renders of synthetic files so far (see [`RenderCounts`]).
@@ -457,6 +467,9 @@ impl WarehouseFs {
         if self.inodes.forget(ino, nlookup) {
             self.listed.lock().remove(&ino);
             self.snapshots.lock().remove(&ino);
+            if self.unopened.len() != 0 {
+                self.unopened.retain(|held| held != ino);
+            }
             self.versions.forget(ino);
         }
     }
@@ -519,6 +532,7 @@ impl WarehouseFs {
         if self.pruned_at.swap(sweeps, Ordering::Relaxed) != sweeps {
             self.inodes.retain_held(&mut self.listed.lock());
             self.inodes.retain_held(&mut self.snapshots.lock());
+            self.unopened.retain(|ino| self.inodes.get(ino).is_some());
         }
     }
 
