@@ -166,8 +166,8 @@ impl FuseAdapter {
     }
 
     /// Replies to a directory read, and has the kernel's copy of the
-    /// listing dropped when the read began one that may be kept only so
-    /// long.
+    /// listing dropped in time when the read completed one that may be
+    /// kept only so long.
     fn listed<R: DirectoryReply>(&self, ino: u64, kept_for: Option<Duration>, reply: R) {
         if let Some(kept_for) = kept_for {
             self.invalidations
@@ -343,7 +343,9 @@ impl Filesystem for FuseAdapter {
     /// `opendir` or `releasedir` again, reads without a handle, and keeps
     /// a directory's entries until its mtime changes or it is told to
     /// drop them (`readdir`). A directory polled ten times a second then
-    /// costs the daemon two requests a TTL instead of twenty a second.
+    /// costs the daemon a listing a TTL, not twenty requests a second.
+    /// (An `opendir` sent before the kernel took the answer in is
+    /// answered the same, so a few may be counted.)
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         if self.dirs_unopened {
             self.core.counted(Op::Opendir, Instant::now(), true);

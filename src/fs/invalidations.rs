@@ -35,8 +35,8 @@ pub struct Invalidations {
 enum Job {
     /// A refresh's forgets, with its ticket.
     Refresh(u64, Forget),
-    /// The kernel's cached listing of a directory goes at this instant
-    /// (unless a later listing of it is due later).
+    /// The kernel's cached listing of a directory goes at this instant,
+    /// or earlier if an earlier drop of it is pending.
     Listing(u64, Instant),
 }
 
@@ -71,8 +71,9 @@ impl Invalidations {
     }
 
     /// Has the kernel's cached listing of the directory `ino` dropped
-    /// `after` from now, unless the kernel takes a new one meanwhile, which
-    /// is then dropped when due.
+    /// `after` from now, or with a drop of it already pending if that
+    /// comes first (a copy the kernel completed since then is only
+    /// dropped early, and read again).
     pub fn drop_listing(
         &self,
         ino: u64,
@@ -129,8 +130,9 @@ impl Invalidations {
 /// what is named) is no failure.
 fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
     let mut due: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
-    // The latest drop asked for each directory; earlier ones are moot.
-    let mut latest: HashMap<u64, Instant> = HashMap::new();
+    // The one drop pending for each directory, the earliest asked for: so
+    // no later copy postpones it, and one entry a directory is pending.
+    let mut pending: HashMap<u64, Instant> = HashMap::new();
     loop {
         let job = match due.peek() {
             Some(Reverse((at, _))) => {
@@ -160,8 +162,10 @@ fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
                 done.fetch_max(ticket, Ordering::SeqCst);
             }
             Some(Job::Listing(ino, at)) => {
-                latest.insert(ino, at);
-                due.push(Reverse((at, ino)));
+                if pending.get(&ino).is_none_or(|&earlier| at < earlier) {
+                    pending.insert(ino, at);
+                    due.push(Reverse((at, ino)));
+                }
             }
             None => {}
         }
@@ -171,8 +175,8 @@ fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
                 break;
             }
             due.pop();
-            if latest.get(&ino) == Some(&at) {
-                latest.remove(&ino);
+            if pending.get(&ino) == Some(&at) {
+                pending.remove(&ino);
                 // Its pages go, so the next read from the start lists again.
                 if let Err(e) = kernel.inval_inode(INodeNo(ino), 0, 0) {
                     log::debug!("dropping the listing of inode {ino}: {e}");

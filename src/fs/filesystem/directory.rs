@@ -12,7 +12,7 @@ use fuser::{FileAttr, INodeNo};
 use nix::errno::Errno;
 use parking_lot::Mutex;
 
-use super::unopened::{Start, cookie};
+use super::unopened::Held;
 use super::{DirEntry, DirectoryReplier, Listed, Opened, WarehouseFs};
 use crate::catalog::cache::{FileId, RACY_WINDOW_NS};
 use crate::catalog::{Node, NodeKind};
@@ -70,8 +70,9 @@ impl WarehouseFs {
     /// references are handed out (plain `readdir`).
     ///
     /// Returns how long the kernel may keep the entries in its own cache
-    /// when it caches them without a handle and this read began its copy
-    /// (offset 0): past that, it must be told to drop them, so what the
+    /// when it caches them without a handle and this read completed a
+    /// copy (it found nothing more in a snapshot taken at offset 0): past
+    /// that, it must be told to drop them, so what the
     /// directory's mtime does not tell it (a leaf's past, a change within
     /// the racy window) shows within the TTL, and an `ls -l` after the TTL
     /// renews every entry's attributes in one `readdirplus` instead of one
@@ -108,22 +109,11 @@ impl WarehouseFs {
         replier: &mut dyn DirectoryReplier,
         hands_over: bool,
     ) -> Result<Option<Duration>, FsError> {
-        let (reading, kept_for) = match fh {
-            Some(fh) => (
-                Reading {
-                    items: self.dir_snapshot(ino, fh, offset)?,
-                    from: offset as usize,
-                    generation: 0,
-                },
-                None,
-            ),
+        let items = match fh {
+            Some(fh) => self.dir_snapshot(ino, fh, offset)?,
             None => self.unopened_snapshot(ino, offset)?,
         };
-        let Reading {
-            items,
-            from,
-            generation,
-        } = reading;
+        let from = usize::try_from(offset).unwrap_or(usize::MAX);
         for (i, item) in items.iter().enumerate().skip(from) {
             let held = hands_over && item.name != "." && item.name != "..";
             // The very number the item describes (a name given a new
@@ -146,7 +136,7 @@ impl WarehouseFs {
             };
             let full = replier.add(DirEntry {
                 ino: child,
-                offset: cookie(generation) | (i as u64 + 1),
+                offset: i as u64 + 1,
                 name: &item.name,
                 attr: &attr,
                 ttl: item.ttl,
@@ -163,36 +153,23 @@ impl WarehouseFs {
                 break;
             }
         }
+        // The kernel's copy is complete once a read finds nothing more
+        // (it fills its cache as replies come, in the reader's own
+        // context): only then can a drop be sure to find all of it.
         if fh.is_none() && from >= items.len() {
-            self.unopened.done(ino, generation);
+            return Ok(self.unopened.done(ino));
         }
-        Ok(kept_for)
+        Ok(None)
     }
 
     /// The snapshot a read without a handle at `offset` is served from:
-    /// the one its generation names while held, else (offset 0, or a
-    /// generation no longer held) the directory as of now, held under a
-    /// new generation or the one named. With how long the kernel may keep
-    /// its copy, when the read begins one.
-    fn unopened_snapshot(
-        &self,
-        ino: u64,
-        offset: u64,
-    ) -> Result<(Reading, Option<Duration>), FsError> {
-        let Start {
-            generation,
-            position,
-        } = Start::of(offset);
-        let held = (generation != 0)
-            .then(|| self.unopened.get(ino, generation))
-            .flatten();
-        if let Some(items) = held {
-            let reading = Reading {
-                items,
-                from: position,
-                generation,
-            };
-            return Ok((reading, None));
+    /// the directory's held one, else (offset 0, or none held) the
+    /// directory as of now, held from then on.
+    fn unopened_snapshot(&self, ino: u64, offset: u64) -> Result<Arc<Vec<DirItem>>, FsError> {
+        if offset != 0
+            && let Some(items) = self.unopened.get(ino)
+        {
+            return Ok(items);
         }
         let (target, parent) = self.target(ino)?;
         let Target::Path(rel) = target else {
@@ -200,28 +177,24 @@ impl WarehouseFs {
         };
         let node = self.dir_node(&rel)?;
         let items = self.shared_snapshot(ino, parent, &rel, &node)?;
-        let generation = match generation {
-            0 => self.unopened.generation(),
-            named => named,
+        let began_copy =
+            (offset == 0).then(|| self.kernel_keeps(&rel, node.kind, FileId::of(&node.meta)));
+        let held = Held {
+            items: Arc::clone(&items),
+            began_copy,
         };
-        self.unopened.hold(ino, generation, Arc::clone(&items));
-        let kept_for = (offset == 0)
-            .then(|| self.kernel_keeps(&rel, node.kind, FileId::of(&node.meta)))
-            .flatten();
-        let reading = Reading {
-            items,
-            from: position,
-            generation,
-        };
-        Ok((reading, kept_for))
+        self.unopened.hold(ino, held);
+        Ok(items)
     }
 
     /// How long the kernel may keep a listing it caches itself, beyond
     /// what the directory's mtime tells it: the TTL; with a zero TTL (the
     /// kernel then asks for the mtime at every read from the start),
     /// nothing for a leaf or a leaf's past, which change without it (they
-    /// show the leaf's own mtime), and the racy window for a directory
-    /// changed within it; else as long as the mtime is unchanged.
+    /// show the leaf's own mtime), nor for a remote directory (whose mtime
+    /// is that of its newest object: a new prefix or a removed object
+    /// leaves it), and the racy window for a directory changed within it;
+    /// else as long as the mtime is unchanged.
     fn kernel_keeps(&self, rel: &Path, kind: NodeKind, id: FileId) -> Option<Duration> {
         let ttl = self.options.attr_ttl;
         let past = rel
@@ -229,7 +202,7 @@ impl WarehouseFs {
             .any(|c| c.as_os_str() == VERSIONS || c.as_os_str() == TAGS);
         if !ttl.is_zero() {
             Some(ttl)
-        } else if kind == NodeKind::Dataset || past {
+        } else if kind == NodeKind::Dataset || past || self.is_remote() {
             Some(Duration::ZERO)
         } else if id.is_racy() {
             Some(Duration::from_nanos(RACY_WINDOW_NS as u64))
@@ -386,14 +359,6 @@ impl WarehouseFs {
         self.snapshots.lock().insert(ino, shared);
         Ok(items)
     }
-}
-
-/// The entries a read serves, from the position `from` on; `generation`
-/// names them in the offsets of a read without a handle (0 with one).
-struct Reading {
-    items: Arc<Vec<DirItem>>,
-    from: usize,
-    generation: u32,
 }
 
 /// A directory snapshot handles share (see `shared_snapshot`); held only

@@ -467,9 +467,7 @@ impl WarehouseFs {
         if self.inodes.forget(ino, nlookup) {
             self.listed.lock().remove(&ino);
             self.snapshots.lock().remove(&ino);
-            if self.unopened.len() != 0 {
-                self.unopened.retain(|held| held != ino);
-            }
+            self.unopened.forget(ino);
             self.versions.forget(ino);
         }
     }

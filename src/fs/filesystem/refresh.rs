@@ -104,6 +104,7 @@ impl WarehouseFs {
             for ino in &forget.inodes {
                 listed.remove(ino);
                 snapshots.remove(ino);
+                self.unopened.forget(*ino);
             }
         }
         self.views.forget_below(&scope);
