@@ -31,7 +31,7 @@ use fuser::{
 
 use super::FsError;
 use super::control;
-use super::filesystem::{Forget, Opened, WarehouseFs, XattrData};
+use super::filesystem::{Forget, KernelCopy, Opened, WarehouseFs, XattrData};
 use super::invalidations::Invalidations;
 use super::metrics::{Metrics, Op};
 use super::passthrough::Route;
@@ -167,11 +167,16 @@ impl FuseAdapter {
 
     /// Replies to a directory read, and has the kernel's copy of the
     /// listing dropped in time when the read completed one that may be
-    /// kept only so long.
-    fn listed<R: DirectoryReply>(&self, ino: u64, kept_for: Option<Duration>, reply: R) {
-        if let Some(kept_for) = kept_for {
-            self.invalidations
-                .drop_listing(ino, kept_for, || self.kernel.get().cloned());
+    /// kept only so long (a drop pending is moot once a read begins a new
+    /// copy).
+    fn listed<R: DirectoryReply>(&self, ino: u64, copy: KernelCopy, reply: R) {
+        match copy {
+            KernelCopy::Begun => self.invalidations.moot_listing(ino),
+            KernelCopy::Complete(Some(kept_for)) => {
+                self.invalidations
+                    .drop_listing(ino, kept_for, || self.kernel.get().cloned())
+            }
+            KernelCopy::Complete(None) | KernelCopy::Unchanged => {}
         }
         reply.ok();
     }
@@ -382,7 +387,7 @@ impl Filesystem for FuseAdapter {
             |core| core
                 .fs
                 .readdir(ino.0, handle(fh), offset, &mut Plain(&mut reply)),
-            |kept_for| self.listed(ino.0, kept_for, reply)
+            |copy| self.listed(ino.0, copy, reply)
         )
     }
 
@@ -402,7 +407,7 @@ impl Filesystem for FuseAdapter {
             |core| core
                 .fs
                 .readdirplus(ino.0, handle(fh), offset, &mut Plus(&mut reply)),
-            |kept_for| self.listed(ino.0, kept_for, reply)
+            |copy| self.listed(ino.0, copy, reply)
         )
     }
 

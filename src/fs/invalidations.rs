@@ -38,6 +38,8 @@ enum Job {
     /// The kernel's cached listing of a directory goes at this instant,
     /// or earlier if an earlier drop of it is pending.
     Listing(u64, Instant),
+    /// The drop pending for a directory's cached listing is moot.
+    Moot(u64),
 }
 
 /// Whether a job reached the thread.
@@ -80,9 +82,23 @@ impl Invalidations {
         after: Duration,
         kernel: impl FnOnce() -> Option<fuser::Notifier>,
     ) {
-        let job = Job::Listing(ino, Instant::now() + after);
-        if let Sent::NoThread = self.send(&mut self.queue.lock(), job, kernel) {
+        // Past what a clock can name, never.
+        let Some(at) = Instant::now().checked_add(after) else {
+            return;
+        };
+        if let Sent::NoThread = self.send(&mut self.queue.lock(), Job::Listing(ino, at), kernel) {
             log::debug!("the listing of inode {ino} stays cached: no invalidation thread");
+        }
+    }
+
+    /// The drop pending for the kernel's cached listing of `ino` is moot:
+    /// the kernel holds no complete copy now (it reads the directory from
+    /// the start again). Dropping the copy it fills instead would leave
+    /// that copy never complete, so not cached at all.
+    pub fn moot_listing(&self, ino: u64) {
+        // No thread yet: no drop pending.
+        if let Some(queue) = self.queue.lock().as_ref() {
+            let _ = queue.send(Job::Moot(ino));
         }
     }
 
@@ -129,19 +145,14 @@ impl Invalidations {
 /// listing's drop when it is due. An ENOENT (the kernel does not hold
 /// what is named) is no failure.
 fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
-    let mut due: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
-    // The one drop pending for each directory, the earliest asked for: so
-    // no later copy postpones it, and one entry a directory is pending.
-    let mut pending: HashMap<u64, Instant> = HashMap::new();
+    let mut drops = Drops::default();
     loop {
-        let job = match due.peek() {
-            Some(Reverse((at, _))) => {
-                match jobs.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                    Ok(job) => Some(job),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
-            }
+        let job = match drops.next() {
+            Some(at) => match jobs.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
             None => match jobs.recv() {
                 Ok(job) => Some(job),
                 Err(_) => return,
@@ -161,27 +172,100 @@ fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
                 }
                 done.fetch_max(ticket, Ordering::SeqCst);
             }
-            Some(Job::Listing(ino, at)) => {
-                if pending.get(&ino).is_none_or(|&earlier| at < earlier) {
-                    pending.insert(ino, at);
-                    due.push(Reverse((at, ino)));
-                }
-            }
+            Some(Job::Listing(ino, at)) => drops.ask(ino, at),
+            Some(Job::Moot(ino)) => drops.moot(ino),
             None => {}
         }
-        let now = Instant::now();
-        while let Some(&Reverse((at, ino))) = due.peek() {
+        for ino in drops.take_due(Instant::now()) {
+            // Its pages go, so the next read from the start lists again.
+            if let Err(e) = kernel.inval_inode(INodeNo(ino), 0, 0) {
+                log::debug!("dropping the listing of inode {ino}: {e}");
+            }
+        }
+    }
+}
+
+/// The drops of the kernel's cached listings pending: one a directory,
+/// the earliest asked for, so a later copy never postpones one.
+#[derive(Default)]
+struct Drops {
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
+    pending: HashMap<u64, Instant>,
+}
+
+impl Drops {
+    fn ask(&mut self, ino: u64, at: Instant) {
+        if self.pending.get(&ino).is_none_or(|&earlier| at < earlier) {
+            self.pending.insert(ino, at);
+            self.due.push(Reverse((at, ino)));
+            // Entries of drops made moot or brought forward stay until
+            // their time; a long TTL could pile them up.
+            if self.due.len() > 2 * self.pending.len() + 64 {
+                self.due = self
+                    .pending
+                    .iter()
+                    .map(|(&ino, &at)| Reverse((at, ino)))
+                    .collect();
+            }
+        }
+    }
+
+    fn moot(&mut self, ino: u64) {
+        self.pending.remove(&ino);
+    }
+
+    /// When the next drop may be due.
+    fn next(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// The directories whose drop is due at `now`, each once.
+    fn take_due(&mut self, now: Instant) -> Vec<u64> {
+        let mut due = Vec::new();
+        while let Some(&Reverse((at, ino))) = self.due.peek() {
             if at > now {
                 break;
             }
-            due.pop();
-            if pending.get(&ino) == Some(&at) {
-                pending.remove(&ino);
-                // Its pages go, so the next read from the start lists again.
-                if let Err(e) = kernel.inval_inode(INodeNo(ino), 0, 0) {
-                    log::debug!("dropping the listing of inode {ino}: {e}");
-                }
+            self.due.pop();
+            if self.pending.get(&ino) == Some(&at) {
+                self.pending.remove(&ino);
+                due.push(ino);
             }
         }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_earliest_drop_asked_for_wins_and_a_moot_one_is_not_sent() {
+        let mut drops = Drops::default();
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        drops.ask(1, now + s(2));
+        drops.ask(1, now + s(5));
+        drops.ask(1, now + s(1));
+        drops.ask(2, now + s(3));
+        drops.ask(3, now + s(3));
+        drops.moot(3);
+        assert_eq!(drops.next(), Some(now + s(1)));
+        assert_eq!(drops.take_due(now), Vec::<u64>::new());
+        assert_eq!(drops.take_due(now + s(2)), [1], "once, at the earliest");
+        assert_eq!(drops.take_due(now + s(9)), [2]);
+        assert_eq!(drops.next(), None);
+    }
+
+    #[test]
+    fn drops_made_moot_do_not_pile_up() {
+        let mut drops = Drops::default();
+        let later = Instant::now() + Duration::from_secs(3600);
+        for _ in 0..10_000 {
+            drops.ask(7, later);
+            drops.moot(7);
+        }
+        assert!(drops.due.len() <= 64 + 2, "{}", drops.due.len());
     }
 }

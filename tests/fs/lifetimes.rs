@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use nix::errno::Errno;
+use pchronicle::fs::filesystem::KernelCopy;
 use pchronicle::fs::{Caller, FsOptions};
 use serde_json::Value;
 
@@ -149,36 +150,49 @@ fn a_listing_the_kernel_caches_itself_is_kept_for_the_ttl_at_most() {
     let wh = Warehouse::new();
     wh.file("d/a.txt", "x");
     wh.storyline("leaf", 2);
-    // Reads `rel` to the end, two entries at a time: what the read that
-    // completed the copy returned (no other read returns anything).
-    let kept_for = |fs: &pchronicle::fs::WarehouseFs, rel: &str, fh: Option<u64>| {
+    // Reads `rel` to the end, two entries at a time: what the first read
+    // and the one that found the end said (no other read says anything).
+    let copy = |fs: &pchronicle::fs::WarehouseFs, rel: &str, fh: Option<u64>| {
         let mut offset = 0;
+        let mut said = Vec::new();
         loop {
             let mut buffer = Buffer::with_room(2);
-            let kept = fs.readdir(ino(fs, rel), fh, offset, &mut buffer).unwrap();
-            match buffer.got.last() {
-                Some(last) => {
-                    assert_eq!(kept, None, "only the end of a copy says");
-                    offset = last.offset;
-                }
-                None => return kept,
+            let copy = fs.readdir(ino(fs, rel), fh, offset, &mut buffer).unwrap();
+            let Some(last) = buffer.got.last() else {
+                said.push(copy);
+                return said;
+            };
+            if offset == 0 {
+                said.push(copy);
+            } else {
+                assert_eq!(copy, KernelCopy::Unchanged, "in the middle");
             }
+            offset = last.offset;
         }
     };
+    let kept = |fs: &pchronicle::fs::WarehouseFs, rel: &str| match copy(fs, rel, None)[..] {
+        [KernelCopy::Begun, KernelCopy::Complete(kept)] => kept,
+        ref other => panic!("{other:?}"),
+    };
     let fs = fs_with_ttl(&wh, Duration::from_millis(700));
-    assert_eq!(kept_for(&fs, "d", None), Some(Duration::from_millis(700)));
+    assert_eq!(kept(&fs, "d"), Some(Duration::from_millis(700)));
     let handle = fs.opendir(&ROOT_CALLER, ino(&fs, "d")).unwrap();
-    assert_eq!(kept_for(&fs, "d", Some(handle.fh)), None, "as opendir said");
+    assert_eq!(
+        copy(&fs, "d", Some(handle.fh)),
+        [KernelCopy::Unchanged; 2],
+        "as opendir said"
+    );
     fs.release(handle.fh);
     // With a zero TTL the kernel asks for the mtime at every read from the
     // start: a leaf's past changes without it, and so may a directory
     // changed within the racy window.
     let fs = fs_with_ttl(&wh, Duration::ZERO);
-    assert_eq!(kept_for(&fs, "leaf", None), Some(Duration::ZERO));
-    assert_eq!(kept_for(&fs, "leaf/.versions", None), Some(Duration::ZERO));
-    assert_eq!(kept_for(&fs, "d", None), Some(Duration::from_secs(1)));
+    assert_eq!(kept(&fs, "leaf"), Some(Duration::ZERO));
+    assert_eq!(kept(&fs, "leaf/.versions"), Some(Duration::ZERO));
+    wh.file("d/b.txt", "x");
+    assert_eq!(kept(&fs, "d"), Some(Duration::from_secs(1)));
     std::thread::sleep(Duration::from_millis(1100));
-    assert_eq!(kept_for(&fs, "d", None), None, "as long as its mtime is");
+    assert_eq!(kept(&fs, "d"), None, "as long as its mtime is");
 }
 
 /// A catalog of `wh` that watches, or `None` where the filesystem reports

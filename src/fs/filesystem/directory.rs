@@ -12,7 +12,6 @@ use fuser::{FileAttr, INodeNo};
 use nix::errno::Errno;
 use parking_lot::Mutex;
 
-use super::unopened::Held;
 use super::{DirEntry, DirectoryReplier, Listed, Opened, WarehouseFs};
 use crate::catalog::cache::{FileId, RACY_WINDOW_NS};
 use crate::catalog::{Node, NodeKind};
@@ -69,22 +68,15 @@ impl WarehouseFs {
     /// replier is full, read through the handle `fh` or without one. No
     /// references are handed out (plain `readdir`).
     ///
-    /// Returns how long the kernel may keep the entries in its own cache
-    /// when it caches them without a handle and this read completed a
-    /// copy (it found nothing more in a snapshot taken at offset 0): past
-    /// that, it must be told to drop them, so what the
-    /// directory's mtime does not tell it (a leaf's past, a change within
-    /// the racy window) shows within the TTL, and an `ls -l` after the TTL
-    /// renews every entry's attributes in one `readdirplus` instead of one
-    /// `lookup` per name. `None`: as long as the mtime is unchanged (or,
-    /// with a handle, as `opendir` said).
+    /// Returns what the read tells of the copy the kernel keeps of the
+    /// listing when it reads without a handle (see [`KernelCopy`]).
     pub fn readdir(
         &self,
         ino: u64,
         fh: Option<u64>,
         offset: u64,
         replier: &mut dyn DirectoryReplier,
-    ) -> Result<Option<Duration>, FsError> {
+    ) -> Result<KernelCopy, FsError> {
         self.fill(ino, fh, offset, replier, false)
     }
 
@@ -97,7 +89,7 @@ impl WarehouseFs {
         fh: Option<u64>,
         offset: u64,
         replier: &mut dyn DirectoryReplier,
-    ) -> Result<Option<Duration>, FsError> {
+    ) -> Result<KernelCopy, FsError> {
         self.fill(ino, fh, offset, replier, true)
     }
 
@@ -108,7 +100,7 @@ impl WarehouseFs {
         offset: u64,
         replier: &mut dyn DirectoryReplier,
         hands_over: bool,
-    ) -> Result<Option<Duration>, FsError> {
+    ) -> Result<KernelCopy, FsError> {
         let items = match fh {
             Some(fh) => self.dir_snapshot(ino, fh, offset)?,
             None => self.unopened_snapshot(ino, offset)?,
@@ -153,18 +145,43 @@ impl WarehouseFs {
                 break;
             }
         }
+        if fh.is_some() {
+            return Ok(KernelCopy::Unchanged);
+        }
+        if offset == 0 {
+            return Ok(KernelCopy::Begun);
+        }
+        if from < items.len() {
+            return Ok(KernelCopy::Unchanged);
+        }
         // The kernel's copy is complete once a read finds nothing more
         // (it fills its cache as replies come, in the reader's own
-        // context): only then can a drop be sure to find all of it.
-        if fh.is_none() && from >= items.len() {
-            return Ok(self.unopened.done(ino));
+        // context): only then can a drop be sure to find all of it. Any
+        // reader's end says so (the kernel adds to its copy whichever
+        // reader's entries come next), so each says how long it may be
+        // kept; the earliest drop pending wins.
+        self.unopened.done(ino, &items);
+        Ok(KernelCopy::Complete(self.kept_copy(ino)))
+    }
+
+    /// How long the kernel may keep its complete copy of the listing of
+    /// `ino`: as `kernel_keeps` says of the directory now; no time at all
+    /// when it is gone or no longer a directory.
+    fn kept_copy(&self, ino: u64) -> Option<Duration> {
+        let now = match self.target(ino) {
+            Ok((Target::Path(rel), _)) => self.dir_node(&rel).ok().map(|node| (rel, node)),
+            _ => None,
+        };
+        match now {
+            Some((rel, node)) => self.kernel_keeps(&rel, node.kind, FileId::of(&node.meta)),
+            None => Some(Duration::ZERO),
         }
-        Ok(None)
     }
 
     /// The snapshot a read without a handle at `offset` is served from:
     /// the directory's held one, else (offset 0, or none held) the
-    /// directory as of now, held from then on.
+    /// directory as of now, held from then on (from offset 0 in place of
+    /// any other; else unless another reader began one meanwhile).
     fn unopened_snapshot(&self, ino: u64, offset: u64) -> Result<Arc<Vec<DirItem>>, FsError> {
         if offset != 0
             && let Some(items) = self.unopened.get(ino)
@@ -177,13 +194,7 @@ impl WarehouseFs {
         };
         let node = self.dir_node(&rel)?;
         let items = self.shared_snapshot(ino, parent, &rel, &node)?;
-        let began_copy =
-            (offset == 0).then(|| self.kernel_keeps(&rel, node.kind, FileId::of(&node.meta)));
-        let held = Held {
-            items: Arc::clone(&items),
-            began_copy,
-        };
-        self.unopened.hold(ino, held);
+        self.unopened.hold(ino, Arc::clone(&items), offset == 0);
         Ok(items)
     }
 
@@ -359,6 +370,26 @@ impl WarehouseFs {
         self.snapshots.lock().insert(ino, shared);
         Ok(items)
     }
+}
+
+/// What a directory read without a handle tells of the copy the kernel
+/// keeps of the listing (it caches the entries itself, see `unopened.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelCopy {
+    /// Nothing: a read through a handle (`opendir` said what the kernel
+    /// keeps), or one in the middle of a listing.
+    Unchanged,
+    /// A read from offset 0: the kernel holds no complete copy now (it
+    /// reads from its copy, else), so a drop pending for one is moot; one
+    /// sent while the new copy fills would leave that copy never complete.
+    Begun,
+    /// A read found the end: the kernel's copy is complete. Past the time
+    /// given it must be told to drop it, so what the directory's mtime
+    /// does not tell it (a leaf's past, a change within the racy window)
+    /// shows within the TTL, and an `ls -l` after the TTL renews every
+    /// entry's attributes in one `readdirplus` instead of one `lookup` per
+    /// name. `None`: as long as the mtime is unchanged.
+    Complete(Option<Duration>),
 }
 
 /// A directory snapshot handles share (see `shared_snapshot`); held only

@@ -69,6 +69,7 @@ const LOOKUP_TRIES: usize = 4;
 /// one pauses (and resumes from a checkpoint when read again).
 const RECORDS_PRODUCERS: usize = 32;
 pub use answers::{DirEntry, DirectoryReplier, Entry, FsStats, Opened, ReadData, XattrData};
+pub use directory::KernelCopy;
 pub use refresh::Forget;
 
 /// How the mount presents the catalog.

@@ -10,12 +10,13 @@
 //! without a handle continues the directory's snapshot held here: the one
 //! the last read from offset 0 took, until a read reaches its end. At most
 //! [`HELD_SNAPSHOTS`] directories' snapshots are held, the least recently
-//! read dropped first; a read finding none continues at its position in
-//! the directory as it is now.
+//! read dropped first, and none for longer than [`HELD_IDLE`] after its
+//! last read; a read finding none continues at its position in the
+//! directory as it is now.
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lru::LruCache;
 use parking_lot::Mutex;
@@ -25,13 +26,14 @@ use crate::fs::handles::DirItem;
 /// Directories whose snapshots are held for readers without a handle.
 pub const HELD_SNAPSHOTS: usize = 64;
 
-/// A directory's snapshot being read without a handle.
-pub(super) struct Held {
-    pub items: Arc<Vec<DirItem>>,
-    /// Taken by a read from offset 0, which began the kernel's copy: how
-    /// long the kernel may keep that copy, once it is complete (`Some`,
-    /// of what `kernel_keeps` said).
-    pub began_copy: Option<Option<Duration>>,
+/// How long a snapshot is held after its last read: a reader that stopped
+/// halfway (no `releasedir` says so) holds nothing for longer.
+pub const HELD_IDLE: Duration = Duration::from_secs(60);
+
+/// A directory's snapshot, and when it was last read.
+struct Held {
+    items: Arc<Vec<DirItem>>,
+    read: Instant,
 }
 
 /// The snapshots being read without a handle, by directory.
@@ -50,23 +52,40 @@ impl Unopened {
 
     /// The snapshot of the directory `ino`, if held.
     pub fn get(&self, ino: u64) -> Option<Arc<Vec<DirItem>>> {
-        self.held
-            .lock()
-            .get(&ino)
-            .map(|held| Arc::clone(&held.items))
+        let mut held = self.held.lock();
+        let snapshot = held.get_mut(&ino)?;
+        snapshot.read = Instant::now();
+        Some(Arc::clone(&snapshot.items))
     }
 
-    /// Holds `held` as the snapshot of `ino` until read to the end (or
-    /// pushed out by newer ones).
-    pub fn hold(&self, ino: u64, held: Held) {
-        self.held.lock().put(ino, held);
+    /// Holds `items` as the snapshot of `ino` until read to the end:
+    /// always when `fresh` (a read from offset 0 begins a new one), else
+    /// only when none is held (another reader's stays). Snapshots idle for
+    /// [`HELD_IDLE`] go.
+    pub fn hold(&self, ino: u64, items: Arc<Vec<DirItem>>, fresh: bool) {
+        let mut held = self.held.lock();
+        let now = Instant::now();
+        while held
+            .peek_lru()
+            .is_some_and(|(_, lru)| now.duration_since(lru.read) >= HELD_IDLE)
+        {
+            held.pop_lru();
+        }
+        if fresh || !held.contains(&ino) {
+            held.put(ino, Held { items, read: now });
+        }
     }
 
-    /// A read reached the end of the snapshot of `ino`: it goes. Returns
-    /// how long the kernel may keep the copy it completed, when one was
-    /// begun with it and may be kept only so long.
-    pub fn done(&self, ino: u64) -> Option<Duration> {
-        self.held.lock().pop(&ino)?.began_copy.flatten()
+    /// A read reached the end of `items`: they go, if they are what is
+    /// held for `ino` (another reader may have begun a snapshot since).
+    pub fn done(&self, ino: u64, items: &Arc<Vec<DirItem>>) {
+        let mut held = self.held.lock();
+        if held
+            .peek(&ino)
+            .is_some_and(|snapshot| Arc::ptr_eq(&snapshot.items, items))
+        {
+            held.pop(&ino);
+        }
     }
 
     /// Drops the snapshot of `ino`, if held.
@@ -97,21 +116,18 @@ impl Unopened {
 mod tests {
     use super::*;
 
-    fn held(began_copy: Option<Option<Duration>>) -> Held {
-        Held {
-            items: Arc::new(Vec::new()),
-            began_copy,
-        }
+    fn items() -> Arc<Vec<DirItem>> {
+        Arc::new(Vec::new())
     }
 
     #[test]
     fn the_least_recently_read_snapshot_goes_first() {
         let unopened = Unopened::new();
         for ino in 1..=HELD_SNAPSHOTS as u64 {
-            unopened.hold(ino, held(None));
+            unopened.hold(ino, items(), true);
         }
         assert!(unopened.get(1).is_some(), "read again: the newest");
-        unopened.hold(1000, held(None));
+        unopened.hold(1000, items(), true);
         assert!(unopened.get(1).is_some());
         assert!(unopened.get(2).is_none(), "the least recently read went");
         unopened.retain(|ino| ino > 500);
@@ -119,16 +135,26 @@ mod tests {
     }
 
     #[test]
-    fn the_end_of_a_copy_begun_from_the_start_says_how_long_it_may_be_kept() {
+    fn a_reader_ends_only_its_own_snapshot_and_keeps_anothers() {
         let unopened = Unopened::new();
-        let ttl = Duration::from_secs(1);
-        unopened.hold(1, held(Some(Some(ttl))));
-        unopened.hold(2, held(Some(None)));
-        unopened.hold(3, held(None));
-        assert_eq!(unopened.done(1), Some(ttl));
-        assert_eq!(unopened.done(1), None, "gone");
-        assert_eq!(unopened.done(2), None, "kept while the mtime is");
-        assert_eq!(unopened.done(3), None, "begun elsewhere");
+        let (first, second) = (items(), items());
+        unopened.hold(1, Arc::clone(&first), true);
+        unopened.hold(1, Arc::clone(&second), true);
+        unopened.hold(1, items(), false);
+        assert!(Arc::ptr_eq(&unopened.get(1).unwrap(), &second), "kept");
+        unopened.done(1, &first);
+        assert_eq!(unopened.len(), 1, "not the first reader's any more");
+        unopened.done(1, &second);
         assert_eq!(unopened.len(), 0);
+    }
+
+    #[test]
+    fn a_snapshot_left_unread_goes() {
+        let unopened = Unopened::new();
+        unopened.hold(1, items(), true);
+        unopened.held.lock().get_mut(&1).unwrap().read -= HELD_IDLE;
+        unopened.hold(2, items(), true);
+        assert!(unopened.get(1).is_none());
+        assert!(unopened.get(2).is_some());
     }
 }
