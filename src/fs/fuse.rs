@@ -167,11 +167,10 @@ impl FuseAdapter {
 
     /// Replies to a directory read, and has the kernel's copy of the
     /// listing dropped in time when the read completed one that may be
-    /// kept only so long (a drop pending is moot once a read begins a new
-    /// copy).
+    /// kept only so long (a drop pending waits while a new copy fills).
     fn listed<R: DirectoryReply>(&self, ino: u64, copy: KernelCopy, reply: R) {
         match copy {
-            KernelCopy::Begun => self.invalidations.moot_listing(ino),
+            KernelCopy::Begun => self.invalidations.listing_begun(ino),
             KernelCopy::Complete(Some(kept_for)) => {
                 self.invalidations
                     .drop_listing(ino, kept_for, || self.kernel.get().cloned())

@@ -35,11 +35,13 @@ pub struct Invalidations {
 enum Job {
     /// A refresh's forgets, with its ticket.
     Refresh(u64, Forget),
-    /// The kernel's cached listing of a directory goes at this instant,
-    /// or earlier if an earlier drop of it is pending.
-    Listing(u64, Instant),
-    /// The drop pending for a directory's cached listing is moot.
-    Moot(u64),
+    /// The kernel's cached listing of a directory, which it may keep for
+    /// the time given, goes at this instant, or earlier if an earlier drop
+    /// of it is pending.
+    Listing(u64, Instant, Duration),
+    /// The kernel began a new copy of a directory's listing at this
+    /// instant.
+    Begun(u64, Instant),
 }
 
 /// Whether a job reached the thread.
@@ -86,19 +88,22 @@ impl Invalidations {
         let Some(at) = Instant::now().checked_add(after) else {
             return;
         };
-        if let Sent::NoThread = self.send(&mut self.queue.lock(), Job::Listing(ino, at), kernel) {
+        let job = Job::Listing(ino, at, after);
+        if let Sent::NoThread = self.send(&mut self.queue.lock(), job, kernel) {
             log::debug!("the listing of inode {ino} stays cached: no invalidation thread");
         }
     }
 
-    /// The drop pending for the kernel's cached listing of `ino` is moot:
-    /// the kernel holds no complete copy now (it reads the directory from
-    /// the start again). Dropping the copy it fills instead would leave
-    /// that copy never complete, so not cached at all.
-    pub fn moot_listing(&self, ino: u64) {
+    /// The kernel begins a new copy of the listing of `ino` (a read from
+    /// offset 0 reached the daemon): a drop pending for it waits until the
+    /// copy may be complete, the time it was given from now, so it does
+    /// not land while the copy fills (which would leave that copy never
+    /// complete, so not cached at all). It is not given up: another reader
+    /// may have completed a copy meanwhile, which must still be dropped.
+    pub fn listing_begun(&self, ino: u64) {
         // No thread yet: no drop pending.
         if let Some(queue) = self.queue.lock().as_ref() {
-            let _ = queue.send(Job::Moot(ino));
+            let _ = queue.send(Job::Begun(ino, Instant::now()));
         }
     }
 
@@ -172,8 +177,8 @@ fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
                 }
                 done.fetch_max(ticket, Ordering::SeqCst);
             }
-            Some(Job::Listing(ino, at)) => drops.ask(ino, at),
-            Some(Job::Moot(ino)) => drops.moot(ino),
+            Some(Job::Listing(ino, at, kept)) => drops.ask(ino, at, kept),
+            Some(Job::Begun(ino, at)) => drops.begun(ino, at),
             None => {}
         }
         for ino in drops.take_due(Instant::now()) {
@@ -186,32 +191,48 @@ fn serve(kernel: &fuser::Notifier, jobs: &Receiver<Job>, done: &AtomicU64) {
 }
 
 /// The drops of the kernel's cached listings pending: one a directory,
-/// the earliest asked for, so a later copy never postpones one.
+/// the earliest asked for (so a later copy never postpones one), with the
+/// time its copy may be kept.
 #[derive(Default)]
 struct Drops {
     due: BinaryHeap<Reverse<(Instant, u64)>>,
-    pending: HashMap<u64, Instant>,
+    pending: HashMap<u64, (Instant, Duration)>,
 }
 
 impl Drops {
-    fn ask(&mut self, ino: u64, at: Instant) {
-        if self.pending.get(&ino).is_none_or(|&earlier| at < earlier) {
-            self.pending.insert(ino, at);
-            self.due.push(Reverse((at, ino)));
-            // Entries of drops made moot or brought forward stay until
-            // their time; a long TTL could pile them up.
-            if self.due.len() > 2 * self.pending.len() + 64 {
-                self.due = self
-                    .pending
-                    .iter()
-                    .map(|(&ino, &at)| Reverse((at, ino)))
-                    .collect();
-            }
+    fn ask(&mut self, ino: u64, at: Instant, kept: Duration) {
+        if self
+            .pending
+            .get(&ino)
+            .is_none_or(|&(earlier, _)| at < earlier)
+        {
+            self.set(ino, at, kept);
         }
     }
 
-    fn moot(&mut self, ino: u64) {
-        self.pending.remove(&ino);
+    /// A new copy of `ino` began at `at`: its pending drop waits until the
+    /// copy may be complete.
+    fn begun(&mut self, ino: u64, at: Instant) {
+        let Some(&(due, kept)) = self.pending.get(&ino) else {
+            return;
+        };
+        if let Some(later) = at.checked_add(kept).filter(|&later| later > due) {
+            self.set(ino, later, kept);
+        }
+    }
+
+    fn set(&mut self, ino: u64, at: Instant, kept: Duration) {
+        self.pending.insert(ino, (at, kept));
+        self.due.push(Reverse((at, ino)));
+        // Entries of drops moved stay until their time; a long TTL could
+        // pile them up.
+        if self.due.len() > 2 * self.pending.len() + 64 {
+            self.due = self
+                .pending
+                .iter()
+                .map(|(&ino, &(at, _))| Reverse((at, ino)))
+                .collect();
+        }
     }
 
     /// When the next drop may be due.
@@ -227,7 +248,11 @@ impl Drops {
                 break;
             }
             self.due.pop();
-            if self.pending.get(&ino) == Some(&at) {
+            if self
+                .pending
+                .get(&ino)
+                .is_some_and(|&(pending, _)| pending == at)
+            {
                 self.pending.remove(&ino);
                 due.push(ino);
             }
@@ -240,32 +265,46 @@ impl Drops {
 mod tests {
     use super::*;
 
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
     #[test]
-    fn the_earliest_drop_asked_for_wins_and_a_moot_one_is_not_sent() {
+    fn the_earliest_drop_asked_for_wins_and_is_sent_once() {
         let mut drops = Drops::default();
         let now = Instant::now();
-        let s = Duration::from_secs;
-        drops.ask(1, now + s(2));
-        drops.ask(1, now + s(5));
-        drops.ask(1, now + s(1));
-        drops.ask(2, now + s(3));
-        drops.ask(3, now + s(3));
-        drops.moot(3);
-        assert_eq!(drops.next(), Some(now + s(1)));
+        drops.ask(1, now + S(2), S(2));
+        drops.ask(1, now + S(5), S(5));
+        drops.ask(1, now + S(1), S(1));
+        drops.ask(2, now + S(3), S(3));
+        assert_eq!(drops.next(), Some(now + S(1)));
         assert_eq!(drops.take_due(now), Vec::<u64>::new());
-        assert_eq!(drops.take_due(now + s(2)), [1], "once, at the earliest");
-        assert_eq!(drops.take_due(now + s(9)), [2]);
+        assert_eq!(drops.take_due(now + S(2)), [1], "once, at the earliest");
+        assert_eq!(drops.take_due(now + S(9)), [2]);
         assert_eq!(drops.next(), None);
     }
 
     #[test]
-    fn drops_made_moot_do_not_pile_up() {
+    fn a_new_copy_puts_off_a_pending_drop_and_never_loses_it() {
         let mut drops = Drops::default();
-        let later = Instant::now() + Duration::from_secs(3600);
-        for _ in 0..10_000 {
-            drops.ask(7, later);
-            drops.moot(7);
+        let now = Instant::now();
+        drops.ask(1, now + S(1), S(1));
+        drops.begun(1, now + S(3) / 4);
+        drops.begun(2, now);
+        assert_eq!(drops.take_due(now + S(1)), Vec::<u64>::new(), "put off");
+        assert_eq!(drops.take_due(now + S(2)), [1], "still sent");
+        drops.ask(3, now + S(5), S(5));
+        drops.begun(3, now);
+        assert_eq!(drops.take_due(now + S(5)), [3], "not brought forward");
+    }
+
+    #[test]
+    fn drops_put_off_do_not_pile_up() {
+        let mut drops = Drops::default();
+        let now = Instant::now();
+        drops.ask(7, now + S(1), S(1));
+        for i in 0..10_000 {
+            drops.begun(7, now + Duration::from_millis(i));
         }
         assert!(drops.due.len() <= 64 + 2, "{}", drops.due.len());
+        assert_eq!(drops.take_due(now + S(30)), [7]);
     }
 }

@@ -160,14 +160,26 @@ impl WarehouseFs {
         // reader's end says so (the kernel adds to its copy whichever
         // reader's entries come next), so each says how long it may be
         // kept; the earliest drop pending wins.
-        self.unopened.done(ino, &items);
-        Ok(KernelCopy::Complete(self.kept_copy(ino)))
+        let then = self.unopened.done(ino, &items);
+        let now = self.kept_copy(ino);
+        // The stricter of what was judged when the entries were listed
+        // (a directory changed within the racy window then) and now.
+        let kept = match then {
+            Some(Some(then)) => Some(now.map_or(then, |now| now.min(then))),
+            _ => now,
+        };
+        Ok(KernelCopy::Complete(kept))
     }
 
     /// How long the kernel may keep its complete copy of the listing of
     /// `ino`: as `kernel_keeps` says of the directory now; no time at all
     /// when it is gone or no longer a directory.
     fn kept_copy(&self, ino: u64) -> Option<Duration> {
+        let ttl = self.options.attr_ttl;
+        if !ttl.is_zero() {
+            // No `stat` needed (see `kernel_keeps`).
+            return Some(ttl);
+        }
         let now = match self.target(ino) {
             Ok((Target::Path(rel), _)) => self.dir_node(&rel).ok().map(|node| (rel, node)),
             _ => None,
@@ -194,7 +206,9 @@ impl WarehouseFs {
         };
         let node = self.dir_node(&rel)?;
         let items = self.shared_snapshot(ino, parent, &rel, &node)?;
-        self.unopened.hold(ino, Arc::clone(&items), offset == 0);
+        let keeps = self.kernel_keeps(&rel, node.kind, FileId::of(&node.meta));
+        self.unopened
+            .hold(ino, Arc::clone(&items), keeps, offset == 0);
         Ok(items)
     }
 
@@ -379,9 +393,10 @@ pub enum KernelCopy {
     /// Nothing: a read through a handle (`opendir` said what the kernel
     /// keeps), or one in the middle of a listing.
     Unchanged,
-    /// A read from offset 0: the kernel holds no complete copy now (it
-    /// reads from its copy, else), so a drop pending for one is moot; one
-    /// sent while the new copy fills would leave that copy never complete.
+    /// A read from offset 0: the kernel begins a new copy (it reads from a
+    /// complete one, else, unless another reader completes one
+    /// meanwhile). A drop pending waits until the new copy may be
+    /// complete: one landing while it fills would leave it never complete.
     Begun,
     /// A read found the end: the kernel's copy is complete. Past the time
     /// given it must be told to drop it, so what the directory's mtime

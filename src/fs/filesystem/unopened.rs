@@ -30,10 +30,12 @@ pub const HELD_SNAPSHOTS: usize = 64;
 /// halfway (no `releasedir` says so) holds nothing for longer.
 pub const HELD_IDLE: Duration = Duration::from_secs(60);
 
-/// A directory's snapshot, and when it was last read.
+/// A directory's snapshot, when it was last read, and how long the
+/// kernel could keep a copy of it, judged when it was taken.
 struct Held {
     items: Arc<Vec<DirItem>>,
     read: Instant,
+    keeps: Option<Duration>,
 }
 
 /// The snapshots being read without a handle, by directory.
@@ -50,11 +52,17 @@ impl Unopened {
         }
     }
 
-    /// The snapshot of the directory `ino`, if held.
+    /// The snapshot of the directory `ino`, if held (and not idle for
+    /// [`HELD_IDLE`]).
     pub fn get(&self, ino: u64) -> Option<Arc<Vec<DirItem>>> {
         let mut held = self.held.lock();
+        let now = Instant::now();
         let snapshot = held.get_mut(&ino)?;
-        snapshot.read = Instant::now();
+        if now.duration_since(snapshot.read) >= HELD_IDLE {
+            held.pop(&ino);
+            return None;
+        }
+        snapshot.read = now;
         Some(Arc::clone(&snapshot.items))
     }
 
@@ -62,7 +70,7 @@ impl Unopened {
     /// always when `fresh` (a read from offset 0 begins a new one), else
     /// only when none is held (another reader's stays). Snapshots idle for
     /// [`HELD_IDLE`] go.
-    pub fn hold(&self, ino: u64, items: Arc<Vec<DirItem>>, fresh: bool) {
+    pub fn hold(&self, ino: u64, items: Arc<Vec<DirItem>>, keeps: Option<Duration>, fresh: bool) {
         let mut held = self.held.lock();
         let now = Instant::now();
         while held
@@ -72,20 +80,28 @@ impl Unopened {
             held.pop_lru();
         }
         if fresh || !held.contains(&ino) {
-            held.put(ino, Held { items, read: now });
+            let snapshot = Held {
+                items,
+                read: now,
+                keeps,
+            };
+            held.put(ino, snapshot);
         }
     }
 
     /// A read reached the end of `items`: they go, if they are what is
     /// held for `ino` (another reader may have begun a snapshot since).
-    pub fn done(&self, ino: u64, items: &Arc<Vec<DirItem>>) {
+    /// Returns how long a copy could be kept, as judged when they were
+    /// taken (`None` when they were not held).
+    pub fn done(&self, ino: u64, items: &Arc<Vec<DirItem>>) -> Option<Option<Duration>> {
         let mut held = self.held.lock();
         if held
             .peek(&ino)
             .is_some_and(|snapshot| Arc::ptr_eq(&snapshot.items, items))
         {
-            held.pop(&ino);
+            return held.pop(&ino).map(|snapshot| snapshot.keeps);
         }
+        None
     }
 
     /// Drops the snapshot of `ino`, if held.
@@ -124,10 +140,10 @@ mod tests {
     fn the_least_recently_read_snapshot_goes_first() {
         let unopened = Unopened::new();
         for ino in 1..=HELD_SNAPSHOTS as u64 {
-            unopened.hold(ino, items(), true);
+            unopened.hold(ino, items(), None, true);
         }
         assert!(unopened.get(1).is_some(), "read again: the newest");
-        unopened.hold(1000, items(), true);
+        unopened.hold(1000, items(), None, true);
         assert!(unopened.get(1).is_some());
         assert!(unopened.get(2).is_none(), "the least recently read went");
         unopened.retain(|ino| ino > 500);
@@ -138,23 +154,31 @@ mod tests {
     fn a_reader_ends_only_its_own_snapshot_and_keeps_anothers() {
         let unopened = Unopened::new();
         let (first, second) = (items(), items());
-        unopened.hold(1, Arc::clone(&first), true);
-        unopened.hold(1, Arc::clone(&second), true);
-        unopened.hold(1, items(), false);
+        let second_keeps = Some(Duration::from_secs(1));
+        unopened.hold(1, Arc::clone(&first), None, true);
+        unopened.hold(1, Arc::clone(&second), second_keeps, true);
+        unopened.hold(1, items(), None, false);
         assert!(Arc::ptr_eq(&unopened.get(1).unwrap(), &second), "kept");
-        unopened.done(1, &first);
+        assert_eq!(unopened.done(1, &first), None);
         assert_eq!(unopened.len(), 1, "not the first reader's any more");
-        unopened.done(1, &second);
+        assert_eq!(unopened.done(1, &second), Some(second_keeps));
         assert_eq!(unopened.len(), 0);
     }
 
     #[test]
     fn a_snapshot_left_unread_goes() {
         let unopened = Unopened::new();
-        unopened.hold(1, items(), true);
-        unopened.held.lock().get_mut(&1).unwrap().read -= HELD_IDLE;
-        unopened.hold(2, items(), true);
-        assert!(unopened.get(1).is_none());
-        assert!(unopened.get(2).is_some());
+        let Some(long_ago) = Instant::now().checked_sub(HELD_IDLE) else {
+            return; // a clock younger than that cannot say
+        };
+        for ino in [1, 2] {
+            unopened.hold(ino, items(), None, true);
+        }
+        unopened.held.lock().get_mut(&1).unwrap().read = long_ago;
+        assert!(unopened.get(1).is_none(), "when read again");
+        unopened.held.lock().get_mut(&2).unwrap().read = long_ago;
+        unopened.hold(3, items(), None, true);
+        assert!(unopened.get(2).is_none(), "when another is held");
+        assert!(unopened.get(3).is_some());
     }
 }
