@@ -291,8 +291,9 @@ mod tests {
         drops.begun(2, now);
         assert_eq!(drops.take_due(now + S(1)), Vec::<u64>::new(), "put off");
         assert_eq!(drops.take_due(now + S(2)), [1], "still sent");
-        drops.ask(3, now + S(5), S(5));
+        drops.ask(3, now + S(5), S(2));
         drops.begun(3, now);
+        assert_eq!(drops.take_due(now + S(4)), Vec::<u64>::new());
         assert_eq!(drops.take_due(now + S(5)), [3], "not brought forward");
     }
 

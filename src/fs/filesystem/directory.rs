@@ -12,6 +12,7 @@ use fuser::{FileAttr, INodeNo};
 use nix::errno::Errno;
 use parking_lot::Mutex;
 
+use super::unopened::stricter;
 use super::{DirEntry, DirectoryReplier, Listed, Opened, WarehouseFs};
 use crate::catalog::cache::{FileId, RACY_WINDOW_NS};
 use crate::catalog::{Node, NodeKind};
@@ -165,8 +166,8 @@ impl WarehouseFs {
         // The stricter of what was judged when the entries were listed
         // (a directory changed within the racy window then) and now.
         let kept = match then {
-            Some(Some(then)) => Some(now.map_or(then, |now| now.min(then))),
-            _ => now,
+            Some(then) => stricter(then, now),
+            None => now,
         };
         Ok(KernelCopy::Complete(kept))
     }
@@ -205,8 +206,10 @@ impl WarehouseFs {
             return Err(Errno::ENOTDIR.into());
         };
         let node = self.dir_node(&rel)?;
-        let items = self.shared_snapshot(ino, parent, &rel, &node)?;
+        // Judged before listing: a listing that outlasts the racy window
+        // was still begun within it.
         let keeps = self.kernel_keeps(&rel, node.kind, FileId::of(&node.meta));
+        let items = self.shared_snapshot(ino, parent, &rel, &node)?;
         self.unopened
             .hold(ino, Arc::clone(&items), keeps, offset == 0);
         Ok(items)

@@ -80,6 +80,12 @@ impl Unopened {
             held.pop_lru();
         }
         if fresh || !held.contains(&ino) {
+            // A reader of the snapshot replaced may end in this one: the
+            // stricter of the two judgements stands.
+            let keeps = match held.peek(&ino) {
+                Some(old) => stricter(old.keeps, keeps),
+                None => keeps,
+            };
             let snapshot = Held {
                 items,
                 read: now,
@@ -128,6 +134,16 @@ impl Unopened {
     }
 }
 
+/// The shorter of two times a copy may be kept (`None`: while the
+/// directory's mtime is unchanged, the longest).
+pub(super) fn stricter(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,13 +171,17 @@ mod tests {
         let unopened = Unopened::new();
         let (first, second) = (items(), items());
         let second_keeps = Some(Duration::from_secs(1));
-        unopened.hold(1, Arc::clone(&first), None, true);
-        unopened.hold(1, Arc::clone(&second), second_keeps, true);
+        unopened.hold(1, Arc::clone(&first), second_keeps, true);
+        unopened.hold(1, Arc::clone(&second), None, true);
         unopened.hold(1, items(), None, false);
         assert!(Arc::ptr_eq(&unopened.get(1).unwrap(), &second), "kept");
         assert_eq!(unopened.done(1, &first), None);
         assert_eq!(unopened.len(), 1, "not the first reader's any more");
-        assert_eq!(unopened.done(1, &second), Some(second_keeps));
+        assert_eq!(
+            unopened.done(1, &second),
+            Some(second_keeps),
+            "the stricter judgement of the two stands"
+        );
         assert_eq!(unopened.len(), 0);
     }
 
@@ -178,7 +198,7 @@ mod tests {
         assert!(unopened.get(1).is_none(), "when read again");
         unopened.held.lock().get_mut(&2).unwrap().read = long_ago;
         unopened.hold(3, items(), None, true);
-        assert!(unopened.get(2).is_none(), "when another is held");
+        assert_eq!(unopened.len(), 1, "when another is held");
         assert!(unopened.get(3).is_some());
     }
 }
