@@ -173,6 +173,10 @@ pub enum Loaded {
 pub struct CountCache {
     inner: Mutex<Inner>,
     file: Option<CacheFile>,
+    /// Held through a whole save, so a save that finds nothing new to
+    /// write waits for one under way: the save at exit must not return
+    /// (and the process end) while a periodic save is still writing.
+    saving: Mutex<()>,
     hits: HitCounter,
     renames: AtomicU64,
 }
@@ -254,6 +258,7 @@ impl CountCache {
         let cache = CountCache {
             inner: Mutex::new(inner),
             file,
+            saving: Mutex::new(()),
             hits: HitCounter::default(),
             renames: AtomicU64::new(0),
         };
@@ -393,6 +398,7 @@ impl CountCache {
         let Some(file) = &self.file else {
             return Ok(false);
         };
+        let _saving = self.saving.lock();
         let bytes = {
             let mut inner = self.inner.lock();
             if !inner.dirty {
