@@ -82,6 +82,15 @@ fn lookups_and_readdirplus_hold_references_until_forgotten() {
     assert_eq!(fs.known_inodes(), numbered - 1);
 }
 
+/// The names the reads into `buffers` got, in order.
+fn names_read<'a>(buffers: &[&'a Buffer]) -> Vec<&'a str> {
+    buffers
+        .iter()
+        .flat_map(|buffer| &buffer.got)
+        .map(|l| l.name.as_str())
+        .collect()
+}
+
 #[test]
 fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
     let wh = Warehouse::new();
@@ -96,12 +105,7 @@ fn a_directory_read_continues_from_its_snapshot_and_restarts_fresh() {
     let mut rest = Buffer::with_room(10);
     let offset = first.got.last().unwrap().offset;
     fs.readdir(dir, Some(handle.fh), offset, &mut rest).unwrap();
-    let seen: Vec<_> = first
-        .got
-        .iter()
-        .chain(&rest.got)
-        .map(|l| l.name.as_str())
-        .collect();
+    let seen = names_read(&[&first, &rest]);
     assert_eq!(seen, [".", "..", ".stats", ".sources", "a.txt", "b.txt"]);
     let mut again = Buffer::with_room(10);
     fs.readdir(dir, Some(handle.fh), 0, &mut again).unwrap();
@@ -126,12 +130,7 @@ fn a_read_without_a_handle_continues_the_directorys_snapshot() {
     let mut rest = Buffer::with_room(10);
     let offset = first.got.last().unwrap().offset;
     fs.readdir(dir, None, offset, &mut rest).unwrap();
-    let seen: Vec<_> = first
-        .got
-        .iter()
-        .chain(&rest.got)
-        .map(|l| l.name.as_str())
-        .collect();
+    let seen = names_read(&[&first, &rest]);
     assert_eq!(seen, [".", "..", ".stats", ".sources", "a.txt", "b.txt"]);
     assert!(seen.len() < 1 << 31, "offsets are positions");
     // Read to the end, the snapshot goes; from the start, a new one.

@@ -181,6 +181,11 @@ impl WarehouseFs {
             // No `stat` needed (see `kernel_keeps`).
             return Some(ttl);
         }
+        if self.is_remote() {
+            // Never kept (see `kernel_keeps`): no store round trip on a
+            // serving thread to learn it.
+            return Some(Duration::ZERO);
+        }
         let now = match self.target(ino) {
             Ok((Target::Path(rel), _)) => self.dir_node(&rel).ok().map(|node| (rel, node)),
             _ => None,
