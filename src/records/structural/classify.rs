@@ -1,15 +1,13 @@
 //! Classifying 64 bytes at a time into bit masks, one bit per byte.
 //!
-//! Two instruction sets compute the same [`Block`]: AVX-512 (one 64-byte
-//! register, each class one compare straight into a mask register) and
-//! AVX2 (two 32-byte halves, the operators and whitespace from one table
-//! lookup per nibble, each mask gathered with `movemask`). A test holds
+//! Two instruction sets compute the same [`Block`], the operators and
+//! whitespace from one table lookup per nibble: AVX-512 (one 64-byte
+//! register, each class tested straight into a mask register) and AVX2
+//! (two 32-byte halves, each mask gathered with `movemask`). A test holds
 //! the two, and a plain byte loop, to the same masks on every byte value
-//! at every position. AVX-512 (with VBMI2) also turns a mask into the
-//! list of its bits' offsets with one compress instead of a bit at a
-//! time.
-
-use super::RECORD_SEPARATOR;
+//! at every position. AVX-512 (with VBMI and VBMI2) also turns a mask
+//! into the list of its bits' offsets with one compress instead of a bit
+//! at a time, and picks the bytes at those offsets with one permute.
 
 /// The masks of one 64-byte block, bit `i` for byte `i`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -187,32 +185,49 @@ pub(super) mod avx512 {
         // alignment requirement.
         let v = unsafe { _mm512_loadu_si512(block.as_ptr().cast()) };
         let byte = |c: u8| _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(c as i8));
-        let operator = byte(b'{')
-            | byte(b'}')
-            | byte(b'[')
-            | byte(b']')
-            | byte(b':')
-            | byte(b',')
-            | byte(b'\n')
-            | byte(super::RECORD_SEPARATOR);
-        let whitespace = byte(b' ') | byte(b'\t') | byte(b'\r');
+        // Operators, separators and whitespace in one table lookup per
+        // nibble, as for AVX2 (see `NIBBLE_CLASSES`).
+        // SAFETY: each load reads the 16 bytes of a 16-byte table.
+        let (low_table, high_table) = unsafe {
+            (
+                _mm512_broadcast_i32x4(_mm_loadu_si128(super::NIBBLE_CLASSES.low.as_ptr().cast())),
+                _mm512_broadcast_i32x4(_mm_loadu_si128(super::NIBBLE_CLASSES.high.as_ptr().cast())),
+            )
+        };
+        let nibbles = _mm512_set1_epi8(0x0f);
+        let classes = _mm512_and_si512(
+            _mm512_shuffle_epi8(low_table, _mm512_and_si512(v, nibbles)),
+            _mm512_shuffle_epi8(
+                high_table,
+                _mm512_and_si512(_mm512_srli_epi16(v, 4), nibbles),
+            ),
+        );
+        let in_class = |bits: u8| _mm512_test_epi8_mask(classes, _mm512_set1_epi8(bits as i8));
         Block {
             quote: byte(b'"'),
             backslash: byte(b'\\'),
-            operator,
-            delimiter: operator | whitespace,
+            operator: in_class(super::OPERATOR | super::SEPARATOR),
+            delimiter: in_class(super::OPERATOR | super::SEPARATOR | super::WHITESPACE),
             control: _mm512_cmple_epu8_mask(v, _mm512_set1_epi8(0x1f)),
             non_ascii: _mm512_movepi8_mask(v),
         }
     }
 
-    /// Writes the offsets of the set bits of `bits` (a block at `base`)
-    /// to the front of `out`, which has room for 64; returns how many.
-    /// The bits' positions are compressed out of a vector of all 64, then
-    /// widened and offset sixteen at a time.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi2")]
+    /// Writes the offsets of the set bits of `bits` (in `block`, at
+    /// `base`) to the front of `out`, and their bytes as tokens to the
+    /// front of `tokens`; both have room for 64. Returns how many. The
+    /// bits' positions are compressed out of a vector of all 64, then
+    /// widened and offset sixteen at a time; the bytes are picked from the
+    /// block by the same positions, digits and `-` written as `0` first.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vbmi2")]
     #[inline]
-    pub(in super::super) fn offsets(out: &mut [u32], base: usize, bits: u64) -> usize {
+    pub(in super::super) fn offsets(
+        out: &mut [u32],
+        tokens: &mut [u8],
+        base: usize,
+        block: &[u8; 64],
+        bits: u64,
+    ) -> usize {
         const POSITIONS: [u8; 64] = {
             let mut positions = [0u8; 64];
             let mut i = 0;
@@ -223,12 +238,24 @@ pub(super) mod avx512 {
             positions
         };
         let out: &mut [u32; 64] = (&mut out[..64]).try_into().expect("64 slots");
+        let tokens: &mut [u8; 64] = (&mut tokens[..64]).try_into().expect("64 slots");
         let count = bits.count_ones() as usize;
-        // SAFETY: the load reads the 64 bytes of `POSITIONS`; each store
-        // writes 16 slots of the 64 in `out`.
+        // SAFETY: the loads read the 64 bytes of `POSITIONS` and of the
+        // block; each store writes 16 slots of the 64 in `out`, or the 64
+        // of `tokens`.
         unsafe {
+            let v = _mm512_loadu_si512(block.as_ptr().cast());
+            let number = _mm512_cmplt_epu8_mask(
+                _mm512_sub_epi8(v, _mm512_set1_epi8(b'0' as i8)),
+                _mm512_set1_epi8(10),
+            ) | _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(b'-' as i8));
+            let v = _mm512_mask_blend_epi8(number, v, _mm512_set1_epi8(b'0' as i8));
             let positions = _mm512_loadu_si512(POSITIONS.as_ptr().cast());
             let packed = _mm512_maskz_compress_epi8(bits, positions);
+            _mm512_storeu_si512(
+                tokens.as_mut_ptr().cast(),
+                _mm512_permutexvar_epi8(packed, v),
+            );
             let base = _mm512_set1_epi32(base as i32);
             let mut store = |at: usize, lane: __m128i| {
                 let widened = _mm512_add_epi32(_mm512_cvtepu8_epi32(lane), base);

@@ -10,23 +10,27 @@
 //!    classified into bit masks: quotes, backslashes, control and
 //!    non-ASCII bytes, the six operators with the separators (`\n`,
 //!    U+001E), and those with whitespace — with AVX-512 where the CPU has
-//!    it (F, BW and VBMI2), AVX2 otherwise, chosen once at run time.
+//!    it (F, BW, VBMI and VBMI2), AVX2 otherwise, chosen once at run time.
 //!    Escapes are resolved from the backslash mask; the inside of strings
 //!    is the running XOR of the unescaped quotes, restarted at every
 //!    separator (a separator never belongs to a valid string, so it ends
 //!    a torn one). What remains is one list of offsets the grammar must
-//!    look at.
+//!    look at, with the byte at each (its token).
 //! 2. **Grammar** ([`walk`]). The byte scanner's state machine, stepping
 //!    from one listed offset to the next; a record that fails is counted
-//!    as failed and the walk resumes after its separator.
+//!    as failed and the walk resumes after its separator. A record whose
+//!    tokens are those of a valid record met lately ([`shape`]) only has
+//!    its numbers and literals checked.
 //!
 //! The outcome is exactly the byte scanner's on each segment (including
 //! `trim_ascii`'s treatment of a form feed at a segment's edges); a
-//! differential test over mutated records and random token sequences
-//! holds both instruction sets to the byte scanner and `serde_json`.
+//! differential test over mutated records, random token sequences and
+//! records of a few shapes holds both instruction sets to the byte
+//! scanner and `serde_json`.
 //! Where the CPU has neither, runs are cut and scanned record by record.
 
 mod classify;
+mod shape;
 mod walk;
 
 use super::count::{RecordStats, count_segment};
@@ -61,9 +65,9 @@ const DELIMITER: [bool; 256] = {
 /// The vector instructions the passes are compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Level {
-    /// AVX-512 (F, BW and VBMI2), with POPCNT and BMI1.
+    /// AVX-512 (F, BW, VBMI and VBMI2), with POPCNT, BMI1 and PCLMULQDQ.
     Avx512,
-    /// AVX2, with POPCNT and BMI1.
+    /// AVX2, with POPCNT, BMI1 and PCLMULQDQ.
     Avx2,
 }
 
@@ -78,10 +82,10 @@ impl Level {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
-            if !(has!("avx2") && has!("popcnt") && has!("bmi1")) {
+            if !(has!("avx2") && has!("popcnt") && has!("bmi1") && has!("pclmulqdq")) {
                 return None;
             }
-            if has!("avx512f") && has!("avx512bw") && has!("avx512vbmi2") {
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vbmi") && has!("avx512vbmi2") {
                 return Some(Level::Avx512);
             }
             Some(Level::Avx2)
@@ -118,6 +122,9 @@ pub(super) struct Structural {
     /// The offsets of the window listed last, in `indices[..count]`; the
     /// rest is slack that lets a block write its offsets unconditionally.
     indices: Vec<u32>,
+    /// The byte at each listed offset, in `tokens[..count]`, a digit or
+    /// `-` written as `0` (see [`shape`]).
+    tokens: Vec<u8>,
     count: usize,
     /// Whether the window listed last holds a backslash at all.
     any_backslash: bool,
@@ -125,6 +132,8 @@ pub(super) struct Structural {
     /// for an object.
     stack: Vec<bool>,
     days: DayMemo,
+    /// The shapes of records walked lately.
+    shapes: shape::Shapes,
 }
 
 impl Default for Structural {
@@ -139,10 +148,12 @@ impl Structural {
         Structural {
             level,
             indices: Vec::new(),
+            tokens: Vec::new(),
             count: 0,
             any_backslash: false,
             stack: Vec::new(),
             days: DayMemo::default(),
+            shapes: shape::Shapes::default(),
         }
     }
 
@@ -194,32 +205,37 @@ impl Structural {
     }
 }
 
-/// The passes compiled for each level, the classification inlined.
+/// The passes compiled for each level, the classification inlined. Both
+/// levels include PCLMULQDQ (see [`prefix_xor`]).
 #[cfg(target_arch = "x86_64")]
 mod compiled {
     use super::classify::{avx2, avx512};
     use super::{Structural, push_offsets};
 
-    #[target_feature(enable = "avx2,popcnt,bmi1")]
+    #[target_feature(enable = "avx2,popcnt,bmi1,pclmulqdq")]
     pub(super) unsafe fn walk_index_avx2(s: &mut Structural, text: &[u8]) {
         s.walk_index(text, |block| avx2::classify(block), push_offsets)
     }
 
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi2,popcnt,bmi1")]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,popcnt,bmi1,pclmulqdq")]
     pub(super) unsafe fn walk_index_avx512(s: &mut Structural, text: &[u8]) {
         s.walk_index(
             text,
             |block| avx512::classify(block),
-            |out, base, bits| avx512::offsets(out, base, bits),
+            |out, tokens, base, block, bits| avx512::offsets(out, tokens, base, block, bits),
         )
     }
 }
 
-/// Calls `f` with each 64-byte block of `text` classified, and its offset;
-/// a last partial block is classified padded with spaces. One call site,
-/// so `f` is inlined into the loop.
+/// Calls `f` with each 64-byte block of `text`, its offset and its
+/// classes; a last partial block is classified padded with spaces. One
+/// call site, so `f` is inlined into the loop.
 #[inline(always)]
-fn each_block(text: &[u8], classify: impl Fn(&[u8; 64]) -> Block, mut f: impl FnMut(usize, Block)) {
+fn each_block(
+    text: &[u8],
+    classify: impl Fn(&[u8; 64]) -> Block,
+    mut f: impl FnMut(usize, &[u8; 64], Block),
+) {
     let whole = text.len() / 64 * 64;
     let mut padded = [b' '; 64];
     padded[..text.len() - whole].copy_from_slice(&text[whole..]);
@@ -229,23 +245,33 @@ fn each_block(text: &[u8], classify: impl Fn(&[u8; 64]) -> Block, mut f: impl Fn
             Some(block) => block.try_into().expect("64 bytes"),
             None => &padded,
         };
-        f(base, classify(block));
+        f(base, block, classify(block));
         base += 64;
     }
 }
 
-/// Writes the offsets of the set bits of `bits` (a block at `base`) to the
-/// front of `out`, which has room for 64; returns how many. Written four
-/// at a time whatever the count (a spare write lands in the slack), which
+/// Writes the offsets of the set bits of `bits` (in `block`, at `base`)
+/// to the front of `out`, and their bytes as tokens to the front of
+/// `tokens`; both have room for 64. Returns how many. Written four at a
+/// time whatever the count (a spare write lands in the slack), which
 /// keeps the loop's branch predictable.
 #[inline(always)]
-fn push_offsets(out: &mut [u32], base: usize, mut bits: u64) -> usize {
+fn push_offsets(
+    out: &mut [u32],
+    tokens: &mut [u8],
+    base: usize,
+    block: &[u8; 64],
+    mut bits: u64,
+) -> usize {
     let out: &mut [u32; 64] = (&mut out[..64]).try_into().expect("64 slots");
+    let tokens: &mut [u8; 64] = (&mut tokens[..64]).try_into().expect("64 slots");
     let count = bits.count_ones() as usize;
     let mut k = 0;
     while k < count {
-        for slot in &mut out[k..k + 4] {
-            *slot = (base as u32).wrapping_add(bits.trailing_zeros());
+        for (slot, token) in out[k..k + 4].iter_mut().zip(&mut tokens[k..k + 4]) {
+            let at = bits.trailing_zeros();
+            *slot = (base as u32).wrapping_add(at);
+            *token = shape::token(block[at as usize & 63]);
             bits &= bits.wrapping_sub(1);
         }
         k += 4;
@@ -319,16 +345,15 @@ fn separators(text: &[u8], base: usize, mut control: u64) -> u64 {
 }
 
 /// Bit `i` is the XOR of bits `0..=i`: inside a string from its opening
-/// quote up to (not including) its closing one.
-#[inline(always)]
-fn prefix_xor(mut bits: u64) -> u64 {
-    bits ^= bits << 1;
-    bits ^= bits << 2;
-    bits ^= bits << 4;
-    bits ^= bits << 8;
-    bits ^= bits << 16;
-    bits ^= bits << 32;
-    bits
+/// quote up to (not including) its closing one. One carry-less multiply
+/// by all ones.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "pclmulqdq")]
+#[inline]
+fn prefix_xor(bits: u64) -> u64 {
+    use std::arch::x86_64::*;
+    let product = _mm_clmulepi64_si128::<0>(_mm_set_epi64x(0, bits as i64), _mm_set1_epi8(-1));
+    _mm_cvtsi128_si64(product) as u64
 }
 
 #[cfg(test)]

@@ -318,3 +318,88 @@ fn runs_longer_than_a_window() {
     agree(&run);
     assert!(vector(&run).record_count > 1000);
 }
+
+#[test]
+fn records_of_a_known_shape_agree_whatever_their_numbers_literals_and_keys() {
+    if no_vectors() {
+        return;
+    }
+    // A few shapes, repeated with values that keep the shape's tokens but
+    // may be malformed (a number's first byte is its token, a literal's
+    // first letter), keys that may or may not name a timestamp (escaped
+    // or not), and now and then a byte changed anywhere.
+    let numbers = [
+        "0", "-1", "12.5", "1e3", "-0.0e-1", "01", "1.", "-", "1x", "2e", "1.e3", "-a", "7",
+    ];
+    // Each literal slot keeps its first letter, so its token.
+    let trues = ["true", "tru", "truex", "t", "trUe"];
+    let nulls = ["null", "nul", "nullx", "n"];
+    let falses = ["false", "fals", "f", "falsex"];
+    let keys = [
+        "ts",
+        "tz",
+        "t\\u0073",
+        "timestamp",
+        "timestamq",
+        "id",
+        "t\\s",
+    ];
+    // Strings, and numbers now and then (each a shape of its own).
+    let stamps = [
+        "\"2026-11-05T10:23:00Z\"",
+        "\"2026-02-30T10:23:00Z\"",
+        "\"2026-11-05T10:23:00.25+01:00\"",
+        "\"garbage\"",
+        "\"2026-11-\\u00305T10:23:00Z\"",
+        "\"1999-12-31T23:59:60Z\"",
+        "1767225600",
+        "1x",
+    ];
+    let alphabet: &[u8] = b"{}[],:\"\\ 0123456789.-eEtrufalsnx\n\x1e\x0c\t\x01\x80\xc3\xa9";
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut pick = |list: &[&'static str]| list[(next() % list.len() as u64) as usize];
+    let mut run = Vec::new();
+    for i in 0..30_000u32 {
+        let record = match i % 3 {
+            0 => format!(
+                "{{\"id\":{},\"{}\":{},\"role\":\"user\",\"n\":[{},{},{}],\"o\":{{\"k\":{}}},\"s\":\"a \\\"b\\\" c\"}}",
+                pick(&numbers),
+                pick(&keys),
+                pick(&stamps),
+                pick(&numbers),
+                pick(&trues),
+                pick(&nulls),
+                pick(&numbers),
+            ),
+            1 => format!("[{},{{\"a\":{}}},\"x\"]", pick(&numbers), pick(&falses)),
+            _ => format!(
+                "{{\"{}\":{},\"t\":{},\"nested\":{{\"ts\":{}}}}}",
+                pick(&keys),
+                pick(&stamps),
+                pick(&trues),
+                pick(&stamps),
+            ),
+        };
+        let mut record = record.into_bytes();
+        if i % 11 == 0 {
+            let pos = (i as usize * 7919) % record.len();
+            record[pos] = alphabet[i as usize % alphabet.len()];
+        }
+        run.extend_from_slice(&record);
+        run.push(if i % 5 == 0 { RECORD_SEPARATOR } else { b'\n' });
+    }
+    let expected = by_segments(&run);
+    assert!(expected.failed_count > 1_000 && expected.record_count - expected.failed_count > 1_000);
+    for level in levels() {
+        let mut structural = Structural::at_level(level);
+        let mut stats = RecordStats::default();
+        structural.count_run(&run, &mut stats, &mut RecordScanner::default());
+        assert_eq!(stats, expected, "{level:?}");
+        // Most records were taken by their shape, not walked.
+        assert!(
+            structural.shapes.matched > 15_000,
+            "{level:?}: {} records matched a shape",
+            structural.shapes.matched
+        );
+    }
+}

@@ -15,12 +15,13 @@
 use std::ops::Range;
 
 use super::classify::Block;
+use super::shape::Listed;
 use super::{
     DELIMITER, FORM_FEED, Structural, WINDOW, each_block, escapes, is_separator, prefix_xor,
     separators, trim,
 };
 use crate::records::count::RecordStats;
-use crate::records::scan::{self, Member, RecordFacts, Token};
+use crate::records::scan::{self, Field, Member, RecordFacts, Token};
 use crate::records::timestamp::DayMemo;
 
 /// What carries from one block to the next.
@@ -43,14 +44,30 @@ impl Structural {
     pub(super) fn walk_window(&mut self, text: &[u8], stats: &mut RecordStats) {
         debug_assert!(text.len() <= WINDOW, "offsets are u32, and bounded");
         self.walk_index_compiled(text);
-        let mut cursor = Cursor {
+        let listed = Listed {
+            text,
             indices: &self.indices[..self.count],
+            tokens: &self.tokens[..self.count],
+        };
+        let mut cursor = Cursor {
+            indices: listed.indices,
             next: 0,
             last: 0,
         };
         let mut start = 0;
         let any_backslash = self.any_backslash;
         while cursor.next < cursor.indices.len() {
+            let begin = cursor.next;
+            if let Some((taken, ts)) =
+                self.shapes
+                    .matched(&listed, begin, any_backslash, &mut self.days)
+            {
+                cursor.next += taken;
+                cursor.last = cursor.indices[cursor.next - 1] as usize;
+                stats.add_record(ts);
+                start = cursor.last + 1;
+                continue;
+            }
             let mut facts = RecordFacts::default();
             let mut walk = Walk {
                 b: text,
@@ -63,7 +80,10 @@ impl Structural {
             let outcome = walk.record(&mut self.stack, start);
             match outcome {
                 Outcome::Blank => {}
-                Outcome::Valid => stats.add_record(facts.timestamp()),
+                Outcome::Valid => {
+                    stats.add_record(facts.timestamp());
+                    self.shapes.learn(&listed.tokens[begin..cursor.next]);
+                }
                 Outcome::Failed => stats.add_failed(),
             }
             start = cursor.last + 1;
@@ -77,12 +97,13 @@ impl Structural {
         &mut self,
         text: &[u8],
         classify: impl Fn(&[u8; 64]) -> Block,
-        offsets: impl Fn(&mut [u32], usize, u64) -> usize,
+        offsets: impl Fn(&mut [u32], &mut [u8], usize, &[u8; 64], u64) -> usize,
     ) {
         // Room for one offset per byte and a block's worth of slack, kept
         // between windows so it is zeroed only when it grows.
         if self.indices.len() < text.len() + 64 {
             self.indices.resize(text.len() + 64, 0);
+            self.tokens.resize(text.len() + 64, 0);
         }
         self.count = 0;
         self.any_backslash = false;
@@ -91,9 +112,15 @@ impl Structural {
             text,
             classify,
             #[inline(always)]
-            |base, masks| {
+            |base, block, masks| {
                 let bits = self.walk_block(text, base, masks, &mut carry);
-                self.count += offsets(&mut self.indices[self.count..], base, bits);
+                self.count += offsets(
+                    &mut self.indices[self.count..],
+                    &mut self.tokens[self.count..],
+                    base,
+                    block,
+                    bits,
+                );
             },
         );
     }
@@ -109,7 +136,9 @@ impl Structural {
             escapes(text, base, m.backslash, &mut carry.escaped)
         };
         let quote = m.quote & !escaped;
-        let mut in_string = prefix_xor(quote) ^ if carry.in_string { !0 } else { 0 };
+        // SAFETY: the passes are only compiled with PCLMULQDQ enabled (see
+        // `compiled`), so `prefix_xor` is inlined where the CPU has it.
+        let mut in_string = unsafe { prefix_xor(quote) } ^ if carry.in_string { !0 } else { 0 };
         // `in_string` holds a string's opening quote and body, never its
         // closing quote: a control byte there is raw inside a string. So
         // is a separator, which ends the string (and its torn record).
@@ -119,7 +148,8 @@ impl Structural {
             let mut torn = separator & in_string;
             while torn != 0 {
                 let after = !0u64 << torn.trailing_zeros() << 1;
-                in_string = (in_string & !after) | prefix_xor(quote & after);
+                // SAFETY: as above.
+                in_string = (in_string & !after) | unsafe { prefix_xor(quote & after) };
                 torn = separator & in_string & after;
             }
             // A separator itself is never inside a string, so one in the
@@ -382,35 +412,70 @@ impl Walk<'_, '_> {
     }
 
     /// Takes in a top-level member (its key's token and its value's) for
-    /// the record's facts. Whether a string holds an escape is looked up
-    /// only for the keys the facts keep.
+    /// the record's facts.
     #[inline(always)]
-    fn note(&mut self, (key_start, key_end): (usize, usize), token: Token, value: Range<usize>) {
-        let b = self.b;
-        let key = &b[key_start..key_end];
-        let escaped = |s: &[u8]| self.any_backslash && s.contains(&b'\\');
-        let key_escaped = escaped(key);
-        // Counting reads the timestamp only (`timestamp` or `ts`, quotes
-        // included 11 or 4 bytes when written plainly): any other key is
-        // passed over by its length.
-        if !key_escaped && key.len() != 11 && key.len() != 4 {
-            return;
+    fn note(&mut self, key: (usize, usize), token: Token, value: Range<usize>) {
+        let key = key.0..key.1;
+        if let Some(field) = timestamp_key(self.b, key.clone(), self.any_backslash) {
+            let any_backslash = self.any_backslash;
+            note_timestamp(
+                self.facts,
+                self.days,
+                self.b,
+                any_backslash,
+                (field, key),
+                token,
+                value,
+            );
         }
-        let Some(field) = scan::fact_field(key, key_escaped).filter(|f| f.is_timestamp()) else {
-            return;
-        };
-        let token = match token {
-            Token::String { .. } => Token::String {
-                escaped: escaped(&b[value.clone()]),
-            },
-            other => other,
-        };
-        let member = Member {
-            key,
-            key_escaped,
-            token,
-            value,
-        };
-        self.facts.note_field(field, &member, b, self.days);
     }
+}
+
+/// Whether a string holds an escape, where `any_backslash` says whether
+/// its window holds a backslash at all.
+#[inline(always)]
+fn escaped(s: &[u8], any_backslash: bool) -> bool {
+    any_backslash && s.contains(&b'\\')
+}
+
+/// The field of the top-level key at `key` (its token in `b`, quotes
+/// included) when it is one counting reads: `timestamp` or `ts`.
+#[inline(always)]
+pub(super) fn timestamp_key(b: &[u8], key: Range<usize>, any_backslash: bool) -> Option<Field> {
+    // Quotes included, the names take 11 and 4 bytes when written
+    // plainly: any other key is passed over by its length.
+    let key = &b[key];
+    let key_escaped = escaped(key, any_backslash);
+    if !key_escaped && key.len() != 11 && key.len() != 4 {
+        return None;
+    }
+    scan::fact_field(key, key_escaped).filter(|f| f.is_timestamp())
+}
+
+/// Takes in the value of a top-level member whose key names a timestamp
+/// `field`. Whether a string holds an escape is looked up only here.
+#[inline(always)]
+pub(super) fn note_timestamp(
+    facts: &mut RecordFacts,
+    days: &mut DayMemo,
+    b: &[u8],
+    any_backslash: bool,
+    (field, key): (Field, Range<usize>),
+    token: Token,
+    value: Range<usize>,
+) {
+    let key = &b[key];
+    let token = match token {
+        Token::String { .. } => Token::String {
+            escaped: escaped(&b[value.clone()], any_backslash),
+        },
+        other => other,
+    };
+    let member = Member {
+        key,
+        key_escaped: escaped(key, any_backslash),
+        token,
+        value,
+    };
+    facts.note_field(field, &member, b, days);
 }
