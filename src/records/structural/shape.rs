@@ -86,7 +86,9 @@ impl Shapes {
             .known
             .iter()
             .position(|shape| rest.starts_with(&shape.tokens))?;
-        self.known[..=found].rotate_right(1);
+        if found > 0 {
+            self.known[..=found].rotate_right(1);
+        }
         #[cfg(test)]
         {
             self.matched += 1;

@@ -82,7 +82,11 @@ impl Structural {
                 Outcome::Blank => {}
                 Outcome::Valid => {
                     stats.add_record(facts.timestamp());
-                    self.shapes.learn(&listed.tokens[begin..cursor.next]);
+                    // Only where more records may follow: a file of one
+                    // record (most files of a warehouse) learns nothing.
+                    if cursor.next < cursor.indices.len() {
+                        self.shapes.learn(&listed.tokens[begin..cursor.next]);
+                    }
                 }
                 Outcome::Failed => stats.add_failed(),
             }
