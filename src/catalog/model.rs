@@ -412,14 +412,24 @@ impl Stats {
 impl Snapshot {
     /// JSON Lines, one source per line (`ls --sources --json`, `.sources`).
     pub fn sources_jsonl(&self) -> String {
+        self.sources_jsonl_within(usize::MAX)
+            .expect("no text is longer than usize::MAX")
+    }
+
+    /// [`sources_jsonl`](Self::sources_jsonl) when it takes at most `max`
+    /// bytes; `None`, with no more made than that, when it would take more.
+    pub fn sources_jsonl_within(&self, max: usize) -> Option<String> {
         let mut out = String::new();
         for source in &self.sources {
             // A Source holds only strings, integers, booleans and string
             // maps, which always serialize.
             out.push_str(&serde_json::to_string(source).expect("a Source always serializes"));
             out.push('\n');
+            if out.len() > max {
+                return None;
+            }
         }
-        out
+        Some(out)
     }
 }
 

@@ -139,6 +139,16 @@ impl Renders {
         }
     }
 
+    /// The most bytes a render may take to be kept.
+    pub fn max_kept_bytes(&self) -> usize {
+        let memo = self.memo.lock();
+        if self.ttl.is_zero() || memo.max_entries == 0 {
+            0
+        } else {
+            memo.max_bytes
+        }
+    }
+
     /// The current generation, to hand back to [`Renders::keep`].
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)

@@ -288,6 +288,26 @@ fn a_large_sources_nobody_asked_for_is_made_from_the_kept_answer() {
     assert_eq!(catalog.cache_hits().kept.misses, kept.misses);
 }
 
+/// A `.sources` nobody asked for is made only as far as a kept render may
+/// take: past that it stops, having made no more than the bound.
+#[test]
+fn a_sources_text_is_made_only_within_the_bytes_it_may_take() {
+    let wh = Warehouse::new();
+    for i in 0..50 {
+        wh.file(&format!("d/f{i:02}.jsonl"), jsonl(1, i));
+    }
+    let catalog = pchronicle::catalog::Catalog::new(wh.path(), Default::default()).unwrap();
+    let snapshot = catalog.open(std::path::Path::new("d")).unwrap();
+    let full = snapshot.sources_jsonl();
+    assert_eq!(full.lines().count(), 50);
+    assert_eq!(
+        snapshot.sources_jsonl_within(full.len()).as_deref(),
+        Some(full.as_str())
+    );
+    assert_eq!(snapshot.sources_jsonl_within(full.len() - 1), None);
+    assert_eq!(snapshot.sources_jsonl_within(0), None);
+}
+
 #[test]
 fn renders_are_reused_within_the_ttl_and_redone_after_it() {
     let wh = Warehouse::new();

@@ -79,8 +79,9 @@ impl WarehouseFs {
     /// synthetic files (an `ls -l` stats both, a poller reads one): the
     /// other is rendered and kept for the TTL too, unless it is a large
     /// `.sources` the catalog can make again without a walk (see
-    /// [`UNASKED_SOURCES_MAX`]). Made then, it shows the directory as it is
-    /// then, which within the TTL may be newer than the `.stats` kept.
+    /// [`UNASKED_SOURCES_MAX`]), or one larger than a render kept may be.
+    /// Made then, it shows the directory as it is then, which within the
+    /// TTL may be newer than the `.stats` kept.
     fn render(
         &self,
         view: &View,
@@ -123,14 +124,21 @@ impl WarehouseFs {
                 generation,
             );
             // The other file, nobody asked for yet, is made and kept when
-            // it is small, or when making it later would take another walk.
+            // it is small, or when making it later would take another walk
+            // (and it fits the renders kept).
             let unasked = other == Synthetic::Stats
                 || snapshot.sources.len() <= UNASKED_SOURCES_MAX
                 || !catalog.keeps(rel);
-            if let Some(sibling) = self.sibling(ino, other).filter(|_| unasked) {
+            // Never one too large to keep: that would be made for nothing.
+            let sibling = self.sibling(ino, other).filter(|_| unasked);
+            let text = sibling.and_then(|_| match other {
+                Synthetic::Sources => snapshot.sources_jsonl_within(self.renders.max_kept_bytes()),
+                _ => Some(rendered(other, &snapshot)),
+            });
+            if let (Some(sibling), Some(text)) = (sibling, text) {
                 self.renders.keep(
                     (sibling, view.id),
-                    Arc::from(rendered(other, &snapshot).into_bytes()),
+                    Arc::from(text.into_bytes()),
                     stands,
                     generation,
                 );
