@@ -93,16 +93,10 @@ pub fn parse_rfc3339_remembering(b: &[u8], memo: &mut DayMemo) -> Option<Micros>
     // `YYYY-MM-DDTHH:MM:SS` and at least a `Z`: fixed places from here.
     let head: &[u8; 20] = b.get(..20)?.try_into().ok()?;
     let days = memo.days(head[..10].try_into().ok()?)?;
-    let hour = two_digits(head, 11)?;
-    let minute = two_digits(head, 14)?;
-    let second = two_digits(head, 17)?;
-    if !matches!(head[10], b'T' | b't' | b' ') || head[13] != b':' || head[16] != b':' {
+    if !matches!(head[10], b'T' | b't' | b' ') {
         return None;
     }
-    // 60 admits a leap second; it is folded into the next minute.
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
+    let (hour, minute, second) = clock(head[11..19].try_into().ok()?)?;
     let mut pos = 19;
     let mut micros_frac: i64 = 0;
     if b.get(pos) == Some(&b'.') {
@@ -173,6 +167,35 @@ fn digits(b: &[u8], start: usize, len: usize) -> Option<u32> {
         value = value * 10 + u32::from(c - b'0');
     }
     Some(value)
+}
+
+/// `HH:MM:SS` as hour, minute and second, `None` unless it is a time of
+/// day (a second of 60 admits a leap second, folded into the next
+/// minute). All eight bytes are checked and read as one word.
+#[inline(always)]
+fn clock(text: &[u8; 8]) -> Option<(u32, u32, u32)> {
+    // Byte `i` of the text is byte `i` of the word: digits at 0, 1, 3, 4,
+    // 6 and 7, colons at 2 and 5.
+    const DIGITS: u64 = 0xffff_00ff_ff00_ffff;
+    const HIGH_NIBBLES: u64 = 0xf0f0_00f0_f000_f0f0;
+    let word = u64::from_le_bytes(*text);
+    let low = word & DIGITS & 0x0f0f_0f0f_0f0f_0f0f;
+    // A digit is 0x30 to 0x39: its high nibble 3, and its low one below
+    // 10 (adding 6 carries out of no low nibble; no byte carries into
+    // the next, each staying below 0x10 + 6).
+    let digits = (word & HIGH_NIBBLES) == 0x3030_0030_3000_3030
+        && ((low + 0x0606_0006_0600_0606) & HIGH_NIBBLES) == 0;
+    if !digits || (word & !DIGITS) != 0x0000_3a00_003a_0000 {
+        return None;
+    }
+    // Each pair's tens times ten plus its ones, in the tens' byte.
+    let pairs = low * 10 + (low >> 8);
+    let (hour, minute, second) = (
+        (pairs & 0xff) as u32,
+        ((pairs >> 24) & 0xff) as u32,
+        ((pairs >> 48) & 0xff) as u32,
+    );
+    (hour <= 23 && minute <= 59 && second <= 60).then_some((hour, minute, second))
 }
 
 /// The two ASCII digits at `at` as a number, `None` unless both are digits.
@@ -317,6 +340,38 @@ mod tests {
             "２０２６-01-01T00:00:00Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+        }
+    }
+
+    /// [`clock`] against a byte at a time: every time of day, and every
+    /// byte value at every place of a few.
+    #[test]
+    fn the_clock_read_as_one_word_is_read_byte_by_byte() {
+        fn by_bytes(t: &[u8; 8]) -> Option<(u32, u32, u32)> {
+            let (hour, minute, second) = (two_digits(t, 0)?, two_digits(t, 3)?, two_digits(t, 6)?);
+            (t[2] == b':' && t[5] == b':' && hour <= 23 && minute <= 59 && second <= 60)
+                .then_some((hour, minute, second))
+        }
+        let mut valid = 0;
+        for hour in 0..100 {
+            for minute in 0..100 {
+                for second in [0, 9, 10, 59, 60, 61, 99] {
+                    let text = format!("{hour:02}:{minute:02}:{second:02}");
+                    let t: &[u8; 8] = text.as_bytes().try_into().unwrap();
+                    assert_eq!(clock(t), by_bytes(t), "{text}");
+                    valid += usize::from(clock(t).is_some());
+                }
+            }
+        }
+        assert_eq!(valid, 24 * 60 * 5);
+        for base in [*b"00:00:00", *b"23:59:60", *b"19:09:59", *b"09:50:01"] {
+            for at in 0..8 {
+                for byte in 0..=255u8 {
+                    let mut t = base;
+                    t[at] = byte;
+                    assert_eq!(clock(&t), by_bytes(&t), "{t:?}");
+                }
+            }
         }
     }
 

@@ -446,14 +446,16 @@ fn escaped(s: &[u8], any_backslash: bool) -> bool {
 /// included) when it is one counting reads: `timestamp` or `ts`.
 #[inline(always)]
 pub(super) fn timestamp_key(b: &[u8], key: Range<usize>, any_backslash: bool) -> Option<Field> {
-    // Quotes included, the names take 11 and 4 bytes when written
-    // plainly: any other key is passed over by its length.
     let key = &b[key];
-    let key_escaped = escaped(key, any_backslash);
-    if !key_escaped && key.len() != 11 && key.len() != 4 {
-        return None;
+    if escaped(key, any_backslash) {
+        return scan::fact_field(key, true).filter(|f| f.is_timestamp());
     }
-    scan::fact_field(key, key_escaped).filter(|f| f.is_timestamp())
+    // A plain key is compared with the two names as they are written.
+    match key {
+        b"\"ts\"" => Some(Field::Ts),
+        b"\"timestamp\"" => Some(Field::Timestamp),
+        _ => None,
+    }
 }
 
 /// Takes in the value of a top-level member whose key names a timestamp
