@@ -212,18 +212,29 @@ mod compiled {
     use super::classify::{avx2, avx512};
     use super::{Structural, push_offsets};
 
+    /// # Safety
+    ///
+    /// The CPU has the features enabled here.
     #[target_feature(enable = "avx2,popcnt,bmi1,pclmulqdq")]
     pub(super) unsafe fn walk_index_avx2(s: &mut Structural, text: &[u8]) {
-        s.walk_index(text, |block| avx2::classify(block), push_offsets)
+        // SAFETY: the CPU has PCLMULQDQ and AVX2 (this function's contract).
+        unsafe { s.walk_index(text, |block| avx2::classify(block), push_offsets) }
     }
 
+    /// # Safety
+    ///
+    /// The CPU has the features enabled here.
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,popcnt,bmi1,pclmulqdq")]
     pub(super) unsafe fn walk_index_avx512(s: &mut Structural, text: &[u8]) {
-        s.walk_index(
-            text,
-            |block| avx512::classify(block),
-            |out, tokens, base, block, bits| avx512::offsets(out, tokens, base, block, bits),
-        )
+        // SAFETY: the CPU has PCLMULQDQ and AVX-512 with VBMI and VBMI2
+        // (this function's contract).
+        unsafe {
+            s.walk_index(
+                text,
+                |block| avx512::classify(block),
+                |out, tokens, base, block, bits| avx512::offsets(out, tokens, base, block, bits),
+            )
+        }
     }
 }
 
@@ -346,7 +357,7 @@ fn separators(text: &[u8], base: usize, mut control: u64) -> u64 {
 
 /// Bit `i` is the XOR of bits `0..=i`: inside a string from its opening
 /// quote up to (not including) its closing one. One carry-less multiply
-/// by all ones.
+/// by all ones: only where the CPU has PCLMULQDQ.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "pclmulqdq")]
 #[inline]
@@ -354,6 +365,24 @@ fn prefix_xor(bits: u64) -> u64 {
     use std::arch::x86_64::*;
     let product = _mm_clmulepi64_si128::<0>(_mm_set_epi64x(0, bits as i64), _mm_set1_epi8(-1));
     _mm_cvtsi128_si64(product) as u64
+}
+
+/// [`prefix_xor`] where there is no carry-less multiply (the vector passes
+/// are never taken there, but they are compiled).
+///
+/// # Safety
+///
+/// None: `unsafe` only to be called as the x86-64 one is.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+unsafe fn prefix_xor(mut bits: u64) -> u64 {
+    bits ^= bits << 1;
+    bits ^= bits << 2;
+    bits ^= bits << 4;
+    bits ^= bits << 8;
+    bits ^= bits << 16;
+    bits ^= bits << 32;
+    bits
 }
 
 #[cfg(test)]

@@ -95,9 +95,13 @@ impl Structural {
     }
 
     /// Pass 1: fills `indices[..count]` with the offsets of `text` the
-    /// grammar must look at.
+    /// grammar must look at, and `tokens[..count]` with their tokens.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has PCLMULQDQ, and what `classify` and `offsets` need.
     #[inline(always)]
-    pub(super) fn walk_index(
+    pub(super) unsafe fn walk_index(
         &mut self,
         text: &[u8],
         classify: impl Fn(&[u8; 64]) -> Block,
@@ -117,7 +121,8 @@ impl Structural {
             classify,
             #[inline(always)]
             |base, block, masks| {
-                let bits = self.walk_block(text, base, masks, &mut carry);
+                // SAFETY: the CPU has PCLMULQDQ (this function's contract).
+                let bits = unsafe { self.walk_block(text, base, masks, &mut carry) };
                 self.count += offsets(
                     &mut self.indices[self.count..],
                     &mut self.tokens[self.count..],
@@ -131,8 +136,12 @@ impl Structural {
 
     /// Resolves one block's escapes and strings; the bits of the offsets
     /// to list.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has PCLMULQDQ.
     #[inline(always)]
-    fn walk_block(&mut self, text: &[u8], base: usize, m: Block, carry: &mut Carry) -> u64 {
+    unsafe fn walk_block(&mut self, text: &[u8], base: usize, m: Block, carry: &mut Carry) -> u64 {
         let (escaped, bad_escapes) = if m.backslash == 0 && !carry.escaped {
             (0, 0)
         } else {
@@ -140,8 +149,7 @@ impl Structural {
             escapes(text, base, m.backslash, &mut carry.escaped)
         };
         let quote = m.quote & !escaped;
-        // SAFETY: the passes are only compiled with PCLMULQDQ enabled (see
-        // `compiled`), so `prefix_xor` is inlined where the CPU has it.
+        // SAFETY: the CPU has PCLMULQDQ (this function's contract).
         let mut in_string = unsafe { prefix_xor(quote) } ^ if carry.in_string { !0 } else { 0 };
         // `in_string` holds a string's opening quote and body, never its
         // closing quote: a control byte there is raw inside a string. So
