@@ -8,6 +8,7 @@
 //! looked at only for the few fields a summary needs (a role, a type,
 //! token usage); its other bytes are skipped without being kept.
 
+mod histogram;
 mod peek;
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +24,7 @@ use crate::records::read::{Body, Record};
 use crate::records::scan::Landmarks;
 use crate::records::timestamp::Micros;
 use crate::shards::ShardName;
+pub use histogram::{Bucket, BucketCount, Histogram, histogram};
 
 /// Records larger than this are counted but not looked into.
 const PEEK_LIMIT: usize = 4 << 20;
@@ -77,60 +79,6 @@ pub struct Runs {
     pub facets: BTreeMap<String, BTreeMap<String, u64>>,
     /// Records by role (`role`, `message.role`, else `type`).
     pub roles: BTreeMap<String, u64>,
-    pub truncated: bool,
-    pub warnings: Vec<Warning>,
-}
-
-/// A histogram's bucket width.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Bucket {
-    Hour,
-    Day,
-    Week,
-}
-
-impl Bucket {
-    pub fn parse(text: &str) -> Option<Bucket> {
-        match text {
-            "hour" => Some(Bucket::Hour),
-            "day" => Some(Bucket::Day),
-            "week" => Some(Bucket::Week),
-            _ => None,
-        }
-    }
-
-    /// The start of the bucket holding `ts` (UTC; weeks start on Monday).
-    fn start(self, ts: Micros) -> Micros {
-        const HOUR: Micros = 3_600_000_000;
-        const DAY: Micros = 24 * HOUR;
-        match self {
-            Bucket::Hour => ts.div_euclid(HOUR) * HOUR,
-            Bucket::Day => ts.div_euclid(DAY) * DAY,
-            // 1970-01-01 was a Thursday: Monday is three days later.
-            Bucket::Week => {
-                let monday = 4 * DAY;
-                (ts - monday).div_euclid(7 * DAY) * 7 * DAY + monday
-            }
-        }
-    }
-}
-
-/// One histogram bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct BucketCount {
-    pub start: Timestamp,
-    pub records: u64,
-    pub failed: u64,
-}
-
-/// Records per time bucket: `GET /api/histogram`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Histogram {
-    pub bucket: Bucket,
-    pub buckets: Vec<BucketCount>,
-    /// Records without a timestamp.
-    pub untimed: u64,
     pub truncated: bool,
     pub warnings: Vec<Warning>,
 }
@@ -311,35 +259,6 @@ fn thread_error(e: io::Error) -> crate::error::Error {
         crate::error::ErrorCode::Io,
         format!("cannot start a thread: {e}"),
     )
-}
-
-/// The records of `plan` per `bucket` (failed ones counted as such).
-pub fn histogram(catalog: &Catalog, plan: &mut Plan, bucket: Bucket) -> Result<Histogram> {
-    let mut selection = plan.selection().clone();
-    selection.failed = true;
-    selection.limit = None;
-    plan.set_selection(selection);
-    let mut tally = BucketTally {
-        bucket,
-        counts: BTreeMap::new(),
-        untimed: 0,
-    };
-    let _ = plan.visit(catalog, Position::default(), false, &mut tally)?;
-    Ok(Histogram {
-        bucket,
-        buckets: tally
-            .counts
-            .into_iter()
-            .map(|(start, (records, failed))| BucketCount {
-                start: Timestamp(start),
-                records,
-                failed,
-            })
-            .collect(),
-        untimed: tally.untimed,
-        truncated: plan.truncated(),
-        warnings: plan.warnings().to_vec(),
-    })
 }
 
 /// `text` as a glob that matches only itself.
@@ -592,32 +511,6 @@ impl Selected for RunTally {
             .push((at, self.batch.bytes.len(), record.landmarks));
         if self.batch.bytes.len() >= BATCH_BYTES {
             self.hand_over();
-        }
-        Ok(ControlFlow::Continue(()))
-    }
-}
-
-struct BucketTally {
-    bucket: Bucket,
-    counts: BTreeMap<Micros, (u64, u64)>,
-    untimed: u64,
-}
-
-impl Selected for BucketTally {
-    fn selected(
-        &mut self,
-        _source: &Source,
-        _file: &str,
-        record: Record<'_>,
-        _after: Position,
-    ) -> io::Result<ControlFlow<()>> {
-        match record.timestamp {
-            Some(ts) => {
-                let count = self.counts.entry(self.bucket.start(ts)).or_default();
-                count.0 += 1;
-                count.1 += u64::from(record.failed);
-            }
-            None => self.untimed += 1,
         }
         Ok(ControlFlow::Continue(()))
     }
