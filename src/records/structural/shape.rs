@@ -28,6 +28,13 @@ const KEPT: usize = 8;
 /// The most tokens a learnt shape holds.
 const LONGEST: usize = 512;
 
+/// After this many records in a row walked (no shape of theirs known),
+/// shapes are only tried on one record in [`RETRY_EVERY`]: a file whose
+/// records rarely repeat a shape pays for matching and learning hardly
+/// at all.
+const MISSES_BEFORE_REST: u32 = 16;
+const RETRY_EVERY: u32 = 32;
+
 /// The token of a listed byte: the byte, or `0` for the first byte of a
 /// number.
 #[inline(always)]
@@ -53,6 +60,8 @@ pub(super) struct Shapes {
     known: Vec<Shape>,
     /// A shape's buffers, reused for the next one learnt.
     spare: Shape,
+    /// Records walked since one matched a shape.
+    walked: u32,
     /// How many records matched a known shape (for the tests).
     #[cfg(test)]
     pub(super) matched: u64,
@@ -81,6 +90,9 @@ impl Shapes {
         any_backslash: bool,
         days: &mut DayMemo,
     ) -> Option<(usize, Option<Micros>)> {
+        if self.resting() {
+            return None;
+        }
         let rest = &listed.tokens[next..];
         let found = self
             .known
@@ -89,6 +101,7 @@ impl Shapes {
         if found > 0 {
             self.known[..=found].rotate_right(1);
         }
+        self.walked = 0;
         #[cfg(test)]
         {
             self.matched += 1;
@@ -136,7 +149,7 @@ impl Shapes {
     /// Learns the shape of a record the walk found valid, whose tokens
     /// are `tokens` (its separator last), unless it is not one to learn.
     pub(super) fn learn(&mut self, tokens: &[u8]) {
-        if !self.spare.fill(tokens) {
+        if self.resting() || !self.spare.fill(tokens) {
             return;
         }
         let learnt = std::mem::take(&mut self.spare);
@@ -144,6 +157,19 @@ impl Shapes {
             self.spare = self.known.pop().expect("KEPT shapes");
         }
         self.known.insert(0, learnt);
+    }
+}
+
+impl Shapes {
+    /// Notes a record the grammar walked (after [`learn`](Self::learn)).
+    pub(super) fn walked(&mut self) {
+        self.walked = self.walked.wrapping_add(1);
+    }
+
+    /// Whether shapes are left alone for this record: many records in a
+    /// row had none known, and this is not one to try again on.
+    fn resting(&self) -> bool {
+        self.walked >= MISSES_BEFORE_REST && !self.walked.is_multiple_of(RETRY_EVERY)
     }
 }
 

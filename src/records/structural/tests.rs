@@ -432,3 +432,32 @@ fn records_of_a_known_shape_agree_whatever_their_numbers_literals_and_keys() {
         );
     }
 }
+
+#[test]
+fn shapes_rest_while_records_repeat_none_and_come_back_when_they_do() {
+    if no_vectors() {
+        return;
+    }
+    // 300 records of shapes all different (arrays of 1 to 300 numbers),
+    // then 1,000 of one shape.
+    let mut run = Vec::new();
+    for i in 1..=300 {
+        let numbers = vec!["1"; i].join(",");
+        run.extend_from_slice(format!("{{\"n\":[{numbers}]}}\n").as_bytes());
+    }
+    for i in 0..1_000 {
+        run.extend_from_slice(format!("{{\"id\":{i},\"ts\":{}}}\n", 1_767_225_600 + i).as_bytes());
+    }
+    for level in levels() {
+        let mut structural = Structural::at_level(level);
+        let mut stats = RecordStats::default();
+        structural.count_run(&run, &mut stats, &mut RecordScanner::default());
+        assert_eq!(stats, by_segments(&run), "{level:?}");
+        // Tried again within a few dozen records of the repeating ones.
+        assert!(
+            structural.shapes.matched > 900,
+            "{level:?}: {} matched",
+            structural.shapes.matched
+        );
+    }
+}

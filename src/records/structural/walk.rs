@@ -90,6 +90,7 @@ impl Structural {
                 }
                 Outcome::Failed => stats.add_failed(),
             }
+            self.shapes.walked();
             start = cursor.last + 1;
         }
     }
@@ -281,30 +282,28 @@ impl Walk<'_, '_> {
             let start = i;
             let mut end = i + 1;
             let token = match b[i] {
-                b'{' => {
-                    let j = self.cursor.take()?;
-                    if b[j] == b'}' {
-                        Token::Object
+                open @ (b'{' | b'[') => {
+                    let object = open == b'{';
+                    let (token, close) = if object {
+                        (Token::Object, b'}')
                     } else {
-                        stack.push(true);
-                        if let Some(key) = member {
-                            self.note(key, Token::Object, start..end);
-                        }
-                        key = self.object_key(j, stack.len() == 1)?;
-                        i = self.cursor.take()?;
-                        continue 'value;
-                    }
-                }
-                b'[' => {
+                        (Token::Array, b']')
+                    };
                     let j = self.cursor.take()?;
-                    if b[j] == b']' {
-                        Token::Array
+                    if b[j] == close {
+                        token
                     } else {
-                        stack.push(false);
+                        stack.push(object);
                         if let Some(key) = member {
-                            self.note(key, Token::Array, start..end);
+                            self.note(key, token, start..end);
                         }
-                        i = j;
+                        // An object's first member starts with its key.
+                        i = if object {
+                            key = self.object_key(j, stack.len() == 1)?;
+                            self.cursor.take()?
+                        } else {
+                            j
+                        };
                         continue 'value;
                     }
                 }
