@@ -128,10 +128,15 @@ impl Shapes {
                 b'"' => (Token::String { escaped: false }, at(v + 1) + 1),
                 b'{' => (Token::Object, start + 1),
                 b'[' => (Token::Array, start + 1),
-                b'0' => (Token::Number, scalar_end(text, b'0', start)?),
-                b't' => (Token::True, start + 4),
-                b'f' => (Token::False, start + 5),
-                _ => (Token::Null, start + 4),
+                kind => {
+                    let token = match kind {
+                        b'0' => Token::Number,
+                        b't' => Token::True,
+                        b'f' => Token::False,
+                        _ => Token::Null,
+                    };
+                    (token, scalar_end(text, kind, start)?)
+                }
             };
             note_timestamp(
                 &mut facts,
@@ -158,9 +163,7 @@ impl Shapes {
         }
         self.known.insert(0, learnt);
     }
-}
 
-impl Shapes {
     /// Notes a record the grammar walked (after [`learn`](Self::learn)).
     pub(super) fn walked(&mut self) {
         self.walked = self.walked.wrapping_add(1);
