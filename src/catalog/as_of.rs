@@ -117,7 +117,7 @@ impl Catalog {
             let source = Source {
                 file: name.clone(),
                 kind: SourceKind::Dataset,
-                format: preview.format,
+                format: preview.format.into(),
                 counts: preview.counts,
                 fingerprint: preview.fingerprint,
                 trusted: preview.trusted,
@@ -129,7 +129,7 @@ impl Catalog {
             match self.leaf_as_of(rel, source, at, &mut warnings) {
                 Ok(Some(cut)) => {
                     let preview = DatasetPreview {
-                        format: cut.format,
+                        format: cut.format.into_owned(),
                         counts: cut.counts,
                         fingerprint: cut.fingerprint,
                         trusted: cut.trusted,

@@ -8,6 +8,7 @@
 //! depends on where the warehouse is: paths are relative to the listed or
 //! opened path, so the CLI and a mount give byte-identical output.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
@@ -173,8 +174,9 @@ pub struct Source {
     #[serde(rename = "_file_")]
     pub file: String,
     pub kind: SourceKind,
-    /// Leaf format (`storyline/v1`) or record format (`jsonl`).
-    pub format: String,
+    /// Leaf format (`storyline/v1`) or record format (`jsonl`: one of the
+    /// names the program knows, so a record file's takes no allocation).
+    pub format: Cow<'static, str>,
     #[serde(flatten)]
     pub counts: Counts,
     /// Leaves: the revision fingerprint. Files: `file:<size>:<mtime_ns>`.
@@ -324,7 +326,7 @@ impl StatsBuilder {
     pub fn add(&mut self, source: &Source) {
         let stats = &mut self.stats;
         if stats.sources == 0 && stats.kind != NodeKind::Directory {
-            stats.format = Some(source.format.clone());
+            stats.format = Some(source.format.to_string());
         }
         stats.sources += 1;
         match source.kind {
@@ -338,7 +340,7 @@ impl StatsBuilder {
             }
             stats
                 .formats
-                .entry(source.format.clone())
+                .entry(source.format.to_string())
                 .or_default()
                 .sources += 1;
             return;
@@ -346,9 +348,9 @@ impl StatsBuilder {
         if !source.trusted {
             stats.untrusted_sources += 1;
         }
-        let totals = match stats.formats.get_mut(&source.format) {
+        let totals = match stats.formats.get_mut(&*source.format) {
             Some(totals) => totals,
-            None => stats.formats.entry(source.format.clone()).or_default(),
+            None => stats.formats.entry(source.format.to_string()).or_default(),
         };
         totals.sources += 1;
         let Some(records) = source.counts.record_count else {

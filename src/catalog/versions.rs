@@ -242,7 +242,7 @@ impl Catalog {
                     entries: vec![Entry::Dataset {
                         name: ".".into(),
                         preview: Box::new(DatasetPreview {
-                            format: source.format,
+                            format: source.format.into_owned(),
                             counts: source.counts,
                             fingerprint: source.fingerprint,
                             trusted: source.trusted,
@@ -349,7 +349,7 @@ impl Catalog {
         Ok(Source {
             file: file.to_string(),
             kind: SourceKind::Dataset,
-            format: format.to_string(),
+            format: format.to_string().into(),
             counts: Counts::from(scan.stats),
             fingerprint: Some(scan.fingerprint),
             trusted: true,

@@ -107,7 +107,7 @@ pub fn sources(snapshot: &Snapshot) -> String {
             vec![
                 s.file.clone(),
                 format!("{:?}", s.kind).to_lowercase(),
-                s.format.clone(),
+                s.format.to_string(),
                 opt(s.counts.record_count),
                 opt(s.counts.failed_count),
                 attrs.join(","),

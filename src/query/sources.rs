@@ -79,7 +79,7 @@ impl SourcesTable {
         let columns: Vec<ArrayRef> = vec![
             text(&|s| s.file.clone()),
             text(&|s| serde_name(&s.kind)),
-            text(&|s| s.format.clone()),
+            text(&|s| s.format.to_string()),
             Arc::new(UInt64Array::from_iter(
                 sources.iter().map(|s| s.counts.record_count),
             )),

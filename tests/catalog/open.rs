@@ -63,10 +63,24 @@ fn sources_are_ordered_by_file_path() {
     w.file("a/b.jsonl", "{}\n")
         .file("a.jsonl", "{}\n")
         .file("a-b.jsonl", "{}\n")
-        .file("B.jsonl", "{}\n");
+        .file("B.jsonl", "{}\n")
+        .file("a0.jsonl", "{}\n")
+        .file("a0/c.jsonl", "{}\n");
     let snapshot = w.catalog().open(Path::new(".")).unwrap();
     let files: Vec<_> = snapshot.sources.iter().map(|s| s.file.as_str()).collect();
-    assert_eq!(files, ["B.jsonl", "a-b.jsonl", "a.jsonl", "a/b.jsonl"]);
+    // A directory sorts as `name/`: after `a.jsonl` ('.' < '/'), before
+    // `a0.jsonl` ('/' < '0').
+    assert_eq!(
+        files,
+        [
+            "B.jsonl",
+            "a-b.jsonl",
+            "a.jsonl",
+            "a/b.jsonl",
+            "a0.jsonl",
+            "a0/c.jsonl"
+        ]
+    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! sidecar indexes of each directory are reported beside the sources. A
 //! walk may carry a time budget; past it, the walk fails.
 
+mod sources;
+
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -16,16 +18,14 @@ use std::sync::Arc;
 use super::cache::FileId;
 use super::counts::{NewFiles, RenameIndex};
 use super::hive;
-use super::model::{
-    Counts, DatasetPreview, IndexInfo, NodeKind, Snapshot, Source, SourceKind, StatsBuilder,
-    StatsOrigin, Warning,
-};
+use super::model::{IndexInfo, NodeKind, Snapshot, Source, StatsBuilder, Warning};
 use super::refresh::Counted;
 use super::{Catalog, display_rel, join_rel, node_warnings, scan_warnings, unenterable};
 use crate::error::{Error, ErrorCode, Result, is_remote_failure};
 use crate::records::RecordFormat;
 use crate::sidecar;
 use crate::warehouse::{Dir, Names, Stat};
+use sources::{index_infos, leaf_source};
 
 impl Catalog {
     /// The Snapshot of `rel`; when walking a directory with `rollup`, every
@@ -57,16 +57,17 @@ impl Catalog {
                 indexes: Vec::new(),
             };
             if let Some(format) = RecordFormat::from_name(name) {
-                let source = self.file_source(
+                let counted = self.file_counts(
                     ".",
                     &target.dir,
                     name,
                     &target.meta,
-                    format,
-                    BTreeMap::new(),
                     &mut None,
                     counting,
+                    format,
                 );
+                let source =
+                    counted.into_source(".".to_string(), &target.meta, format, BTreeMap::new());
                 snapshot.warnings.extend(source.1);
                 snapshot.sources.push(source.0);
                 // The names beside the file come from the cached listing of
@@ -94,7 +95,7 @@ impl Catalog {
         if let Some(preview) = &node.leaf {
             return Ok(Snapshot {
                 kind: NodeKind::Dataset,
-                sources: vec![leaf_source(".", preview, BTreeMap::new())],
+                sources: vec![leaf_source(".".to_string(), preview, BTreeMap::new())],
                 truncated: false,
                 warnings: node_warnings(&node, ""),
                 indexes: Vec::new(),
@@ -157,25 +158,26 @@ impl Catalog {
                 return Ok(());
             }
             match item {
-                WalkItem::Leaf(source) => walk.add(source, false),
+                WalkItem::Leaf { source, .. } => walk.add(source, false),
                 WalkItem::File {
                     dir,
-                    name,
                     rel,
+                    name_at,
                     meta,
                     format,
                     attrs,
                 } => {
-                    let (source, warnings, counted) = self.file_source(
+                    let counted = self.file_counts(
                         &rel,
                         &dir,
-                        &name,
+                        &rel[name_at..],
                         &meta,
-                        format,
-                        attrs,
                         &mut walk.renames,
                         walk.counting,
+                        format,
                     );
+                    let (source, warnings, counted) =
+                        counted.into_source(rel, &meta, format, attrs);
                     let adopted = counted == Counted::Adopted;
                     if !matches!(counted, Counted::Cached | Counted::Later) {
                         walk.new_files
@@ -186,7 +188,8 @@ impl Catalog {
                     // an unreadable file: the walk stops instead.
                     if !warnings.is_empty() {
                         crate::work::check_current().map_err(|e| {
-                            Error::new(ErrorCode::AnswerLate, format!("{rel}: {e}"))
+                            let file = &source.file;
+                            Error::new(ErrorCode::AnswerLate, format!("{file}: {e}"))
                         })?;
                     }
                     walk.add(source, adopted);
@@ -194,16 +197,17 @@ impl Catalog {
                 }
                 WalkItem::Dir {
                     parent,
-                    name,
                     rel,
+                    name_at,
                     meta,
                     attrs,
                 } => {
+                    let name = &rel[name_at..];
                     // An unreadable subdirectory is reported, not fatal. It
                     // is opened again only now (one open directory per
                     // level, however wide the tree) and must still be the
                     // directory that was classified.
-                    let opened = parent.open_dir(&name).and_then(|dir| {
+                    let opened = parent.open_dir(name).and_then(|dir| {
                         if dir.stat().same_file(&meta) {
                             Ok(dir)
                         } else {
@@ -211,7 +215,7 @@ impl Catalog {
                         }
                     });
                     let children = opened
-                        .map_err(|e| Error::io(parent.path().join(&name), &e))
+                        .map_err(|e| Error::io(parent.path().join(name), &e))
                         .and_then(|dir| self.walk_items(&Arc::new(dir), &rel, &attrs, walk));
                     match children {
                         Ok(children) => stack.push((rel, children.into_iter())),
@@ -236,15 +240,16 @@ impl Catalog {
         walk.truncated |= scan.truncated || scan.cut_by_store;
         self.prefetch(dir, &scan.children);
         self.walk_indexes(dir, rel, &scan.children, walk);
-        let mut keyed = Vec::with_capacity(scan.children.len());
+        let mut items = Vec::with_capacity(scan.children.len());
         for name in scan.children.iter() {
             walk.check_deadline()?;
-            let child_rel = join_rel(rel, name);
+            let rel = join_rel(rel, name);
+            let name_at = rel.len() - name.len();
             // As in a listing: a child the object store could not say
             // anything of fails the walk, a vanished one is passed over.
             let child_meta = match dir.stat_at(name) {
                 Ok(meta) => meta,
-                Err(e) if is_remote_failure(&e) => return Err(Error::io(&child_rel, &e)),
+                Err(e) if is_remote_failure(&e) => return Err(Error::io(&rel, &e)),
                 Err(_) => continue,
             };
             if child_meta.is_dir() {
@@ -252,47 +257,48 @@ impl Catalog {
                 // directory swapped away since the stat, is not entered.
                 let node = match self.child_node(dir, name, &child_meta) {
                     Ok(node) => node,
-                    Err(e) if is_remote_failure(&e) => return Err(Error::io(&child_rel, &e)),
+                    Err(e) if is_remote_failure(&e) => return Err(Error::io(&rel, &e)),
                     Err(e) if unenterable(&e) => {
-                        walk.warn(ErrorCode::Io, &child_rel, e.to_string());
+                        walk.warn(ErrorCode::Io, &rel, e.to_string());
                         continue;
                     }
                     Err(_) => continue,
                 };
-                walk.warnings.extend(node_warnings(&node, &child_rel));
+                walk.warnings.extend(node_warnings(&node, &rel));
                 if let Some(preview) = &node.leaf {
-                    keyed.push((
-                        name.to_string(),
-                        WalkItem::Leaf(leaf_source(&child_rel, preview, attrs.clone())),
-                    ));
+                    let source = leaf_source(rel, preview, attrs.clone());
+                    items.push(WalkItem::Leaf { source, name_at });
                 } else {
                     let mut child_attrs = attrs.clone();
                     hive::merge_segment(&mut child_attrs, name);
-                    let item = WalkItem::Dir {
+                    items.push(WalkItem::Dir {
                         parent: Arc::clone(dir),
-                        name: name.to_string(),
-                        rel: child_rel,
+                        rel,
+                        name_at,
                         meta: child_meta,
                         attrs: child_attrs,
-                    };
-                    keyed.push((format!("{name}/"), item));
+                    });
                 }
             } else if let Some(format) =
                 RecordFormat::from_name(name).filter(|_| child_meta.is_file())
             {
-                let item = WalkItem::File {
+                items.push(WalkItem::File {
                     dir: Arc::clone(dir),
-                    name: name.to_string(),
-                    rel: child_rel,
+                    rel,
+                    name_at,
                     meta: child_meta,
                     format,
                     attrs: attrs.clone(),
-                };
-                keyed.push((name.to_string(), item));
+                });
             }
         }
-        keyed.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(keyed.into_iter().map(|(_, item)| item).collect())
+        // The names come sorted: only a plain directory (sorting as
+        // `name/`) can be out of place.
+        let order = |a: &WalkItem, b: &WalkItem| path_order(a.order_key(), b.order_key());
+        if !items.is_sorted_by(|a, b| order(a, b).is_le()) {
+            items.sort_by(order);
+        }
+        Ok(items)
     }
 
     /// The sidecar indexes in one directory of a walk: every record file
@@ -305,126 +311,6 @@ impl Catalog {
             match cohort.indexes {
                 Ok(found) => walk.indexes.extend(index_infos(&cohort_rel, rel, found)),
                 Err(e) => walk.warn(e.code, &cohort_rel, e.message),
-            }
-        }
-    }
-
-    /// A record file as a source, counted through the cache.
-    #[allow(clippy::too_many_arguments)]
-    fn file_source(
-        &self,
-        rel: &str,
-        dir: &Dir,
-        name: &str,
-        meta: &Stat,
-        format: RecordFormat,
-        path_attrs: BTreeMap<String, String>,
-        renames: &mut Option<RenameIndex>,
-        counting: Counting,
-    ) -> (Source, Vec<Warning>, Counted) {
-        let id = FileId::of(meta);
-        let (counts, trusted, origin, warnings, counted) = if counting == Counting::CachedOnly {
-            // A reader about to read the file anyway: only what the cache
-            // holds (for a viewer, only when it may read the file).
-            let cached = self
-                .cache_key(dir, name)
-                .and_then(|key| self.files.get(&key, id))
-                .filter(|_| dir.check_readable(meta).is_ok());
-            match cached {
-                Some(stats) => (
-                    Counts::from(stats),
-                    true,
-                    StatsOrigin::Scan,
-                    Vec::new(),
-                    Counted::Cached,
-                ),
-                None => (
-                    Counts::default(),
-                    false,
-                    StatsOrigin::Uncounted,
-                    Vec::new(),
-                    Counted::Cached,
-                ),
-            }
-        } else {
-            // A viewer who could not read the file natively gets no
-            // count, cached or not.
-            let counted = dir
-                .check_readable(meta)
-                .and_then(|()| self.count_identified(dir, name, meta, format, Some(renames), true));
-            match counted {
-                Ok((_, Counted::Later)) => (
-                    Counts::default(),
-                    false,
-                    StatsOrigin::Counting,
-                    Vec::new(),
-                    Counted::Later,
-                ),
-                Ok((stats, counted)) => (
-                    Counts::from(stats),
-                    true,
-                    StatsOrigin::Scan,
-                    Vec::new(),
-                    counted,
-                ),
-                Err(e) => (
-                    Counts::default(),
-                    false,
-                    StatsOrigin::Unavailable,
-                    vec![Warning {
-                        code: ErrorCode::RecordFileUnreadable,
-                        path: display_rel(rel),
-                        message: e.to_string(),
-                    }],
-                    Counted::Read,
-                ),
-            }
-        };
-        let source = Source {
-            file: rel.to_string(),
-            kind: SourceKind::File,
-            format: format.as_str().to_string(),
-            counts,
-            fingerprint: Some(format!("file:{}:{}", id.size, id.mtime_ns)),
-            trusted,
-            stats_origin: origin,
-            size: Some(id.size),
-            path_attrs,
-            cut: None,
-        };
-        (source, warnings, counted)
-    }
-
-    /// Re-reads the record files of a walk whose counts were taken over
-    /// from a renamed file's entry when another new file of the walk has
-    /// the same identity: such a match is ambiguous.
-    fn recount_ambiguous(&self, walk_root: &Dir, walk: &mut Walk) {
-        for index in walk.new_files.ambiguous() {
-            let source = &mut walk.sources[index];
-            let Some(format) = RecordFormat::from_name(&source.file) else {
-                continue;
-            };
-            let rel = Path::new(&source.file);
-            let (parent, name) = match (rel.parent(), rel.file_name().and_then(|n| n.to_str())) {
-                (Some(parent), Some(name)) => (parent, name),
-                _ => continue,
-            };
-            let counted = walk_root.resolve_dir(parent).and_then(|dir| {
-                if let Some(key) = self.cache_key(&dir, name) {
-                    self.files.forget(&key);
-                }
-                let meta = dir.stat_at(name)?;
-                self.read_counts(&dir, name, &meta, format)
-            });
-            match counted {
-                Ok(stats) => source.counts = Counts::from(stats),
-                Err(e) => {
-                    source.counts = Counts::default();
-                    source.trusted = false;
-                    source.stats_origin = StatsOrigin::Unavailable;
-                    let path = display_rel(&source.file);
-                    walk.warn(ErrorCode::RecordFileUnreadable, &path, e.to_string());
-                }
             }
         }
     }
@@ -443,13 +329,17 @@ pub enum Counting {
 
 /// A child met by a walk: a source, or a directory still to enter. Record
 /// files are counted only when the walk reaches them, so nothing past a
-/// `max_files` bound is read.
+/// `max_files` bound is read. Each holds its path from the opened one
+/// (`rel`) and where its name starts in it, so a child takes one string.
 enum WalkItem {
-    Leaf(Source),
+    Leaf {
+        source: Source,
+        name_at: usize,
+    },
     File {
         dir: Arc<Dir>,
-        name: String,
         rel: String,
+        name_at: usize,
         meta: Stat,
         format: RecordFormat,
         attrs: BTreeMap<String, String>,
@@ -457,11 +347,37 @@ enum WalkItem {
     /// A directory, opened again from `parent` when the walk enters it.
     Dir {
         parent: Arc<Dir>,
-        name: String,
         rel: String,
+        name_at: usize,
         meta: Stat,
         attrs: BTreeMap<String, String>,
     },
+}
+
+impl WalkItem {
+    /// The child's name, and whether paths below it follow it (a plain
+    /// directory: they sort as `name/`).
+    fn order_key(&self) -> (&str, bool) {
+        match self {
+            WalkItem::Leaf { source, name_at } => (&source.file[*name_at..], false),
+            WalkItem::File { rel, name_at, .. } => (&rel[*name_at..], false),
+            WalkItem::Dir { rel, name_at, .. } => (&rel[*name_at..], true),
+        }
+    }
+}
+
+/// The order of two children by the key their paths sort under: a plain
+/// directory's name followed by `/`, any other child's name.
+fn path_order(a: (&str, bool), b: (&str, bool)) -> std::cmp::Ordering {
+    fn key(name: &[u8], dir: bool) -> impl Iterator<Item = u8> + '_ {
+        name.iter().copied().chain(dir.then_some(b'/'))
+    }
+    // Names differ before either ends, mostly: compared as slices.
+    let (x, y) = (a.0.as_bytes(), b.0.as_bytes());
+    let common = x.len().min(y.len());
+    x[..common]
+        .cmp(&y[..common])
+        .then_with(|| key(&x[common..], a.1).cmp(key(&y[common..], b.1)))
 }
 
 /// What a directory walk collects.
@@ -538,45 +454,4 @@ impl Walk {
             message,
         });
     }
-}
-
-fn leaf_source(
-    rel: &str,
-    preview: &DatasetPreview,
-    path_attrs: BTreeMap<String, String>,
-) -> Source {
-    Source {
-        file: display_rel(rel),
-        kind: SourceKind::Dataset,
-        format: preview.format.clone(),
-        counts: preview.counts,
-        fingerprint: preview.fingerprint.clone(),
-        trusted: preview.trusted,
-        stats_origin: preview.stats_origin,
-        size: None,
-        path_attrs,
-        cut: None,
-    }
-}
-
-/// Indexes of the record file `file` as the Snapshot reports them, their
-/// paths joined onto `dir` (both relative to the opened path).
-fn index_infos(file: &str, dir: &str, found: Vec<sidecar::status::Indexed>) -> Vec<IndexInfo> {
-    found
-        .into_iter()
-        .map(|i| IndexInfo {
-            file: file.to_string(),
-            index: join_rel(
-                dir,
-                &i.index
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            ),
-            key: i.key,
-            types: i.types,
-            rows: i.rows,
-            state: i.state,
-        })
-        .collect()
 }
