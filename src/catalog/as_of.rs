@@ -24,7 +24,8 @@ use std::sync::Arc;
 use super::Catalog;
 use super::cache::FileId;
 use super::model::{
-    Counts, DatasetPreview, Entry, Listing, Snapshot, Source, SourceKind, StatsOrigin, Warning,
+    Counts, DatasetPreview, Entry, Fingerprint, Listing, Snapshot, Source, SourceKind, StatsOrigin,
+    Warning,
 };
 use super::versions::Past;
 use super::walk::Counting;
@@ -119,7 +120,7 @@ impl Catalog {
                 kind: SourceKind::Dataset,
                 format: preview.format.into(),
                 counts: preview.counts,
-                fingerprint: preview.fingerprint,
+                fingerprint: preview.fingerprint.map(Fingerprint::Revision),
                 trusted: preview.trusted,
                 stats_origin: preview.stats_origin,
                 size: None,
@@ -131,7 +132,7 @@ impl Catalog {
                     let preview = DatasetPreview {
                         format: cut.format.into_owned(),
                         counts: cut.counts,
-                        fingerprint: cut.fingerprint,
+                        fingerprint: cut.fingerprint.map(|f| f.to_string()),
                         trusted: cut.trusted,
                         stats_origin: cut.stats_origin,
                     };

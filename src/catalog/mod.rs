@@ -55,8 +55,8 @@ use counts::{BackgroundCounts, CacheFile, CountCache, Loaded};
 pub use kept::ChangeMark;
 use listing::{node_warnings, scan_warnings, unenterable};
 pub use model::{
-    Counts, DatasetPreview, Entry, IndexInfo, Listing, NodeKind, Snapshot, Source, SourceKind,
-    Stats, StatsBuilder, StatsOrigin, Timestamp, Warning, pretty_json,
+    Counts, DatasetPreview, Entry, Fingerprint, IndexInfo, Listing, NodeKind, Snapshot, Source,
+    SourceKind, Stats, StatsBuilder, StatsOrigin, Timestamp, Warning, pretty_json,
 };
 pub use options::{CatalogOptions, CountCachePlace};
 use refresh::DirScan;

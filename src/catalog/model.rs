@@ -180,7 +180,7 @@ pub struct Source {
     #[serde(flatten)]
     pub counts: Counts,
     /// Leaves: the revision fingerprint. Files: `file:<size>:<mtime_ns>`.
-    pub fingerprint: Option<String>,
+    pub fingerprint: Option<Fingerprint>,
     /// As in [`DatasetPreview`]; a record file counted from its content is
     /// trusted.
     pub trusted: bool,
@@ -194,6 +194,49 @@ pub struct Source {
     /// an older revision); absent when it is read as it is now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cut: Option<&'static str>,
+}
+
+/// What a source is as read: a leaf's revision as its store names it, or
+/// a record file's size and modification time (written
+/// `file:<size>:<mtime_ns>`, and kept as numbers: a walk makes one for
+/// every file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fingerprint {
+    Revision(String),
+    File { size: u64, mtime_ns: i64 },
+}
+
+impl Fingerprint {
+    /// A leaf's revision, as its store reads it back.
+    pub fn revision(&self) -> Option<&str> {
+        match self {
+            Fingerprint::Revision(text) => Some(text),
+            Fingerprint::File { .. } => None,
+        }
+    }
+
+    /// The fingerprint as written.
+    pub fn text(&self) -> Cow<'_, str> {
+        match self {
+            Fingerprint::Revision(text) => Cow::Borrowed(text),
+            Fingerprint::File { .. } => Cow::Owned(self.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fingerprint::Revision(text) => f.write_str(text),
+            Fingerprint::File { size, mtime_ns } => write!(f, "file:{size}:{mtime_ns}"),
+        }
+    }
+}
+
+impl Serialize for Fingerprint {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// The result of `open(path)`: a frozen set of sources.

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::cache::FileId;
-use super::model::{Counts, Source, SourceKind};
+use super::model::{Counts, Fingerprint, Source, SourceKind};
 use super::{
     Catalog, DatasetPreview, Entry, Listing, Node, NodeKind, Snapshot, StatsOrigin, Warning,
 };
@@ -201,7 +201,9 @@ impl Catalog {
                         None if self.background.is_none() => self
                             .revision_source(past, &revision, &name, &format)
                             .ok()
-                            .and_then(|source| Some((source.counts, source.fingerprint?))),
+                            .and_then(|source| {
+                                Some((source.counts, source.fingerprint?.to_string()))
+                            }),
                         None => None,
                     };
                     let preview = match kept {
@@ -244,7 +246,7 @@ impl Catalog {
                         preview: Box::new(DatasetPreview {
                             format: source.format.into_owned(),
                             counts: source.counts,
-                            fingerprint: source.fingerprint,
+                            fingerprint: source.fingerprint.map(|f| f.to_string()),
                             trusted: source.trusted,
                             stats_origin: source.stats_origin,
                         }),
@@ -351,7 +353,7 @@ impl Catalog {
             kind: SourceKind::Dataset,
             format: format.to_string().into(),
             counts: Counts::from(scan.stats),
-            fingerprint: Some(scan.fingerprint),
+            fingerprint: Some(Fingerprint::Revision(scan.fingerprint)),
             trusted: true,
             stats_origin: StatsOrigin::Scan,
             size: None,

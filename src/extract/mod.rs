@@ -38,7 +38,7 @@ use std::io::{self, Read, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use crate::catalog::{Catalog, Source, SourceKind, Warning};
+use crate::catalog::{Catalog, Fingerprint, Source, SourceKind, Warning};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
 use crate::records::read::{self, Body, Record, RecordSink, Resume};
@@ -381,7 +381,7 @@ impl Plan {
                     )
                 })?;
                 let leaf = catalog.open_leaf(&path)?;
-                let fingerprint = source.fingerprint.as_deref();
+                let fingerprint = source.fingerprint.as_ref().and_then(Fingerprint::revision);
                 let wanted = self.selection.wanted(bodies);
                 store.read_records(&leaf, fingerprint, start, &wanted, filter)
             }

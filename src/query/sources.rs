@@ -89,7 +89,9 @@ impl SourcesTable {
             time(&|s| s.counts.min_timestamp.map(|t| t.0)),
             time(&|s| s.counts.max_timestamp.map(|t| t.0)),
             Arc::new(StringArray::from_iter(
-                sources.iter().map(|s| s.fingerprint.clone()),
+                sources
+                    .iter()
+                    .map(|s| s.fingerprint.as_ref().map(|f| f.to_string())),
             )),
             Arc::new(BooleanArray::from_iter(
                 sources.iter().map(|s| Some(s.trusted)),

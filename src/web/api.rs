@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use super::assets;
 use super::params::{Params, invalid};
 use super::state::{Answer, JSON, JSON_LINES, Served};
+use crate::catalog::Fingerprint;
 use crate::error::{Error, ErrorCode, Result};
 use crate::extract::runs::{self, Bucket};
 use crate::extract::{Output, Plan, Position, Shape};
@@ -162,7 +163,8 @@ fn tallied(
     for source in plan.sources() {
         key.update(&source.file);
         key.update(b"\0");
-        key.update(source.fingerprint.as_deref().unwrap_or("?"));
+        let fingerprint = source.fingerprint.as_ref().map(Fingerprint::text);
+        key.update(fingerprint.as_deref().unwrap_or("?"));
         key.update(b"\0");
     }
     let key: String = key.finalize().iter().map(|b| format!("{b:02x}")).collect();
@@ -319,9 +321,11 @@ mod cursor {
         let found = plan.sources().get(source);
         let file = found.map_or("", |s| s.file.as_str());
         let version = match found {
-            Some(s) if s.kind == crate::catalog::SourceKind::Dataset => {
-                s.fingerprint.as_deref().unwrap_or("")
-            }
+            Some(s) if s.kind == crate::catalog::SourceKind::Dataset => s
+                .fingerprint
+                .as_ref()
+                .and_then(Fingerprint::revision)
+                .unwrap_or(""),
             _ => "",
         };
         let mut digest = Sha256::new();

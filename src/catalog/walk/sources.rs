@@ -13,7 +13,7 @@ use crate::catalog::counts::RenameIndex;
 use crate::catalog::display_rel;
 use crate::catalog::join_rel;
 use crate::catalog::model::{
-    Counts, DatasetPreview, IndexInfo, Source, SourceKind, StatsOrigin, Warning,
+    Counts, DatasetPreview, Fingerprint, IndexInfo, Source, SourceKind, StatsOrigin, Warning,
 };
 use crate::catalog::refresh::Counted;
 use crate::error::ErrorCode;
@@ -162,7 +162,10 @@ impl FileCounts {
             kind: SourceKind::File,
             format: Cow::Borrowed(format.as_str()),
             counts: self.counts,
-            fingerprint: Some(format!("file:{}:{}", id.size, id.mtime_ns)),
+            fingerprint: Some(Fingerprint::File {
+                size: id.size,
+                mtime_ns: id.mtime_ns,
+            }),
             trusted: self.trusted,
             stats_origin: self.origin,
             size: Some(id.size),
@@ -183,7 +186,7 @@ pub(super) fn leaf_source(
         kind: SourceKind::Dataset,
         format: preview.format.clone().into(),
         counts: preview.counts,
-        fingerprint: preview.fingerprint.clone(),
+        fingerprint: preview.fingerprint.clone().map(Fingerprint::Revision),
         trusted: preview.trusted,
         stats_origin: preview.stats_origin,
         size: None,
