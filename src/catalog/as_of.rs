@@ -132,7 +132,7 @@ impl Catalog {
                     let preview = DatasetPreview {
                         format: cut.format.into_owned(),
                         counts: cut.counts,
-                        fingerprint: cut.fingerprint.map(|f| f.to_string()),
+                        fingerprint: cut.fingerprint.map(Fingerprint::into_string),
                         trusted: cut.trusted,
                         stats_origin: cut.stats_origin,
                     };

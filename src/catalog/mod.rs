@@ -21,7 +21,8 @@
 //! `roots.rs` opens a catalog for a path named from outside,
 //! `resolve.rs` turns a path into open directories, `refresh.rs` reuses or
 //! refills the refresh cache (listings, classifications, counts), and
-//! `walk.rs` is the directory walk behind `open` and `stats`,
+//! `walk/` is the directory walk behind `open` and `stats` (`sources.rs`
+//! there: what it makes of the files it meets),
 //! `versions.rs` reads a leaf's past (`LEAF/.versions/N`, `--version`),
 //! `options.rs` holds the bounds and switches. They share
 //! [`classify`] (what a directory is), [`counts`] (the count cache),

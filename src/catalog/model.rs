@@ -215,6 +215,14 @@ impl Fingerprint {
         }
     }
 
+    /// The fingerprint as written, taken.
+    pub fn into_string(self) -> String {
+        match self {
+            Fingerprint::Revision(text) => text,
+            file => file.to_string(),
+        }
+    }
+
     /// The fingerprint as written.
     pub fn text(&self) -> Cow<'_, str> {
         match self {

@@ -202,7 +202,7 @@ impl Catalog {
                             .revision_source(past, &revision, &name, &format)
                             .ok()
                             .and_then(|source| {
-                                Some((source.counts, source.fingerprint?.to_string()))
+                                Some((source.counts, source.fingerprint?.into_string()))
                             }),
                         None => None,
                     };
@@ -246,7 +246,7 @@ impl Catalog {
                         preview: Box::new(DatasetPreview {
                             format: source.format.into_owned(),
                             counts: source.counts,
-                            fingerprint: source.fingerprint.map(|f| f.to_string()),
+                            fingerprint: source.fingerprint.map(Fingerprint::into_string),
                             trusted: source.trusted,
                             stats_origin: source.stats_origin,
                         }),

@@ -321,13 +321,12 @@ mod cursor {
         let found = plan.sources().get(source);
         let file = found.map_or("", |s| s.file.as_str());
         let version = match found {
-            Some(s) if s.kind == crate::catalog::SourceKind::Dataset => s
-                .fingerprint
-                .as_ref()
-                .and_then(Fingerprint::revision)
-                .unwrap_or(""),
-            _ => "",
+            Some(s) if s.kind == crate::catalog::SourceKind::Dataset => {
+                s.fingerprint.as_ref().map(Fingerprint::text)
+            }
+            _ => None,
         };
+        let version = version.as_deref().unwrap_or("");
         let mut digest = Sha256::new();
         for piece in [key, asked, file, version, position] {
             digest.update((piece.len() as u64).to_le_bytes());
