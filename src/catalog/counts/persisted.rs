@@ -132,7 +132,9 @@ fn foreign(path: &std::path::Path, why: &str) -> Error {
 }
 
 /// Refuses to replace anything at the cache's path but a pchronicle count
-/// cache (a file starting with the magic) or an empty file.
+/// cache of this schema or an older one (a file starting with the magic)
+/// or an empty file. A newer build may have written the file since this
+/// cache was loaded: its cache is left as it is.
 fn check_ours(file: &CacheFile) -> Result<()> {
     let path = file.path();
     let (opened, stat) = match file.dir.open_file(&file.name) {
@@ -143,17 +145,32 @@ fn check_ours(file: &CacheFile) -> Result<()> {
         }
         Err(e) => return Err(Error::io(&path, &e)),
     };
-    let mut head = Vec::with_capacity(MAGIC.len());
+    let mut head = Vec::with_capacity(MAGIC.len() + 4);
     opened
         .reader_at(0)
-        .take(MAGIC.len() as u64)
+        .take(MAGIC.len() as u64 + 4)
         .read_to_end(&mut head)
         .map_err(|e| Error::io(&path, &e))?;
-    if stat.size == 0 || head == MAGIC {
-        Ok(())
-    } else {
-        Err(foreign(&path, "the file is not a pchronicle count cache"))
+    if stat.size > 0 && !head.starts_with(MAGIC) {
+        return Err(foreign(&path, "the file is not a pchronicle count cache"));
     }
+    match head
+        .get(MAGIC.len()..)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+    {
+        Some(schema) if u32::from_le_bytes(schema) > SCHEMA => {
+            Err(newer(&path, u32::from_le_bytes(schema)))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn newer(path: &std::path::Path, schema: u32) -> Error {
+    Error::at(
+        ErrorCode::CountCacheNewer,
+        path,
+        format!("the count cache has schema {schema}; this build reads {SCHEMA}"),
+    )
 }
 
 /// Reads the persisted cache into `entries`. A newer schema and a file that
@@ -186,11 +203,7 @@ pub(super) fn load(file: &CacheFile, inner: &mut Inner) -> Result<Loaded> {
     }
     let schema = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if schema > SCHEMA {
-        return Err(Error::at(
-            ErrorCode::CountCacheNewer,
-            &path,
-            format!("the count cache has schema {schema}; this build reads {SCHEMA}"),
-        ));
+        return Err(newer(&path, schema));
     }
     if schema < SCHEMA {
         return Ok(Loaded::Older(schema));
@@ -308,5 +321,30 @@ mod tests {
         assert!(cache.save().unwrap(), "an older schema is overwritten");
         let (_, loaded) = CountCache::open(8, place()).unwrap();
         assert_eq!(loaded, Loaded::Entries(1));
+    }
+
+    #[test]
+    fn a_newer_schema_written_after_loading_is_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("counts");
+        let (cache, loaded) = CountCache::open(8, Some(CacheFile::at(&file).unwrap())).unwrap();
+        assert_eq!(loaded, Loaded::Absent);
+        cache.put("x.jsonl", id(10, 1_000), stats(3));
+        // A newer build writes its cache meanwhile.
+        let mut newer = MAGIC.to_vec();
+        newer.extend_from_slice(&(SCHEMA + 1).to_le_bytes());
+        newer.extend_from_slice(b"whatever a later schema holds");
+        std::fs::write(&file, &newer).unwrap();
+        let refused = cache.save().unwrap_err();
+        assert_eq!(refused.code, ErrorCode::CountCacheNewer);
+        assert_eq!(std::fs::read(&file).unwrap(), newer);
+        // This schema's own file, or a file too short to name one, is
+        // replaced as before.
+        for (records, ours) in [(4, MAGIC.to_vec()), (5, Vec::new())] {
+            std::fs::write(&file, &ours).unwrap();
+            cache.put("x.jsonl", id(10, 1_000), stats(records));
+            assert!(cache.save().unwrap());
+            assert_ne!(std::fs::read(&file).unwrap(), ours);
+        }
     }
 }
