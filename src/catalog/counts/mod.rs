@@ -22,7 +22,6 @@ mod entries;
 mod persisted;
 mod progress;
 
-use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -417,29 +416,37 @@ impl CountCache {
 
 /// The checks a walk makes once it has met every file: an adoption is
 /// ambiguous when another new file of the walk has the same identity.
+/// A first walk meets every file as new, so they are noted in one vector
+/// (not a map of lists: a block of heap for each file, all freed at the
+/// walk's end, left its free space scattered) and grouped only when one
+/// was adopted.
 #[derive(Default)]
 pub struct NewFiles {
-    /// Identity -> new files of the walk (read or adopted).
-    seen: HashMap<Identity, Vec<(usize, bool)>>,
+    /// The new files of the walk (read or adopted): identity, source
+    /// index, adopted.
+    seen: Vec<(Identity, usize, bool)>,
+    adopted: bool,
 }
 
 impl NewFiles {
     /// Notes the walk's source `index`, new under its path, `adopted` or read.
     pub fn note(&mut self, id: FileId, index: usize, adopted: bool) {
-        self.seen
-            .entry((id.size, id.mtime_ns))
-            .or_default()
-            .push((index, adopted));
+        self.seen.push(((id.size, id.mtime_ns), index, adopted));
+        self.adopted |= adopted;
     }
 
     /// Sources whose adopted counts must be re-read: those sharing their
-    /// identity with another new file.
-    pub fn ambiguous(&self) -> Vec<usize> {
+    /// identity with another new file, in order.
+    pub fn ambiguous(&mut self) -> Vec<usize> {
+        if !self.adopted {
+            return Vec::new();
+        }
+        self.seen.sort_unstable_by_key(|(identity, _, _)| *identity);
         let mut out: Vec<usize> = self
             .seen
-            .values()
+            .chunk_by(|a, b| a.0 == b.0)
             .filter(|files| files.len() > 1)
-            .flat_map(|files| files.iter().filter(|(_, a)| *a).map(|(i, _)| *i))
+            .flat_map(|files| files.iter().filter(|f| f.2).map(|f| f.1))
             .collect();
         out.sort_unstable();
         out
@@ -508,6 +515,12 @@ mod tests {
         new.note(id(5, 1), 0, true);
         new.note(id(6, 1), 1, true);
         new.note(id(5, 1), 2, false);
-        assert_eq!(new.ambiguous(), vec![0]);
+        new.note(id(7, 1), 3, false);
+        new.note(id(5, 1), 4, true);
+        assert_eq!(new.ambiguous(), vec![0, 4]);
+        let mut read_only = NewFiles::default();
+        read_only.note(id(5, 1), 0, false);
+        read_only.note(id(5, 1), 1, false);
+        assert_eq!(read_only.ambiguous(), Vec::<usize>::new());
     }
 }
