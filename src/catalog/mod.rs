@@ -287,12 +287,15 @@ impl Catalog {
     }
 
     /// Writes the persisted count cache if it changed; true when written.
+    /// The counts are written even when the background's progress file
+    /// cannot be (the first failure is the error).
     pub fn save_counts(&self) -> Result<bool> {
         let progressed = match &self.background {
-            Some(background) => background.save()?,
-            None => false,
+            Some(background) => background.save(),
+            None => Ok(false),
         };
-        Ok(self.files.save()? || progressed)
+        let saved = self.files.save();
+        Ok(progressed? | saved?)
     }
 
     /// Drops every cached answer (the next call re-reads the warehouse).

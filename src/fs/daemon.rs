@@ -493,6 +493,25 @@ fn spawn_exit_watchdog(
     }
 }
 
+/// The failure of a periodic write worth a line in the log. A write
+/// refused stays refused until someone acts (a newer build's cache, a
+/// foreign file) and is tried again at every period: it is said once, and
+/// again only after a write succeeded or failed otherwise. `said` is the
+/// failure said last.
+fn new_failure<'a>(said: &mut Option<ErrorCode>, saved: &'a Result<bool>) -> Option<&'a Error> {
+    match saved {
+        Err(e) if *said != Some(e.code) => {
+            *said = Some(e.code);
+            Some(e)
+        }
+        Err(_) => None,
+        Ok(_) => {
+            *said = None;
+            None
+        }
+    }
+}
+
 /// Writes the catalog's persisted count cache every
 /// [`COUNT_SAVE_INTERVAL`] while it changes; the last write happens when
 /// the catalog is dropped at unmount. Ends with the catalog.
@@ -500,12 +519,14 @@ fn spawn_count_saver(catalog: Weak<Catalog>) {
     let spawned = std::thread::Builder::new()
         .name("count-cache".into())
         .spawn(move || {
+            let mut said = None;
             loop {
                 std::thread::sleep(COUNT_SAVE_INTERVAL);
                 let Some(catalog) = catalog.upgrade() else {
                     return;
                 };
-                if let Err(e) = catalog.save_counts() {
+                let saved = catalog.save_counts();
+                if let Some(e) = new_failure(&mut said, &saved) {
                     log::warn!("{}", e.render());
                 }
             }
@@ -528,5 +549,27 @@ fn stop_signals() -> libc::sigset_t {
             libc::sigaddset(set.as_mut_ptr(), signal);
         }
         set.assume_init()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_write_is_said_once_until_a_write_succeeds_or_fails_otherwise() {
+        let newer = || Err(Error::new(ErrorCode::CountCacheNewer, "newer"));
+        let foreign = || Err(Error::new(ErrorCode::CountCacheForeign, "foreign"));
+        let mut said = None;
+        let said_each: Vec<bool> = [newer(), newer(), newer(), foreign(), foreign(), newer()]
+            .iter()
+            .map(|saved| new_failure(&mut said, saved).is_some())
+            .collect();
+        assert_eq!(said_each, [true, false, false, true, false, true]);
+        assert!(new_failure(&mut said, &Ok(true)).is_none());
+        assert!(
+            new_failure(&mut said, &newer()).is_some(),
+            "said again after a success"
+        );
     }
 }
