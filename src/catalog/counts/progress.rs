@@ -8,7 +8,8 @@
 //! a file: its path below the root, the `size` and `mtime_ns` it had, and
 //! where its count stood. An entry is used only for a file of exactly that
 //! size and mtime, like a count-cache entry. A file at that path that does
-//! not start with the magic is never overwritten; a damaged one is
+//! not start with the magic's name is never overwritten, nor one of a
+//! newer version (`PCHRONICLE_COUNT_CACHE_NEWER`); a damaged one is
 //! ignored (a warning) and rewritten.
 
 use std::collections::HashMap;
@@ -20,8 +21,11 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::records::{CountProgress, RecordStats};
 use crate::warehouse::{self, Replace};
 
-/// The first line of a progress file.
+/// The first line of a progress file: [`MAGIC_NAME`] and the version of
+/// its layout.
 pub const MAGIC: &str = "pchronicle-count-progress 1";
+const MAGIC_NAME: &str = "pchronicle-count-progress ";
+const VERSION: u32 = 1;
 
 /// Where one file's background count stood.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,8 +138,9 @@ pub fn save<'a>(file: &CacheFile, entries: impl Iterator<Item = (&'a str, Saved)
         .map_err(|e| Error::io(&path, &e))
 }
 
-/// Refuses to replace anything at the file's path but a progress file or
-/// an empty file.
+/// Refuses to replace anything at the file's path but a progress file of
+/// this version or an older one, or an empty file. A newer version (a
+/// newer build's) is left as it is, as a newer count cache is.
 fn check_ours(file: &CacheFile) -> Result<()> {
     let path = file.path();
     let foreign = |why: &str| {
@@ -153,14 +158,26 @@ fn check_ours(file: &CacheFile) -> Result<()> {
         }
         Err(e) => return Err(Error::io(&path, &e)),
     };
-    let mut head = vec![0u8; MAGIC.len()];
+    let mut head = [0u8; 64];
     let read = opened
         .read_at(&mut head, 0)
         .map_err(|e| Error::io(&path, &e))?;
-    if stat.size == 0 || &head[..read] == MAGIC.as_bytes() {
-        Ok(())
-    } else {
-        foreign("the file is not a pchronicle count progress file")
+    let first_line = head[..read]
+        .split(|&b| b == b'\n')
+        .next()
+        .unwrap_or_default();
+    let version = first_line
+        .strip_prefix(MAGIC_NAME.as_bytes())
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u32>().ok());
+    match version {
+        _ if stat.size == 0 => Ok(()),
+        Some(newer) if newer > VERSION => Err(Error::at(
+            ErrorCode::CountCacheNewer,
+            &path,
+            format!("the count progress file has version {newer}; this build writes {VERSION}"),
+        )),
+        Some(_) => Ok(()),
+        None => foreign("the file is not a pchronicle count progress file"),
     }
 }
 
@@ -190,6 +207,36 @@ mod tests {
         };
         save(&file, [("a/b.jsonl", saved)].into_iter()).unwrap();
         assert_eq!(load(&file).get("a/b.jsonl"), Some(&saved));
+    }
+
+    #[test]
+    fn a_newer_version_is_left_as_it_is_and_an_older_one_replaced() {
+        assert_eq!(MAGIC, format!("{MAGIC_NAME}{VERSION}"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("counts.progress");
+        let file = beside(&CacheFile::at(&dir.path().join("counts")).unwrap()).unwrap();
+        let none = std::iter::empty::<(&str, Saved)>;
+        for newer in [
+            format!("{MAGIC}0\n"),
+            format!("{MAGIC_NAME}{}\n", VERSION + 1),
+        ] {
+            std::fs::write(&path, &newer).unwrap();
+            let refused = save(&file, none()).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::CountCacheNewer, "{newer:?}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), newer);
+        }
+        for ours in [
+            format!("{MAGIC_NAME}0\n"),
+            format!("{MAGIC}\n{{}}\n"),
+            String::new(),
+        ] {
+            std::fs::write(&path, &ours).unwrap();
+            save(&file, none()).unwrap();
+            assert_eq!(
+                std::fs::read_to_string(&path).unwrap(),
+                format!("{MAGIC}\n")
+            );
+        }
     }
 
     #[test]
