@@ -425,20 +425,18 @@ pub struct NewFiles {
     /// The new files of the walk (read or adopted): identity, source
     /// index, adopted.
     seen: Vec<(Identity, usize, bool)>,
-    adopted: bool,
 }
 
 impl NewFiles {
     /// Notes the walk's source `index`, new under its path, `adopted` or read.
     pub fn note(&mut self, id: FileId, index: usize, adopted: bool) {
         self.seen.push(((id.size, id.mtime_ns), index, adopted));
-        self.adopted |= adopted;
     }
 
     /// Sources whose adopted counts must be re-read: those sharing their
     /// identity with another new file, in order.
     pub fn ambiguous(&mut self) -> Vec<usize> {
-        if !self.adopted {
+        if !self.seen.iter().any(|(_, _, adopted)| *adopted) {
             return Vec::new();
         }
         self.seen.sort_unstable_by_key(|(identity, _, _)| *identity);

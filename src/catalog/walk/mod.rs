@@ -66,10 +66,10 @@ impl Catalog {
                     counting,
                     format,
                 );
-                let source =
+                let (source, warnings, _) =
                     counted.into_source(".".to_string(), &target.meta, format, BTreeMap::new());
-                snapshot.warnings.extend(source.1);
-                snapshot.sources.push(source.0);
+                snapshot.warnings.extend(warnings);
+                snapshot.sources.push(source);
                 // The names beside the file come from the cached listing of
                 // its directory (valid while the directory is unchanged).
                 let siblings = self.dir_scan(&target.dir).ok();
