@@ -36,7 +36,7 @@ mod read_parallel;
 pub mod scan;
 mod segments;
 mod steps;
-mod structural;
+pub(crate) mod structural;
 pub mod timestamp;
 mod validate;
 
@@ -46,6 +46,7 @@ pub use count::{
 pub use document::split_json_array;
 pub use format::RecordFormat;
 pub(crate) use parallel::{RangeReader, cut_points, threads_for};
+pub(crate) use segments::split_run;
 pub use segments::{
     OversizeSegment, ProbedSegment, RECORD_SEPARATOR, SegmentVisitor, for_each_segment,
     for_each_segment_sized,

@@ -56,7 +56,7 @@ pub trait SegmentVisitor {
 
 /// Hands each segment of `run` (segments each followed by a separator) to
 /// `visitor.buffered`, in order.
-pub(super) fn split_run<V: SegmentVisitor + ?Sized>(visitor: &mut V, run: &[u8]) -> io::Result<()> {
+pub(crate) fn split_run<V: SegmentVisitor + ?Sized>(visitor: &mut V, run: &[u8]) -> io::Result<()> {
     let mut rest = run;
     while let Some(i) = find_separator(rest) {
         visitor.buffered(&rest[..i])?;

@@ -31,10 +31,12 @@
 
 mod classify;
 mod shape;
+mod visit;
 mod walk;
 
-use super::count::{RecordStats, count_segment};
-use super::scan::RecordScanner;
+pub(crate) use visit::Visit;
+pub(crate) use walk::escaped;
+
 use super::segments::{RECORD_SEPARATOR, find_last_separator, find_separator};
 use super::timestamp::DayMemo;
 use classify::Block;
@@ -64,7 +66,7 @@ const DELIMITER: [bool; 256] = {
 
 /// The vector instructions the passes are compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Level {
+pub(crate) enum Level {
     /// AVX-512 (F, BW, VBMI and VBMI2), with POPCNT, BMI1 and PCLMULQDQ.
     Avx512,
     /// AVX2, with POPCNT, BMI1 and PCLMULQDQ.
@@ -96,6 +98,15 @@ impl Level {
         }
     }
 
+    /// The levels this CPU runs (the best one first).
+    #[cfg(test)]
+    pub(crate) fn here() -> Vec<Level> {
+        [Level::Avx512, Level::Avx2]
+            .into_iter()
+            .filter(|level| level.runs_here())
+            .collect()
+    }
+
     /// Whether this CPU can run code compiled for `self`.
     #[cfg(test)]
     fn runs_here(self) -> bool {
@@ -108,7 +119,7 @@ impl Level {
 }
 
 /// Whether this process may take the vector passes.
-pub(super) fn available() -> bool {
+pub(crate) fn available() -> bool {
     Level::detected().is_some()
 }
 
@@ -117,7 +128,7 @@ fn is_separator(byte: u8) -> bool {
 }
 
 /// Per-thread state of the vector passes, reused between windows.
-pub(super) struct Structural {
+pub(crate) struct Structural {
     level: Level,
     /// The offsets of the window listed last, in `indices[..count]`; the
     /// rest is slack that lets a block write its offsets unconditionally.
@@ -144,7 +155,7 @@ impl Default for Structural {
 }
 
 impl Structural {
-    pub(super) fn at_level(level: Level) -> Structural {
+    pub(crate) fn at_level(level: Level) -> Structural {
         Structural {
             level,
             indices: Vec::new(),
@@ -157,29 +168,25 @@ impl Structural {
         }
     }
 
-    /// Counts the records of `run`, whole segments each ended by a
-    /// separator, into `stats`. Only called when [`available`] said so.
+    /// Walks the records of `run`, whole segments each ended by a
+    /// separator, handing `visit` what it asks for. Only called when
+    /// [`available`] said so.
     ///
     /// The run is taken in windows of whole records of at most [`WINDOW`]
     /// bytes, so a window's offsets take at most four times its size; a
-    /// record longer than a window goes through `scanner` on its own.
-    pub(super) fn count_run(
-        &mut self,
-        run: &[u8],
-        stats: &mut RecordStats,
-        scanner: &mut RecordScanner,
-    ) {
+    /// segment longer than a window is handed to [`Visit::long`].
+    pub(crate) fn walk_run<V: Visit>(&mut self, run: &[u8], visit: &mut V) {
         let mut pos = 0;
         while pos < run.len() {
             let limit = (pos + WINDOW).min(run.len());
             match find_last_separator(&run[pos..limit]) {
                 Some(last) => {
-                    self.walk_window(&run[pos..=pos + last], stats);
+                    self.walk_window(&run[pos..=pos + last], pos, visit);
                     pos += last + 1;
                 }
                 None => {
                     let end = find_separator(&run[limit..]).map_or(run.len(), |i| limit + i);
-                    count_segment(scanner, &run[pos..end], stats);
+                    visit.long(&run[pos..end], pos);
                     pos = end + 1;
                 }
             }

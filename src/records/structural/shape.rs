@@ -7,8 +7,8 @@
 //! bytes alone, except whether each number or literal is well formed and
 //! ends at a delimiter. So a record whose tokens equal those of a record
 //! the walk found valid is valid exactly when its numbers and literals
-//! are, and its timestamp is read from the top-level keys its shape
-//! locates.
+//! are, and the top-level members a visitor wants (counting's timestamp,
+//! an index's key) are read where its shape locates them.
 //!
 //! Only the shape of an object or array is learnt, and only when it holds
 //! nothing but operators, quotes, numbers, literals and its separator:
@@ -17,10 +17,9 @@
 //! trims at a top-level value's edge). Any record outside the known
 //! shapes, or with a malformed number or literal, is walked as before.
 
-use super::walk::{note_timestamp, timestamp_key};
+use super::visit::Visit;
 use super::{DELIMITER, is_separator};
-use crate::records::scan::{self, RecordFacts, Token};
-use crate::records::timestamp::{DayMemo, Micros};
+use crate::records::scan::{self, Token};
 
 /// How many shapes are kept, the one matched last first.
 const KEPT: usize = 8;
@@ -80,16 +79,17 @@ struct Shape {
 impl Shapes {
     /// The record whose tokens begin at `listed.tokens[next]`, when it has
     /// a known shape and well-formed numbers and literals: how many
-    /// tokens it takes (its separator included), and its timestamp.
-    /// `None` leaves the record to the walk.
+    /// tokens it takes (its separator included), its top-level members
+    /// handed to `visit` as the walk would. `None` leaves the record to
+    /// the walk, having handed `visit` nothing.
     #[inline(always)]
-    pub(super) fn matched(
+    pub(super) fn matched<V: Visit>(
         &mut self,
         listed: &Listed<'_>,
         next: usize,
         any_backslash: bool,
-        days: &mut DayMemo,
-    ) -> Option<(usize, Option<Micros>)> {
+        visit: &mut V,
+    ) -> Option<usize> {
         if self.resting() {
             return None;
         }
@@ -115,10 +115,11 @@ impl Shapes {
                 return None;
             }
         }
-        let mut facts = RecordFacts::default();
+        // Every number and literal was checked above, so nothing below
+        // fails: the members are handed only for a matched record.
         for &p in &shape.keys {
             let key = at(p)..at(p + 1) + 1;
-            let Some(field) = timestamp_key(text, key.clone(), any_backslash) else {
+            let Some(field) = visit.field(text, key.clone(), any_backslash) else {
                 continue;
             };
             // The value follows the key's two quotes and its colon.
@@ -135,20 +136,13 @@ impl Shapes {
                         b'f' => Token::False,
                         _ => Token::Null,
                     };
-                    (token, scalar_end(text, kind, start)?)
+                    let end = scalar_end(text, kind, start).unwrap_or(start);
+                    (token, end)
                 }
             };
-            note_timestamp(
-                &mut facts,
-                days,
-                text,
-                any_backslash,
-                (field, key),
-                token,
-                start..end,
-            );
+            visit.member(text, any_backslash, field, key, token, start..end);
         }
-        Some((shape.tokens.len(), facts.timestamp()))
+        Some(shape.tokens.len())
     }
 
     /// Learns the shape of a record the walk found valid, whose tokens

@@ -1,5 +1,7 @@
 use super::classify::{NIBBLE_CLASSES, OPERATOR, SEPARATOR, WHITESPACE};
 use super::*;
+use crate::records::count::RecordStats;
+use crate::records::scan::RecordScanner;
 
 /// The byte scanner's count of `run`, segment by segment: the
 /// reference the vector pass must match exactly.
@@ -50,10 +52,7 @@ fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
 
 /// The levels this CPU runs (the best one first).
 fn levels() -> Vec<Level> {
-    [Level::Avx512, Level::Avx2]
-        .into_iter()
-        .filter(|level| level.runs_here())
-        .collect()
+    Level::here()
 }
 
 fn vector_at(level: Level, run: &[u8]) -> RecordStats {

@@ -16,13 +16,12 @@ use std::ops::Range;
 
 use super::classify::Block;
 use super::shape::Listed;
+use super::visit::Visit;
 use super::{
     DELIMITER, FORM_FEED, Structural, WINDOW, each_block, escapes, is_separator, prefix_xor,
     separators, trim,
 };
-use crate::records::count::RecordStats;
-use crate::records::scan::{self, Field, Member, RecordFacts, Token};
-use crate::records::timestamp::DayMemo;
+use crate::records::scan::{self, Token};
 
 /// What carries from one block to the next.
 #[derive(Default)]
@@ -38,10 +37,10 @@ struct Carry {
 }
 
 impl Structural {
-    /// Counts the records of `window` (whole records, at most [`WINDOW`]
-    /// bytes) by walking the grammar over its listed offsets: exact on
-    /// every record, valid or not.
-    pub(super) fn walk_window(&mut self, text: &[u8], stats: &mut RecordStats) {
+    /// Walks the records of `window` (whole records, at most [`WINDOW`]
+    /// bytes, at `at` in its run) over its listed offsets, handing
+    /// `visit` what it asks for: exact on every record, valid or not.
+    pub(super) fn walk_window<V: Visit>(&mut self, text: &[u8], at: usize, visit: &mut V) {
         debug_assert!(text.len() <= WINDOW, "offsets are u32, and bounded");
         self.walk_index_compiled(text);
         let listed = Listed {
@@ -58,22 +57,17 @@ impl Structural {
         let any_backslash = self.any_backslash;
         while cursor.next < cursor.indices.len() {
             let begin = cursor.next;
-            if let Some((taken, ts)) =
-                self.shapes
-                    .matched(&listed, begin, any_backslash, &mut self.days)
-            {
+            if let Some(taken) = self.shapes.matched(&listed, begin, any_backslash, visit) {
                 cursor.next += taken;
                 cursor.last = cursor.indices[cursor.next - 1] as usize;
-                stats.add_record(ts);
+                visit.record(text, start..cursor.last, at, true);
                 start = cursor.last + 1;
                 continue;
             }
-            let mut facts = RecordFacts::default();
             let mut walk = Walk {
                 b: text,
                 cursor: &mut cursor,
-                facts: &mut facts,
-                days: &mut self.days,
+                visit: &mut *visit,
                 any_backslash,
                 non_ascii: false,
             };
@@ -81,14 +75,14 @@ impl Structural {
             match outcome {
                 Outcome::Blank => {}
                 Outcome::Valid => {
-                    stats.add_record(facts.timestamp());
+                    visit.record(text, start..cursor.last, at, true);
                     // Only where more records may follow: a file of one
                     // record (most files of a warehouse) learns nothing.
                     if cursor.next < cursor.indices.len() {
                         self.shapes.learn(&listed.tokens[begin..cursor.next]);
                     }
                 }
-                Outcome::Failed => stats.add_failed(),
+                Outcome::Failed => visit.record(text, start..cursor.last, at, false),
             }
             self.shapes.walked();
             start = cursor.last + 1;
@@ -227,18 +221,17 @@ impl Cursor<'_> {
 }
 
 /// The grammar's walk through one window's records.
-struct Walk<'w, 'c> {
+struct Walk<'w, 'c, V> {
     b: &'w [u8],
     cursor: &'c mut Cursor<'w>,
-    facts: &'c mut RecordFacts,
-    days: &'c mut DayMemo,
+    visit: &'c mut V,
     /// Whether the window holds a backslash (else no string has escapes).
     any_backslash: bool,
     /// Whether the record walked holds a non-ASCII byte.
     non_ascii: bool,
 }
 
-impl Walk<'_, '_> {
+impl<V: Visit> Walk<'_, '_, V> {
     /// Walks one record starting at byte `start`, leaving the cursor on
     /// its separator (or past the last offset).
     #[inline(always)]
@@ -422,22 +415,14 @@ impl Walk<'_, '_> {
         }
     }
 
-    /// Takes in a top-level member (its key's token and its value's) for
-    /// the record's facts.
+    /// Hands a top-level member (its key's token and its value's) to the
+    /// visitor when it wants it.
     #[inline(always)]
     fn note(&mut self, key: (usize, usize), token: Token, value: Range<usize>) {
         let key = key.0..key.1;
-        if let Some(field) = timestamp_key(self.b, key.clone(), self.any_backslash) {
-            let any_backslash = self.any_backslash;
-            note_timestamp(
-                self.facts,
-                self.days,
-                self.b,
-                any_backslash,
-                (field, key),
-                token,
-                value,
-            );
+        if let Some(field) = self.visit.field(self.b, key.clone(), self.any_backslash) {
+            self.visit
+                .member(self.b, self.any_backslash, field, key, token, value);
         }
     }
 }
@@ -445,50 +430,6 @@ impl Walk<'_, '_> {
 /// Whether a string holds an escape, where `any_backslash` says whether
 /// its window holds a backslash at all.
 #[inline(always)]
-fn escaped(s: &[u8], any_backslash: bool) -> bool {
+pub(crate) fn escaped(s: &[u8], any_backslash: bool) -> bool {
     any_backslash && s.contains(&b'\\')
-}
-
-/// The field of the top-level key at `key` (its token in `b`, quotes
-/// included) when it is one counting reads: `timestamp` or `ts`.
-#[inline(always)]
-pub(super) fn timestamp_key(b: &[u8], key: Range<usize>, any_backslash: bool) -> Option<Field> {
-    let key = &b[key];
-    if escaped(key, any_backslash) {
-        return scan::fact_field(key, true).filter(|f| f.is_timestamp());
-    }
-    // A plain key is compared with the two names as they are written.
-    match key {
-        b"\"ts\"" => Some(Field::Ts),
-        b"\"timestamp\"" => Some(Field::Timestamp),
-        _ => None,
-    }
-}
-
-/// Takes in the value of a top-level member whose key names a timestamp
-/// `field`. Whether a string holds an escape is looked up only here.
-#[inline(always)]
-pub(super) fn note_timestamp(
-    facts: &mut RecordFacts,
-    days: &mut DayMemo,
-    b: &[u8],
-    any_backslash: bool,
-    (field, key): (Field, Range<usize>),
-    token: Token,
-    value: Range<usize>,
-) {
-    let key = &b[key];
-    let token = match token {
-        Token::String { .. } => Token::String {
-            escaped: escaped(&b[value.clone()], any_backslash),
-        },
-        other => other,
-    };
-    let member = Member {
-        key,
-        key_escaped: escaped(key, any_backslash),
-        token,
-        value,
-    };
-    facts.note_field(field, &member, b, days);
 }
