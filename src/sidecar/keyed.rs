@@ -10,11 +10,15 @@
 //! row to one of [`PARTITIONS`] partitions — append-only streams whose
 //! ends stay in the cache. At the end each partition (a few thousand
 //! records) is grouped on its own with a small table that fits in the
-//! cache, its keys compared whole, and the groups are sorted by key.
+//! cache, its keys compared whole, and every key's rows are laid out in
+//! one buffer: no allocation per key, and no sort (the index's writer
+//! orders each bucket's few keys).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::OnceLock;
+
+use super::format::Entries;
 
 /// How many partitions keys are spread over (a power of two).
 const PARTITIONS: usize = 256;
@@ -98,37 +102,48 @@ impl KeyedRows {
         }
     }
 
-    /// Each key with its rows in row order, sorted by key.
-    pub(super) fn into_entries(self) -> Vec<(Vec<u8>, Vec<u64>)> {
-        let mut entries: Vec<(Vec<u8>, Vec<u64>)> = Vec::new();
+    /// Each key with its rows in row order, partition by partition and
+    /// each partition's keys in the order they first came: the same order
+    /// whichever threads collected the rows.
+    pub(super) fn into_entries(self) -> Entries {
+        let total: usize = self.partitions.iter().map(|p| p.records.len()).sum();
+        let mut keys = Vec::new();
+        let mut rows = vec![0u64; total];
+        let mut ends: Vec<(usize, usize)> = Vec::new();
         let mut groups: HashMap<Hashed<'_>, usize, BuildHasherDefault<PassHash>> =
             HashMap::default();
         let mut group_of = Vec::new();
+        // Per group of the partition: its row count, then where its next
+        // row goes.
+        let mut next: Vec<usize> = Vec::new();
+        let mut placed = 0;
         for partition in &self.partitions {
-            // Numbered and counted first, so each key's rows are one
-            // allocation of the right size.
             groups.clear();
             group_of.clear();
-            let first = entries.len();
-            let mut counts: Vec<usize> = Vec::new();
+            next.clear();
+            let first = ends.len();
             for (key, hash, _) in partition.each() {
                 let group = *groups.entry(Hashed { hash, key }).or_insert_with(|| {
-                    entries.push((key.to_vec(), Vec::new()));
-                    counts.push(0);
-                    entries.len() - 1
+                    keys.extend_from_slice(key);
+                    ends.push((keys.len(), 0));
+                    next.push(0);
+                    next.len() - 1
                 });
-                counts[group - first] += 1;
+                next[group] += 1;
                 group_of.push(group);
             }
-            for (entry, count) in entries[first..].iter_mut().zip(counts) {
-                entry.1.reserve_exact(count);
+            for (count, end) in next.iter_mut().zip(&mut ends[first..]) {
+                let start = placed;
+                placed += *count;
+                end.1 = placed;
+                *count = start;
             }
             for (&group, record) in group_of.iter().zip(&partition.records) {
-                entries[group].1.push(record.row);
+                rows[next[group]] = record.row;
+                next[group] += 1;
             }
         }
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        entries
+        Entries::from_parts(keys, rows, ends)
     }
 }
 
@@ -191,7 +206,7 @@ mod tests {
             (b"b".to_vec(), vec![0, 2]),
             (b"c".to_vec(), vec![3, 5]),
         ];
-        assert_eq!(first.into_entries(), expect);
+        assert_eq!(first.into_entries().sorted(), expect);
     }
 
     #[test]
@@ -206,7 +221,7 @@ mod tests {
             model.entry(key).or_default().push(row);
         }
         let expect: Vec<(Vec<u8>, Vec<u64>)> = model.into_iter().collect();
-        assert_eq!(rows.into_entries(), expect);
+        assert_eq!(rows.into_entries().sorted(), expect);
     }
 
     #[test]

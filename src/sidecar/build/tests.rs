@@ -200,7 +200,7 @@ fn collected(text: &[u8], key: &[String], level: Option<Level>) -> Collected {
     match for_each_segment_sized(text, text.len(), &mut collector) {
         Ok(()) => Ok((
             collector.locators,
-            collector.keyed.into_entries(),
+            collector.keyed.into_entries().sorted(),
             collector.types,
             [collector.indexed, collector.unkeyed, collector.failed],
         )),

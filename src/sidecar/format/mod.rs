@@ -37,7 +37,7 @@ pub mod write;
 
 pub use key::{KeyType, KeyValue, encode_key, fnv1a64, push_boolean, push_integer, push_string};
 pub use read::{Corrupt, Header, IndexReader, ReadAt};
-pub use write::{IndexContent, bucket_count_for, encode_index};
+pub use write::{Entries, IndexContent, bucket_count_for, encode_index};
 
 /// The first bytes of every index file.
 pub const MAGIC: &[u8; 8] = b"PCHRNIDX";

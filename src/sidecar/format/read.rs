@@ -314,18 +314,27 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sidecar::format::{IndexContent, KeyValue, VERSION, encode_index, encode_key};
+    use crate::sidecar::format::{
+        Entries, IndexContent, KeyValue, VERSION, encode_index, encode_key,
+    };
 
     fn sample(keys: usize) -> IndexContent {
-        let entries = (0..keys)
-            .map(|i| {
-                let key = encode_key(&[
-                    KeyValue::String(format!("s-{i}")),
-                    KeyValue::Integer(i as i64 % 3),
-                ]);
-                (key, vec![i as u64 * 2, i as u64 * 2 + 1])
-            })
-            .collect();
+        sample_with(keys, &[0, 1])
+    }
+
+    /// `keys` keys of two rows each, the first key's rows `first`.
+    fn sample_with(keys: usize, first: &[u64]) -> IndexContent {
+        let mut entries = Entries::default();
+        for i in 0..keys {
+            let key = encode_key(&[
+                KeyValue::String(format!("s-{i}")),
+                KeyValue::Integer(i as i64 % 3),
+            ]);
+            match i {
+                0 => entries.push(&key, first),
+                _ => entries.push(&key, &[i as u64 * 2, i as u64 * 2 + 1]),
+            }
+        }
         IndexContent {
             cohort_sha256: [7; 32],
             key: vec![
@@ -356,8 +365,8 @@ mod tests {
             (4_000, content.cohort_mtime_ns)
         );
         assert_eq!(reader.header.row_count, 100);
-        for (key, rows) in &content.entries {
-            assert_eq!(&reader.rows(key).unwrap(), rows);
+        for (key, rows) in content.entries.iter() {
+            assert_eq!(reader.rows(key).unwrap(), rows);
         }
         let missing = encode_key(&[KeyValue::String("nope".into()), KeyValue::Integer(0)]);
         assert!(reader.rows(&missing).unwrap().is_empty());
@@ -448,9 +457,9 @@ mod tests {
         };
         let reader = IndexReader::open(&counting, bytes.len() as u64).unwrap();
         let header = counting.read.get();
-        let (key, expected) = &content.entries[77_777];
+        let (key, expected) = content.entries.get(77_777);
         let rows = reader.rows(key).unwrap();
-        assert_eq!(&rows, expected);
+        assert_eq!(rows, expected);
         for row in &rows {
             reader.locator(*row).unwrap();
         }
@@ -496,9 +505,8 @@ mod tests {
     #[test]
     fn rows_named_twice_or_out_of_order_are_a_fault() {
         for rows in [vec![3, 1], vec![2, 2]] {
-            let mut content = sample(5);
-            let key = content.entries[0].0.clone();
-            content.entries[0].1 = rows.clone();
+            let content = sample_with(5, &rows);
+            let key = content.entries.get(0).0;
             let bytes = encode_index(&content);
             let reader = IndexReader::open(&bytes[..], bytes.len() as u64).unwrap();
             let fault = reader.rows(&key).unwrap_err();
@@ -507,6 +515,6 @@ mod tests {
         let content = sample(5);
         let bytes = encode_index(&content);
         let reader = IndexReader::open(&bytes[..], bytes.len() as u64).unwrap();
-        assert_eq!(reader.rows(&content.entries[0].0).unwrap(), [0, 1]);
+        assert_eq!(reader.rows(content.entries.get(0).0).unwrap(), [0, 1]);
     }
 }
