@@ -3,11 +3,11 @@
 //!
 //! A run of whole records is walked by counting's vector walk where the
 //! CPU has it ([`Structural::walk_run`]), which hands over each record's
-//! end and the key's fields among its top-level members ([`Visit`]); a
-//! record longer than the walk's window, one too large to buffer, and
-//! every record where the CPU has no vector walk, is checked by the byte
-//! scanner ([`RecordScanner::walk`]). Both end in the same
-//! [`Collector::index`].
+//! end and the key's fields among its top-level members ([`Visit`]). The
+//! byte scanner ([`RecordScanner::walk`]) checks the rest: a record longer
+//! than the walk's window, one too large to buffer, the last record of a
+//! file that does not end with a separator, and every record where the
+//! CPU has no vector walk. Both end in the same [`Collector::index`].
 
 use std::io;
 use std::ops::Range;

@@ -288,7 +288,7 @@ fn the_vector_walk_collects_what_the_byte_scanner_does() {
             state
         }
     };
-    let bytes = b"\"\\{}[],:\n\x1e0 x\xffe-.";
+    let bytes = b"\"\\{}[],:\n\x1e0 x\xffe-.\x0c\r\t\xc3\xa9";
     for _ in 0..400 {
         let mut mutated = base.clone();
         for _ in 0..1 + next() % 3 {

@@ -448,6 +448,30 @@ mod tests {
     }
 
     #[test]
+    fn the_bytes_do_not_depend_on_the_order_the_entries_come_in() {
+        let content = sample(1_000);
+        let buckets = u64::from(crate::sidecar::format::bucket_count_for(1_000));
+        let mut used: Vec<u64> = content
+            .entries
+            .iter()
+            .map(|(key, _)| crate::sidecar::format::fnv1a64(key) % buckets)
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        assert!(used.len() < 900, "buckets holding several keys are tested");
+        let mut reversed = Entries::default();
+        for i in (0..content.entries.len()).rev() {
+            let (key, rows) = content.entries.get(i);
+            reversed.push(key, rows);
+        }
+        let other = IndexContent {
+            entries: reversed,
+            ..content.clone()
+        };
+        assert_eq!(encode_index(&other), encode_index(&content));
+    }
+
+    #[test]
     fn a_lookup_reads_the_header_one_offset_one_bucket_and_its_locators() {
         let content = sample(100_000);
         let bytes = encode_index(&content);
