@@ -5,7 +5,10 @@
 #      same files, both into a pipe (goal >= 0.5x)
 #   2. `cat LEAF/.records` through the mount, LEAF imported from those
 #      files, vs pylance 14.0.2 reading the leaf's `record` column
-#      (goal >= 1x)
+#      (goal >= 1x). Both pay Lance's decoding of the leaf as import wrote
+#      it: with records of 256 bytes or more, one zstd frame per record
+#      (docs/performance.md, "Why pylance is slow here"), which is most of
+#      both times; the ratio says little about the mount's own pipeline.
 #   3. records per role, `GROUP BY json_get_str(record, 'role')`, with
 #      `pchronicle query` vs DuckDB's read_json over the same files
 #      (goal: at most 2x DuckDB's time)
