@@ -1,4 +1,7 @@
-//! Counting a run of whole records with a vector structural pass.
+//! Walking a run of whole records with a vector structural pass: what
+//! counting takes (records, failed ones, timestamps) and what an index
+//! build takes (each record's place and key fields), through a visitor
+//! ([`visit`]) that says which top-level members it wants.
 //!
 //! The byte scanner ([`super::scan`]) validates one record at a time after
 //! the records were cut apart with `memchr`. Here a run of many records is
