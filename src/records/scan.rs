@@ -275,11 +275,17 @@ pub struct Member<'t> {
 impl Member<'_> {
     /// Whether the key is `name`.
     pub fn key_is(&self, name: &str) -> bool {
-        if self.key_escaped {
-            string_content(self.key, true).is_some_and(|k| k == name)
-        } else {
-            &self.key[1..self.key.len() - 1] == name.as_bytes()
-        }
+        key_is(self.key, self.key_escaped, name)
+    }
+}
+
+/// Whether the key token `key` (quotes included; `escaped` when it holds
+/// an escape) is `name`.
+pub fn key_is(key: &[u8], escaped: bool, name: &str) -> bool {
+    if escaped {
+        string_content(key, true).is_some_and(|k| k == name)
+    } else {
+        &key[1..key.len() - 1] == name.as_bytes()
     }
 }
 
@@ -713,13 +719,7 @@ mod tests {
             r#"[{"a":{}},[],"\u00e9",0,-0.0,1E9]"#,
             r#"{"deep":[[[[{"x":[[[]]]}]]]]}"#,
         ];
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::records::structural::tests::xorshift(0x9e37_79b9_7f4a_7c15);
         let alphabet = b"{}[],:\"\\ 0123456789.-+eEtrufalsn";
         let mut checked = 0;
         for seed in seeds {

@@ -442,13 +442,7 @@ mod tests {
     /// Random operations against a plain list in recency order.
     fn follows_a_model<S: BuildHasher>(mut entries: Entries<S>) {
         let mut model: Vec<(String, u64)> = Vec::new();
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::records::structural::tests::xorshift(0x9e37_79b9_7f4a_7c15);
         for step in 0..20_000u64 {
             let path = format!("d{}/f{}", next() % 7, next() % 40);
             let at = model.iter().position(|(p, _)| *p == path);

@@ -396,4 +396,4 @@ unsafe fn prefix_xor(mut bits: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -18,6 +18,7 @@
 //! shapes, or with a malformed number or literal, is walked as before.
 
 use super::visit::Visit;
+use super::walk::escapes_marked;
 use super::{DELIMITER, is_separator};
 use crate::records::scan::{self, Token};
 
@@ -140,6 +141,7 @@ impl Shapes {
                     (token, end)
                 }
             };
+            let token = escapes_marked(text, token, start..end, any_backslash);
             visit.member(text, any_backslash, field, key, token, start..end);
         }
         Some(shape.tokens.len())

@@ -40,8 +40,9 @@ fn serde_count(run: &[u8]) -> (u64, u64) {
     (records, failed)
 }
 
-/// A reproducible stream of pseudo-random numbers from `seed`.
-fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+/// A reproducible stream of pseudo-random numbers from `seed`, for the
+/// tests of every module.
+pub(crate) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
     move || {
         state ^= state << 13;
         state ^= state >> 7;

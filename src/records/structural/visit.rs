@@ -28,8 +28,8 @@ pub(crate) trait Visit {
     /// `b[key]` is wanted, and as what.
     fn field(&self, b: &[u8], key: Range<usize>, any_backslash: bool) -> Option<Self::Field>;
 
-    /// A wanted member of the record being walked: its value's token
-    /// (a string's never marked escaped: see [`escaped`]) and range, a
+    /// A wanted member of the record being walked: its value's token (a
+    /// string's marked escaped when it holds an escape) and range, a
     /// container's opening byte only. A key met again is handed again,
     /// later in the record; a record that turns out invalid still hands
     /// the members met before its fault, so notes are only final at
@@ -91,12 +91,6 @@ impl Visit for Counting<'_> {
         value: Range<usize>,
     ) {
         let key = &b[key];
-        let token = match token {
-            Token::String { .. } => Token::String {
-                escaped: escaped(&b[value.clone()], any_backslash),
-            },
-            other => other,
-        };
         let member = Member {
             key,
             key_escaped: escaped(key, any_backslash),

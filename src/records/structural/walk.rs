@@ -421,9 +421,28 @@ impl<V: Visit> Walk<'_, '_, V> {
     fn note(&mut self, key: (usize, usize), token: Token, value: Range<usize>) {
         let key = key.0..key.1;
         if let Some(field) = self.visit.field(self.b, key.clone(), self.any_backslash) {
+            let token = escapes_marked(self.b, token, value.clone(), self.any_backslash);
             self.visit
                 .member(self.b, self.any_backslash, field, key, token, value);
         }
+    }
+}
+
+/// `token` of the value at `b[value]`, a string's marked escaped when it
+/// holds an escape (the walk lists no escapes: it looks here, only for a
+/// member a visitor wants).
+#[inline(always)]
+pub(super) fn escapes_marked(
+    b: &[u8],
+    token: Token,
+    value: Range<usize>,
+    any_backslash: bool,
+) -> Token {
+    match token {
+        Token::String { .. } => Token::String {
+            escaped: escaped(&b[value], any_backslash),
+        },
+        other => other,
     }
 }
 

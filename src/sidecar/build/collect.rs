@@ -202,31 +202,22 @@ impl Visit for Collector<'_> {
     #[inline(always)]
     fn field(&self, b: &[u8], key: Range<usize>, any_backslash: bool) -> Option<usize> {
         let token = &b[key];
-        if structural::escaped(token, any_backslash) {
-            let name = scan::string_content(token, true)?;
-            self.key.iter().position(|k| *k == name)
-        } else {
-            let name = &token[1..token.len() - 1];
-            self.key.iter().position(|k| k.as_bytes() == name)
-        }
+        let escaped = structural::escaped(token, any_backslash);
+        self.key
+            .iter()
+            .position(|k| scan::key_is(token, escaped, k))
     }
 
     #[inline(always)]
     fn member(
         &mut self,
-        b: &[u8],
-        any_backslash: bool,
+        _: &[u8],
+        _: bool,
         field: usize,
         _: Range<usize>,
         token: Token,
         value: Range<usize>,
     ) {
-        let token = match token {
-            Token::String { .. } => Token::String {
-                escaped: structural::escaped(&b[value.clone()], any_backslash),
-            },
-            other => other,
-        };
         self.finder.found[field] = Some((token, value));
     }
 

@@ -279,15 +279,7 @@ fn the_vector_walk_collects_what_the_byte_scanner_does() {
         cohorts.push(cohort_of(&["1", "2", bad]));
     }
     let base = cohort_of(&strings);
-    let mut next = {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        }
-    };
+    let mut next = crate::records::structural::tests::xorshift(0x9e37_79b9_7f4a_7c15);
     let bytes = b"\"\\{}[],:\n\x1e0 x\xffe-.\x0c\r\t\xc3\xa9";
     for _ in 0..400 {
         let mut mutated = base.clone();
