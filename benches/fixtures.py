@@ -5,6 +5,8 @@ python3 benches/fixtures.py jsonl DIR MIB       MIB of JSONL in files of up to 1
 python3 benches/fixtures.py shard DIR MIB       one line shard of MIB
 python3 benches/fixtures.py walk-tree DIR N     N one-record files in directories of 1,000
 python3 benches/fixtures.py dialogue DIR MIB    MIB of JSONL turns (four roles) in files of 128 MiB
+python3 benches/fixtures.py transcript DIR MIB  MIB of agent turns whose contents are real text
+                                                (this repository's code and docs), one file per 128 MiB
 python3 benches/fixtures.py median-ms RUNS CMD...   median wall time of CMD
 python3 benches/fixtures.py read-mib-s FILE     sequential read throughput
 python3 benches/fixtures.py poll MNT PID SECONDS    daemon CPU while polling
@@ -13,6 +15,7 @@ python3 benches/fixtures.py read-leaves DIR     reads every leaf's manifest and 
 python3 benches/fixtures.py peak CMD...         runs CMD; prints "<ms> <peak RSS KiB>"
 """
 
+import math
 import os
 import statistics
 import subprocess
@@ -97,6 +100,56 @@ def dialogue(root, mib, per_file=128):
             for _ in range(count):
                 f.write(block)
         written += count
+        n += 1
+
+
+def transcript(root, mib, per_file=128):
+    """Agent turns as a transcript holds them: a user's short request, an
+    assistant's prose, a tool's output of code or docs of any length from
+    a line to 16 KiB. The text is this repository's own (src/, docs/), so
+    it compresses as real text does, not as a repeated letter."""
+    import json
+    import random
+    here = os.path.dirname(os.path.abspath(__file__))
+    top = os.path.dirname(here)
+    code, prose = [], []
+    for base, into in (("src", code), ("docs", prose)):
+        for d, _, names in sorted(os.walk(os.path.join(top, base))):
+            for name in sorted(names):
+                if not name.endswith((".rs", ".md", ".toml", ".py", ".sh", ".js", ".html", ".css")):
+                    continue
+                with open(os.path.join(d, name), encoding="utf-8", errors="replace") as f:
+                    into.append(f.read())
+    code, prose = "\n".join(code), "\n".join(prose)
+    rng = random.Random(33)
+
+    def cut(text, lo, hi):
+        n = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+        at = rng.randrange(max(len(text) - n, 1))
+        return text[at:at + n]
+
+    os.makedirs(root, exist_ok=True)
+    written, n, i = 0, 0, 0
+    while written < mib * MIB:
+        path = os.path.join(root, "session-%03d.jsonl" % n)
+        size = 0
+        with open(path, "w", encoding="utf-8") as f:
+            while size < per_file * MIB and written + size < mib * MIB:
+                role = ROLES[i % 3] if i % 50 else "system"
+                if role == "tool":
+                    content = cut(code if i % 5 else prose, 40, 16384)
+                elif role == "assistant":
+                    content = cut(prose, 60, 2000)
+                else:
+                    content = cut(prose, 20, 300)
+                line = json.dumps({"id": "t%08d" % i, "session": "s%04d" % (i // 40),
+                                   "ts": "2026-11-%02dT%02d:%02d:%02dZ" % (i // 86400 % 28 + 1, i // 3600 % 24, i // 60 % 60, i % 60),
+                                   "role": role, "content": content},
+                                  ensure_ascii=False, separators=(",", ":")) + "\n"
+                f.write(line)
+                size += len(line.encode("utf-8"))
+                i += 1
+        written += size
         n += 1
 
 
@@ -241,6 +294,8 @@ def main():
         walk_tree(args[0], int(args[1]))
     elif what == "dialogue":
         dialogue(args[0], int(args[1]))
+    elif what == "transcript":
+        transcript(args[0], int(args[1]))
     elif what == "median-ms":
         median_ms(int(args[0]), args[1:])
     elif what == "read-mib-s":

@@ -3,19 +3,19 @@
 #
 #   1. `pchronicle cat` of MIB of JSONL (files of 128 MiB) vs `cat` of the
 #      same files, both into a pipe (goal >= 0.5x)
-#   2. `cat LEAF/.records` through the mount, LEAF imported from those
-#      files, vs pylance 14.0.2 reading the leaf's `record` column
-#      (goal >= 1x). Both pay Lance's decoding of the leaf as import wrote
-#      it: with records of 256 bytes or more, one zstd frame per record
-#      (docs/performance.md, "Why pylance is slow here"), which is most of
-#      both times; the ratio says little about the mount's own pipeline.
+#   2. `cat LEAF/.records` through the mount vs pylance 14.0.2 reading
+#      the leaf's `record` column (goal >= 1x), alternating, for three
+#      leaves of LEAF_MIB each: agent turns of real text (`transcript`),
+#      short repetitive turns (`dialogue`) and records all under 256
+#      bytes (`shard`, the most records per byte). Also `pchronicle cat
+#      LEAF` (the same plan without the mount) and `.records` into a pipe.
 #   3. records per role, `GROUP BY json_get_str(record, 'role')`, with
 #      `pchronicle query` vs DuckDB's read_json over the same files
 #      (goal: at most 2x DuckDB's time)
 #
 # pylance and duckdb come from PyPI into a virtualenv made on first use.
 # Usage: bash benches/records.sh        (after cargo build --release)
-# Sizes (environment): PCHRONICLE_BENCH_RECORDS_MIB (1024), _RUNS (3),
+# Sizes (environment): PCHRONICLE_BENCH_RECORDS_MIB (1024), _LEAF_MIB (256), _RUNS (3),
 #   PCHRONICLE_BENCH_VENV (the virtualenv; default under ~/.cache),
 #   PCHRONICLE_BENCH_DIR (a temp dir).
 set -euo pipefail
@@ -24,6 +24,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin="${CARGO_TARGET_DIR:-/var/cache/pchronicle/target}/release/pchronicle"
 [ -x "$bin" ] || { echo "build first: cargo build --release ($bin missing)" >&2; exit 1; }
 mib="${PCHRONICLE_BENCH_RECORDS_MIB:-1024}"
+leaf_mib="${PCHRONICLE_BENCH_LEAF_MIB:-256}"
 runs="${PCHRONICLE_BENCH_RUNS:-3}"
 gen=benches/fixtures.py
 
@@ -52,22 +53,40 @@ printf '  cat             %8s ms\n' "$native"
 printf '  pchronicle cat  %8s ms   %sx cat   goal >= 0.5x   (%s records)\n' "$ours" "$(ratio "$native" "$ours")" "$lines"
 
 echo
-echo "== 2. LEAF/.records through the mount vs pylance reading the record column"
-"$bin" import "$work/jsonl" "$work/wh/leaf" >/dev/null
+echo "== 2. LEAF/.records through the mount vs pylance reading the record column ($leaf_mib MiB leaves, median of $runs alternating rounds)"
+printf '  %-10s %9s %9s %9s %9s %8s\n' leaf pylance .records "| cat" "pc cat" ratio
+# "<ms>" of one run of a shell command.
+once_ms() {
+  local t0 t1
+  t0=$(date +%s%N); sh -c "$1"; t1=$(date +%s%N)
+  echo $(( (t1 - t0) / 1000000 ))
+}
+median_of() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 mkdir -p "$work/mnt"
-"$bin" mount "$work/wh" "$work/mnt" >/dev/null
-mnt="$work/mnt"
-cat "$mnt/leaf/.records" >/dev/null   # Lance's files into the page cache
-records_ms=$(median_ms "cat '$mnt/leaf/.records' | cat >/dev/null")
-records_bytes=$(wc -c < "$mnt/leaf/.records")
-"$venv/bin/python" benches/peers.py pylance-records "$work/wh/leaf" >/dev/null
-pylance_ms=$(for _ in $(seq "$runs"); do "$venv/bin/python" benches/peers.py pylance-records "$work/wh/leaf"; done \
-  | sort -n | awk '{ ms[NR] = $1; rows = $2 } END { print ms[int((NR + 1) / 2)] }')
-printf '  pylance 14.0.2 to_batches(record)  %8s ms\n' "$pylance_ms"
-printf '  cat LEAF/.records                  %8s ms   %sx pylance   goal >= 1x   (%s bytes)\n' \
-  "$records_ms" "$(ratio "$pylance_ms" "$records_ms")" "$records_bytes"
-"$bin" umount "$mnt" >/dev/null
-mnt=""
+for kind in transcript dialogue shard; do
+  python3 "$gen" "$kind" "$work/$kind" "$leaf_mib"
+  "$bin" import "$work/$kind" "$work/wh-$kind/leaf" >/dev/null
+  rm -rf "$work/$kind"
+  "$bin" mount "$work/wh-$kind" "$work/mnt" >/dev/null
+  mnt="$work/mnt"
+  leaf="$work/wh-$kind/leaf"
+  cat "$mnt/leaf/.records" >/dev/null   # Lance's files into the page cache
+  "$venv/bin/python" benches/peers.py pylance-records "$leaf" >/dev/null
+  py="" records="" piped="" plan=""
+  for _ in $(seq "$runs"); do
+    py="$py $("$venv/bin/python" benches/peers.py pylance-records "$leaf" | cut -d' ' -f1)"
+    records="$records $(once_ms "cat '$mnt/leaf/.records' >/dev/null")"
+    piped="$piped $(once_ms "cat '$mnt/leaf/.records' | cat >/dev/null")"
+    plan="$plan $(once_ms "'$bin' cat '$leaf' >/dev/null")"
+  done
+  py=$(echo "$py" | median_of); records=$(echo "$records" | median_of)
+  piped=$(echo "$piped" | median_of); plan=$(echo "$plan" | median_of)
+  printf '  %-10s %6s ms %6s ms %6s ms %6s ms %7sx   goal >= 1x\n' \
+    "$kind" "$py" "$records" "$piped" "$plan" "$(ratio "$py" "$records")"
+  "$bin" umount "$mnt" >/dev/null
+  mnt=""
+  rm -rf "$work/wh-$kind"
+done
 
 echo
 echo "== 3. records per role: pchronicle query vs DuckDB read_json"

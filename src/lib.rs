@@ -35,6 +35,7 @@ pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod fs;
+pub mod heap;
 pub mod logbudget;
 pub mod logging;
 pub mod query;
@@ -71,6 +72,7 @@ mod layering {
         ("terminal", 0),
         ("remote", 0),
         ("work", 0),
+        ("heap", 0),
         ("sidecar", 1),
         ("store", 2),
         ("shards", 2),

@@ -382,7 +382,7 @@ impl Plan {
                 })?;
                 let leaf = catalog.open_leaf(&path)?;
                 let fingerprint = source.fingerprint.as_ref().and_then(Fingerprint::revision);
-                let wanted = self.selection.wanted(bodies);
+                let wanted = self.selection.wanted(bodies, filter.consumer.wants_heads());
                 store.read_records(&leaf, fingerprint, start, &wanted, filter)
             }
         }
@@ -404,6 +404,12 @@ pub trait Selected {
     /// [`RecordSink::wants_landmarks`]).
     fn wants_landmarks(&self) -> bool {
         false
+    }
+
+    /// Whether records should come with where they came from and their
+    /// time (see [`Wanted::heads`](crate::records::read::Wanted::heads)).
+    fn wants_heads(&self) -> bool {
+        true
     }
 }
 
@@ -546,5 +552,12 @@ impl Selected for Lines<'_> {
             record,
         )?;
         self.out.record_end(after)
+    }
+
+    /// A valid record is written as stored; only an annotated line (and a
+    /// failed record's, which the selection then asks heads for) tells
+    /// where it came from.
+    fn wants_heads(&self) -> bool {
+        self.shape == Shape::Annotated
     }
 }

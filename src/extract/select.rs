@@ -170,10 +170,13 @@ impl Selection {
 
     /// What a store may leave out before reading (`bodies`: the records'
     /// bytes are needed; they always are to look into them).
-    pub fn wanted(&self, bodies: bool) -> crate::records::read::Wanted {
+    pub fn wanted(&self, bodies: bool, heads: bool) -> crate::records::read::Wanted {
         crate::records::read::Wanted {
             failed: self.failed,
             bodies: bodies || self.contains.is_some(),
+            // The checks made again on every record read: the file glob,
+            // the window, and a failed record's place in its output line.
+            heads: heads || self.failed || self.file.is_some() || self.has_window(),
             since: self.since,
             until: self.until,
         }

@@ -77,7 +77,7 @@ pub struct Mounted {
 /// for it.
 pub fn mount(config: &MountConfig, ready: &dyn Fn(&Mounted)) -> Result<Mounted> {
     let daemon_of = ReadyPipe::from_env()?;
-    bound_heap();
+    crate::heap::bound();
     let (options, acl) = fuse_options(&config.options, config.allow_other)?;
     let catalog = Catalog::new(&config.warehouse, config.catalog.clone())?;
     if !catalog.root_dir().is_remote() {
@@ -428,23 +428,6 @@ fn leave(catalog: &Weak<Catalog>) -> ! {
         let _ = catalog.save_counts();
     }
     std::process::exit(0)
-}
-
-/// Keeps the daemon's resident memory near what it holds: all threads
-/// allocate from one arena (instead of one per thread, each keeping its
-/// own freed memory; the requests are short and I/O bound), and freed
-/// memory past 128 KiB at the top of the heap goes back to the system.
-/// Buffers up to 1 MiB (a read's reply, a piece of `.records`) come from
-/// the heap and are reused, instead of each being a fresh mapping that
-/// the kernel zeroes page by page.
-fn bound_heap() {
-    // SAFETY: mallopt only tunes the allocator; called before the request
-    // threads start.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
 }
 
 /// How often the daemon writes the persisted count cache when it changed.

@@ -8,9 +8,8 @@
 //! view, so renders of different users are never mixed up.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, sync_channel};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -234,55 +233,4 @@ impl Renders {
             memo.put(key, bytes, stands, self.ttl);
         }
     }
-}
-
-/// How long the heap is left alone after a render before its free pages
-/// are handed back: renders that come in a row (`ls -l`, a `find` that
-/// reads every `.stats`) are trimmed after once.
-const TRIM_AFTER: Duration = Duration::from_millis(50);
-
-/// The least time between two trims, so a mount rendering all the time
-/// (a zero TTL renders every read) trims at most twice a second.
-const TRIM_GAP: Duration = Duration::from_millis(500);
-
-/// Hands the heap memory freed by a render back to the system soon, on a
-/// thread of its own, so no answer waits for it.
-///
-/// A walk's buffers are freed between the small blocks it keeps (counts,
-/// listings, kept answers), and the allocator keeps the pages they leave
-/// free for reuse, per thread arena. Without this a daemon that walked a
-/// large tree stays at its peak: 100,000 files and every `.stats` left
-/// about 9 MiB of free pages. Trimming takes a lock per arena and a pass
-/// over its free blocks, so it is done at most once per [`TRIM_GAP`],
-/// and only after work: a mount answering from what it kept never trims.
-pub fn give_back_freed_memory_soon() {
-    static NUDGE: OnceLock<Option<SyncSender<()>>> = OnceLock::new();
-    let nudge = NUDGE.get_or_init(|| {
-        let (nudge, nudged) = sync_channel::<()>(1);
-        std::thread::Builder::new()
-            .name("pchronicle-trim".into())
-            .spawn(move || {
-                while nudged.recv().is_ok() {
-                    std::thread::sleep(TRIM_AFTER);
-                    // Nudges that came meanwhile are served by this trim.
-                    while nudged.try_recv().is_ok() {}
-                    give_back_freed_memory();
-                    std::thread::sleep(TRIM_GAP.saturating_sub(TRIM_AFTER));
-                }
-            })
-            .ok()
-            .map(|_| nudge)
-    });
-    match nudge {
-        // Full: a trim is already due.
-        Some(nudge) => drop(nudge.try_send(())),
-        None => give_back_freed_memory(),
-    }
-}
-
-/// Returns the heap memory that is free to the system now.
-fn give_back_freed_memory() {
-    // SAFETY: malloc_trim only releases free heap pages; it has no
-    // preconditions and is thread-safe. No safe wrapper exists.
-    unsafe { libc::malloc_trim(0) };
 }

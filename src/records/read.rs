@@ -44,6 +44,10 @@ pub struct Wanted {
     pub failed: bool,
     /// The records' bytes (a count or a query of other columns needs none).
     pub bodies: bool,
+    /// Where each record came from and its time (`_file_`, `line`,
+    /// `timestamp`): a plain listing of valid records needs none of them.
+    /// Without, a store may give them as unknown (`""`, 0, none).
+    pub heads: bool,
     /// Only records at or after this time.
     pub since: Option<Micros>,
     /// Only records before this time.
@@ -55,6 +59,7 @@ impl Default for Wanted {
         Wanted {
             failed: false,
             bodies: true,
+            heads: true,
             since: None,
             until: None,
         }

@@ -281,3 +281,87 @@ fn the_record_column_is_written_with_the_chosen_compression() {
         .sum();
     assert_eq!(rows, 4_000);
 }
+
+/// The `record` column's page layouts, as Lance wrote them into the first
+/// data file of the leaf: the debug text of each page's encoding.
+fn record_page_encodings(rt: &tokio::runtime::Runtime, leaf: &Path) -> Vec<String> {
+    use lance_io::object_store::ObjectStore;
+    use lance_io::scheduler::{ScanScheduler, SchedulerConfig};
+    use lance_io::utils::CachedFileSize;
+    let data = std::fs::read_dir(leaf.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "lance"))
+        .expect("a data file");
+    rt.block_on(async {
+        let (store, path) = ObjectStore::from_uri(data.to_str().unwrap()).await.unwrap();
+        let scheduler = ScanScheduler::new(store, SchedulerConfig::default_for_testing());
+        let file = scheduler
+            .open_file(&path, &CachedFileSize::unknown())
+            .await
+            .unwrap();
+        let metadata = lance_file::reader::FileReader::read_all_metadata(&file)
+            .await
+            .unwrap();
+        let record = metadata
+            .file_schema
+            .fields
+            .iter()
+            .position(|f| f.name == "record")
+            .expect("a record column");
+        metadata.column_infos[record]
+            .page_infos
+            .iter()
+            .map(|page| format!("{:?}", page.encoding))
+            .collect()
+    })
+}
+
+/// The `record` column asks for FSST, and gets it whatever the records'
+/// lengths: in pages of short records (mini-block, many records per
+/// block) and in pages holding one of 256 bytes or more (full-zip, one
+/// value at a time), where Lance honours only some compressions and
+/// turns others into a zstd frame per record, slow to read back
+/// (docs/performance.md, "Why pylance is slow here").
+#[test]
+fn the_record_column_is_fsst_in_pages_of_short_and_of_long_records() {
+    use pchronicle::store::compact::{CompactJsonlStore, ImportMode, RECORD_COMPRESSION};
+    assert_eq!(RECORD_COMPRESSION, "fsst");
+    let rt = lance_runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let store = CompactJsonlStore::default();
+    for (name, words) in [("short", 10), ("long", 120)] {
+        let source = dir.path().join(format!("{name}.jsonl"));
+        let text: String = (0..5_000)
+            .map(|i| {
+                let content: Vec<String> = (0..words)
+                    .map(|w| format!("w{}", (i * 7 + w) % 97))
+                    .collect();
+                format!("{{\"i\":{i},\"content\":\"{}\"}}\n", content.join(" "))
+            })
+            .collect();
+        std::fs::write(&source, &text).unwrap();
+        let leaf = dir.path().join(name);
+        store
+            .import_path(&source, &leaf, ImportMode::Create)
+            .unwrap();
+        let pages = record_page_encodings(&rt, &leaf);
+        assert!(!pages.is_empty());
+        let layout = if name == "long" {
+            "FullZip"
+        } else {
+            "MiniBlock"
+        };
+        for page in &pages {
+            // What precedes the symbol table (whose bytes are the data's).
+            let head = page.split("symbol_table").next().unwrap();
+            assert!(
+                head.contains(&format!("{layout}Layout"))
+                    && head.contains(
+                        "value_compression: Some(CompressiveEncoding { compression: Some(Fsst("
+                    ),
+                "{name} records: a page is not {layout} with FSST: {head}"
+            );
+        }
+    }
+}

@@ -14,8 +14,9 @@ use crate::fs::FsError;
 use crate::fs::attributes::{NO_TTL, synthetic_attr};
 use crate::fs::handles::Handle;
 use crate::fs::inodes::{Synthetic, Target};
-use crate::fs::render::{Stands, give_back_freed_memory_soon};
+use crate::fs::render::Stands;
 use crate::fs::views::{Caller, View};
+use crate::heap::give_back_freed_memory_soon;
 
 /// A directory's `.sources`, when its `.stats` is asked for, is made from
 /// the same walk and kept too if it lists at most this many sources (about

@@ -119,19 +119,14 @@ impl Scan {
         };
         super::engine::check_own_files(&dataset)?;
         let mut scanner = dataset.scan();
-        let columns: &[&str] = if self.wanted.bodies {
-            &[
-                "_file_",
-                "line",
-                "timestamp",
-                "failed",
-                "record",
-                "offload_sha256",
-            ]
-        } else {
-            &["_file_", "line", "timestamp", "failed"]
-        };
-        scanner.project(columns)?;
+        let mut columns = vec!["failed"];
+        if self.wanted.heads {
+            columns.extend(["_file_", "line", "timestamp"]);
+        }
+        if self.wanted.bodies {
+            columns.extend(["record", "offload_sha256"]);
+        }
+        scanner.project(&columns)?;
         if let Some(filter) = row_filter(&self.wanted) {
             scanner.filter_expr(filter);
         }
@@ -251,11 +246,12 @@ fn row_filter(wanted: &Wanted) -> Option<Expr> {
     terms.into_iter().reduce(Expr::and)
 }
 
-/// The columns of one batch (the record columns only when projected).
+/// The columns of one batch (the head and record columns only when
+/// projected).
 struct Rows<'b> {
-    file: &'b StringArray,
-    line: &'b UInt64Array,
-    timestamp: &'b TimestampMicrosecondArray,
+    file: Option<&'b StringArray>,
+    line: Option<&'b UInt64Array>,
+    timestamp: Option<&'b TimestampMicrosecondArray>,
     failed: &'b BooleanArray,
     record: Option<&'b LargeStringArray>,
     offload: Option<&'b StringArray>,
@@ -275,9 +271,9 @@ impl<'b> Rows<'b> {
             }
         }
         Some(Rows {
-            file: column(batch, "_file_")?,
-            line: column(batch, "line")?,
-            timestamp: column(batch, "timestamp")?,
+            file: optional(batch, "_file_")?,
+            line: optional(batch, "line")?,
+            timestamp: optional(batch, "timestamp")?,
             failed: column(batch, "failed")?,
             record: optional(batch, "record")?,
             offload: optional(batch, "offload_sha256")?,
@@ -292,18 +288,16 @@ impl<'b> Rows<'b> {
         next: Resume,
         sink: &mut dyn RecordSink,
     ) -> Result<ControlFlow<()>> {
-        let file = if self.file.is_null(i) {
-            ""
-        } else {
-            self.file.value(i)
-        };
-        let timestamp = (!self.timestamp.is_null(i)).then(|| self.timestamp.value(i));
+        let file = self
+            .file
+            .filter(|f| !f.is_null(i))
+            .map_or("", |f| f.value(i));
+        let timestamp = self.timestamp.filter(|t| !t.is_null(i)).map(|t| t.value(i));
         let failed = !self.failed.is_null(i) && self.failed.value(i);
-        let line = if self.line.is_null(i) {
-            0
-        } else {
-            self.line.value(i)
-        };
+        let line = self
+            .line
+            .filter(|l| !l.is_null(i))
+            .map_or(0, |l| l.value(i));
         let sink_error = |e: io::Error| Error::io(leaf.path(), &e);
         if let Some(sha) = self.offload.filter(|o| !o.is_null(i)).map(|o| o.value(i)) {
             let (mut object, len) = open_offloaded(leaf, offload_dir, sha)?;
