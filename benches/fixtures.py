@@ -106,8 +106,10 @@ def dialogue(root, mib, per_file=128):
 def transcript(root, mib, per_file=128):
     """Agent turns as a transcript holds them: a user's short request, an
     assistant's prose, a tool's output of code or docs of any length from
-    a line to 16 KiB. The text is this repository's own (src/, docs/), so
-    it compresses as real text does, not as a repeated letter."""
+    a line to 16 KiB, and one tool output in a hundred (a whole file, a
+    long log) of 32 to 128 KiB. The text is this repository's own (src/,
+    docs/), so it compresses as real text does, not as a repeated letter;
+    it changes with the repository, so compare figures within one run."""
     import json
     import random
     here = os.path.dirname(os.path.abspath(__file__))
@@ -136,7 +138,9 @@ def transcript(root, mib, per_file=128):
         with open(path, "w", encoding="utf-8") as f:
             while size < per_file * MIB and written + size < mib * MIB:
                 role = ROLES[i % 3] if i % 50 else "system"
-                if role == "tool":
+                if role == "tool" and i % 300 == 2:
+                    content = cut(code, 32768, 131072)
+                elif role == "tool":
                     content = cut(code if i % 5 else prose, 40, 16384)
                 elif role == "assistant":
                     content = cut(prose, 60, 2000)

@@ -55,12 +55,15 @@ printf '  pchronicle cat  %8s ms   %sx cat   goal >= 0.5x   (%s records)\n' "$ou
 echo
 echo "== 2. LEAF/.records through the mount vs pylance reading the record column ($leaf_mib MiB leaves, median of $runs alternating rounds)"
 printf '  %-10s %9s %9s %9s %9s %8s\n' leaf pylance .records "| cat" "pc cat" ratio
-# "<ms>" of one run of a shell command.
+# "<ms>" of one run of a shell command; fails when it does.
 once_ms() {
   local t0 t1
-  t0=$(date +%s%N); sh -c "$1"; t1=$(date +%s%N)
+  t0=$(date +%s%N)
+  sh -c "set -e; $1" || return 1
+  t1=$(date +%s%N)
   echo $(( (t1 - t0) / 1000000 ))
 }
+failed() { echo "failed: $1" >&2; exit 1; }
 median_of() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 mkdir -p "$work/mnt"
 for kind in transcript dialogue shard; do
@@ -74,10 +77,16 @@ for kind in transcript dialogue shard; do
   "$venv/bin/python" benches/peers.py pylance-records "$leaf" >/dev/null
   py="" records="" piped="" plan=""
   for _ in $(seq "$runs"); do
-    py="$py $("$venv/bin/python" benches/peers.py pylance-records "$leaf" | cut -d' ' -f1)"
-    records="$records $(once_ms "cat '$mnt/leaf/.records' >/dev/null")"
-    piped="$piped $(once_ms "cat '$mnt/leaf/.records' | cat >/dev/null")"
-    plan="$plan $(once_ms "'$bin' cat '$leaf' >/dev/null")"
+    ms=$("$venv/bin/python" benches/peers.py pylance-records "$leaf" | cut -d' ' -f1) || failed pylance
+    py="$py $ms"
+    ms=$(once_ms "cat '$mnt/leaf/.records' >/dev/null") || failed .records
+    records="$records $ms"
+    # Without pipefail in sh, the pipe's status is the last cat's: the
+    # read's own status is checked on its own above.
+    ms=$(once_ms "cat '$mnt/leaf/.records' | cat >/dev/null") || failed ".records | cat"
+    piped="$piped $ms"
+    ms=$(once_ms "'$bin' cat '$leaf' >/dev/null") || failed "pchronicle cat"
+    plan="$plan $ms"
   done
   py=$(echo "$py" | median_of); records=$(echo "$records" | median_of)
   piped=$(echo "$piped" | median_of); plan=$(echo "$plan" | median_of)

@@ -73,7 +73,7 @@ PCHRONICLE_BENCH_POLL_SECONDS=3 PCHRONICLE_BENCH_RUNS=1 bash benches/polling.sh
 # Remote warehouses against the local S3 server (moto, installed above).
 PCHRONICLE_BENCH_REMOTE_LEAVES=100 PCHRONICLE_BENCH_REMOTE_MIB=32 bash benches/remote.sh
 # Both install their peers (pylance, duckdb) from PyPI into a virtualenv once.
-PCHRONICLE_BENCH_RECORDS_MIB=64 PCHRONICLE_BENCH_RUNS=1 bash benches/records.sh
+PCHRONICLE_BENCH_RECORDS_MIB=64 PCHRONICLE_BENCH_LEAF_MIB=64 PCHRONICLE_BENCH_RUNS=1 bash benches/records.sh
 
 step "test"
 cargo test --release --locked

@@ -452,7 +452,7 @@ impl RecordSink for Filter<'_> {
         if self
             .named
             .as_ref()
-            .is_none_or(|n| n.index != self.index || n.inner != record.file)
+            .is_none_or(|n| n.index != self.index || !same_text(&n.inner, record.file))
         {
             let file = match (source.file.as_str(), record.file) {
                 (source, "") => source.to_string(),
@@ -514,6 +514,13 @@ impl RecordSink for Filter<'_> {
         }
         Ok(ControlFlow::Continue(()))
     }
+}
+
+/// Whether two short texts are equal: the record's file name, compared
+/// once per record. (`==` calls the C library even for empty texts, which
+/// cost a tenth of `cat`'s time over a leaf of short records.)
+fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
 }
 
 /// Records larger than this are not looked into by `--contains` (they

@@ -43,10 +43,6 @@ use crate::work::{self, Work};
 /// out only when full or at the end of a record that nearly fills it, so a
 /// larger one keeps a reader waiting longer for its first bytes.
 const PIECE: usize = 128 << 10;
-/// Pieces a producer may run ahead of its readers: two requests of the
-/// largest size the kernel sends (1 MiB), so the producer writes the next
-/// request's bytes while the last one is copied out.
-const AHEAD: usize = (2 << 20) / PIECE;
 /// Output bytes between checkpoints.
 pub const CHECKPOINT_EVERY: u64 = 4 << 20;
 /// Checkpoints kept per stream; past it every other one is dropped and
@@ -311,8 +307,8 @@ impl RecordsStream {
     /// Starts a producer writing the plan's output from `position`, which
     /// is output offset `at`.
     fn start(&self, position: Position, at: u64) -> Producer {
-        let (sender, pieces) = sync_channel(AHEAD);
-        let (spare, spares) = sync_channel(AHEAD);
+        let (sender, pieces) = sync_channel(2);
+        let (spare, spares) = sync_channel(2);
         let plan = Arc::clone(&self.plan);
         let catalog = Arc::clone(&self.catalog);
         let work = Work::cancellable("producing `.records`");
