@@ -517,8 +517,9 @@ impl RecordSink for Filter<'_> {
 }
 
 /// Whether two short texts are equal: the record's file name, compared
-/// once per record. (`==` calls the C library even for empty texts, which
-/// cost a tenth of `cat`'s time over a leaf of short records.)
+/// once per record. (`==` calls the C library's `memcmp` even for two
+/// empty texts; not calling it took a third off `pchronicle cat` of a
+/// leaf of short records, whose file names a plain listing leaves empty.)
 fn same_text(a: &str, b: &str) -> bool {
     a.len() == b.len() && (a.is_empty() || a == b)
 }

@@ -43,9 +43,10 @@ pub const COMPRESSION_KEY: &str = "lance-encoding:compression";
 /// longer one is compressed a record at a time with zstd whatever is
 /// asked. LZ4 (asked for from 2026-12-02 to 2026-12-06) is honoured only
 /// in pages of records all under 256 bytes; a page holding a longer one
-/// became a zstd frame per record, slow to read back. On agent transcripts (`benches/fixtures.py
-/// transcript`, 256 MiB) FSST imports in 1.9 s instead of 3.1 s and reads
-/// back 1.5 to 2 times as fast, for 167 MB on disk instead of 130.
+/// became a zstd frame per record, slow to read back. On agent
+/// transcripts whose tool outputs stay under 32 KiB (256 MiB), FSST
+/// imports in 1.9 s instead of 3.1 s and reads back 1.5 to 2 times as
+/// fast, for 167 MB on disk instead of 130 (docs/performance.md).
 pub const RECORD_COMPRESSION: &str = "fsst";
 
 /// The Arrow schema of a compact-jsonl dataset (SPEC 2.3).
