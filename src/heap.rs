@@ -88,7 +88,7 @@ impl Drop for Streaming {
 }
 
 /// Whether a stream holds the heap's streaming policy now.
-pub fn streaming() -> bool {
+fn streaming() -> bool {
     *STREAMS.lock() > 0
 }
 
