@@ -29,19 +29,22 @@
 //! inside it (a storyline generation's file, a compact-jsonl row's
 //! `_file_` column). Inside a leaf, records come in stored order.
 
+mod filter;
 mod output;
 pub mod runs;
 pub mod select;
 pub mod stream;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::catalog::{Catalog, Fingerprint, Source, SourceKind, Warning};
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
-use crate::records::read::{self, Body, Record, RecordSink, Resume};
+use crate::records::read::{self, Record, Resume, Span};
+use filter::Filter;
+use output::Lines;
 pub use select::{Glob, Selection};
 
 /// What each record written looks like.
@@ -66,6 +69,23 @@ pub struct Position {
 pub trait Output: Write {
     /// `after` resumes after the record just written.
     fn record_end(&mut self, after: Position) -> io::Result<ControlFlow<()>>;
+
+    /// Writes each record of `span` (of source number `index`), none of
+    /// which holds a line break, as a line, with its `record_end`.
+    fn span_lines(&mut self, span: &Span<'_>, index: usize) -> io::Result<ControlFlow<()>> {
+        for i in 0..span.len() {
+            self.write_all(span.bytes(i))?;
+            self.write_all(b"\n")?;
+            let after = Position {
+                source: index,
+                within: span.next(i),
+            };
+            if self.record_end(after)?.is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
 }
 
 /// `ls --sources`: the Snapshot of `rel` with only the sources
@@ -400,8 +420,27 @@ pub trait Selected {
         after: Position,
     ) -> io::Result<ControlFlow<()>>;
 
+    /// Records held back to back (a [`Span`]) of source number `index`,
+    /// every one selected; by default one by one to
+    /// [`Selected::selected`].
+    fn selected_span(
+        &mut self,
+        source: &Source,
+        file: &str,
+        span: &Span<'_>,
+        index: usize,
+    ) -> io::Result<ControlFlow<()>> {
+        span.each(|record, next| {
+            let after = Position {
+                source: index,
+                within: next,
+            };
+            self.selected(source, file, record, after)
+        })
+    }
+
     /// Whether records should come with their landmarks (see
-    /// [`RecordSink::wants_landmarks`]).
+    /// [`RecordSink::wants_landmarks`](read::RecordSink::wants_landmarks)).
     fn wants_landmarks(&self) -> bool {
         false
     }
@@ -410,162 +449,5 @@ pub trait Selected {
     /// time (see [`Wanted::heads`](crate::records::read::Wanted::heads)).
     fn wants_heads(&self) -> bool {
         true
-    }
-}
-
-/// Applies the per-record filters and the limit.
-struct Filter<'a> {
-    selection: &'a Selection,
-    consumer: &'a mut dyn Selected,
-    source: Option<&'a Source>,
-    written: u64,
-    index: usize,
-    /// The `_file_` of the last record's file.
-    named: Option<Named>,
-}
-
-/// A record file's `_file_` and whether it passes the glob.
-struct Named {
-    index: usize,
-    inner: String,
-    file: String,
-    passes: bool,
-}
-
-impl RecordSink for Filter<'_> {
-    fn wants_landmarks(&self) -> bool {
-        self.consumer.wants_landmarks()
-    }
-
-    fn record(&mut self, record: Record<'_>, next: Resume) -> io::Result<ControlFlow<()>> {
-        let Some(source) = self.source else {
-            return Ok(ControlFlow::Break(()));
-        };
-        let wanted = (!record.failed || self.selection.failed)
-            && self.selection.in_window(record.timestamp)
-            && (source.kind != SourceKind::File || self.selection.before_cut(record.timestamp));
-        if !wanted {
-            return Ok(ControlFlow::Continue(()));
-        }
-        // Consecutive records mostly share their file: its `_file_` (and
-        // whether it passes the glob) is worked out once per run of them.
-        if self
-            .named
-            .as_ref()
-            .is_none_or(|n| n.index != self.index || !same_text(&n.inner, record.file))
-        {
-            let file = match (source.file.as_str(), record.file) {
-                (source, "") => source.to_string(),
-                (".", inner) => inner.to_string(),
-                (source, inner) => format!("{source}/{inner}"),
-            };
-            self.named = Some(Named {
-                index: self.index,
-                inner: record.file.to_string(),
-                passes: self.selection.file_matches(&file),
-                file,
-            });
-        }
-        let named = self.named.as_ref().expect("set just above");
-        if !named.passes {
-            return Ok(ControlFlow::Continue(()));
-        }
-        let after = Position {
-            source: self.index,
-            within: next,
-        };
-        // `--contains` looks into the stored bytes; a record too large to
-        // hold is read whole once, to look and to hand on.
-        let flow = match (&self.selection.contains, record.body) {
-            (None, body) => {
-                let record = Record { body, ..record };
-                self.consumer.selected(source, &named.file, record, after)?
-            }
-            (Some(_), Body::Bytes(bytes)) => {
-                if !self.selection.holds(bytes) {
-                    return Ok(ControlFlow::Continue(()));
-                }
-                let record = Record {
-                    body: Body::Bytes(bytes),
-                    ..record
-                };
-                self.consumer.selected(source, &named.file, record, after)?
-            }
-            (Some(_), Body::Stream { reader, len }) => {
-                let held = read_whole(reader, len)?;
-                if held.is_empty() || !self.selection.holds(&held) {
-                    return Ok(ControlFlow::Continue(()));
-                }
-                let record = Record {
-                    body: Body::Bytes(&held),
-                    ..record
-                };
-                self.consumer.selected(source, &named.file, record, after)?
-            }
-        };
-        self.written += 1;
-        if flow.is_break()
-            || self
-                .selection
-                .limit
-                .is_some_and(|limit| self.written >= limit)
-        {
-            return Ok(ControlFlow::Break(()));
-        }
-        Ok(ControlFlow::Continue(()))
-    }
-}
-
-/// Whether two short texts are equal: the record's file name, compared
-/// once per record. (`==` calls the C library's `memcmp` even for two
-/// empty texts; not calling it took a third off `pchronicle cat` of a
-/// leaf of short records, whose file names a plain listing leaves empty.)
-fn same_text(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (a.is_empty() || a == b)
-}
-
-/// Records larger than this are not looked into by `--contains` (they
-/// never match it).
-const CONTAINS_AT_MOST: u64 = 256 << 20;
-
-/// A streamed record's bytes, whole (empty past [`CONTAINS_AT_MOST`]).
-fn read_whole(reader: &mut dyn io::Read, len: u64) -> io::Result<Vec<u8>> {
-    if len > CONTAINS_AT_MOST {
-        return Ok(Vec::new());
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    reader.take(len).read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
-/// Records as JSON Lines.
-struct Lines<'a> {
-    shape: Shape,
-    out: &'a mut dyn Output,
-}
-
-impl Selected for Lines<'_> {
-    fn selected(
-        &mut self,
-        source: &Source,
-        file: &str,
-        record: Record<'_>,
-        after: Position,
-    ) -> io::Result<ControlFlow<()>> {
-        output::write_record(
-            &mut *self.out,
-            self.shape,
-            file,
-            Some(&source.path_attrs),
-            record,
-        )?;
-        self.out.record_end(after)
-    }
-
-    /// A valid record is written as stored; only an annotated line (and a
-    /// failed record's, which the selection then asks heads for) tells
-    /// where it came from.
-    fn wants_heads(&self) -> bool {
-        self.shape == Shape::Annotated
     }
 }

@@ -4,8 +4,11 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
-use super::Shape;
-use crate::records::read::{Body, Record};
+use std::ops::ControlFlow;
+
+use super::{Output, Position, Selected, Shape};
+use crate::catalog::Source;
+use crate::records::read::{Body, Record, Span};
 use crate::records::timestamp;
 
 /// Raw text kept of a failed record; the rest is cut (and said so).
@@ -124,6 +127,60 @@ fn capped_text(body: Body<'_>) -> io::Result<(String, bool)> {
                 len > FAILED_TEXT_CAP,
             ))
         }
+    }
+}
+
+/// Records as JSON Lines.
+pub(super) struct Lines<'a> {
+    pub(super) shape: Shape,
+    pub(super) out: &'a mut dyn Output,
+}
+
+impl Selected for Lines<'_> {
+    fn selected(
+        &mut self,
+        source: &Source,
+        file: &str,
+        record: Record<'_>,
+        after: Position,
+    ) -> io::Result<ControlFlow<()>> {
+        write_record(
+            &mut *self.out,
+            self.shape,
+            file,
+            Some(&source.path_attrs),
+            record,
+        )?;
+        self.out.record_end(after)
+    }
+
+    /// A plain line is the record as stored: when no record of the span
+    /// holds a line break (one look over them all), they go out as they
+    /// are.
+    fn selected_span(
+        &mut self,
+        source: &Source,
+        file: &str,
+        span: &Span<'_>,
+        index: usize,
+    ) -> io::Result<ControlFlow<()>> {
+        if self.shape == Shape::Plain && memchr::memchr2(b'\n', b'\r', span.all_bytes()).is_none() {
+            return self.out.span_lines(span, index);
+        }
+        span.each(|record, next| {
+            let after = Position {
+                source: index,
+                within: next,
+            };
+            self.selected(source, file, record, after)
+        })
+    }
+
+    /// A valid record is written as stored; only an annotated line (and a
+    /// failed record's, which the selection then asks heads for) tells
+    /// where it came from.
+    fn wants_heads(&self) -> bool {
+        self.shape == Shape::Annotated
     }
 }
 

@@ -99,10 +99,110 @@ pub trait RecordSink {
     /// `next`: resuming there reads the records after this one.
     fn record(&mut self, record: Record<'_>, next: Resume) -> io::Result<ControlFlow<()>>;
 
+    /// Records a store holds back to back, handed on in one call; by
+    /// default one by one to [`RecordSink::record`].
+    fn span(&mut self, span: &Span<'_>) -> io::Result<ControlFlow<()>> {
+        span.each(|record, next| self.record(record, next))
+    }
+
     /// Whether records should come with their [`Landmarks`] (finding them
     /// costs a scan a little; only a run summary reads them).
     fn wants_landmarks(&self) -> bool {
         false
+    }
+}
+
+/// Valid records held back to back in one buffer, as a columnar store
+/// reads them: handed on in one call rather than one call each. None is
+/// failed or streamed, and none says where it came from or its time (a
+/// store makes spans only when those were not asked for). The record
+/// after `i` records resumes at the first's [`Resume`] with its offset
+/// `i` rows on.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    text: &'a [u8],
+    /// Where each record starts in `text`, and where the last ends.
+    bounds: &'a [i64],
+    first: Resume,
+}
+
+impl<'a> Span<'a> {
+    /// The records `text[bounds[i]..bounds[i + 1]]`; `first` resumes after
+    /// the first of them. A bound outside `text` reads as an empty record.
+    pub fn new(text: &'a [u8], bounds: &'a [i64], first: Resume) -> Span<'a> {
+        Span {
+            text,
+            bounds,
+            first,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bounds.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of record `i`.
+    pub fn bytes(&self, i: usize) -> &'a [u8] {
+        self.between(self.bounds[i], self.bounds[i + 1])
+    }
+
+    /// The bytes from the first record's start to the last one's end.
+    pub fn all_bytes(&self) -> &'a [u8] {
+        match (self.bounds.first(), self.bounds.last()) {
+            (Some(&start), Some(&end)) => self.between(start, end),
+            _ => &[],
+        }
+    }
+
+    fn between(&self, start: i64, end: i64) -> &'a [u8] {
+        let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end)) else {
+            return &[];
+        };
+        self.text.get(start..end).unwrap_or(&[])
+    }
+
+    /// Where reading resumes after record `i`.
+    pub fn next(&self, i: usize) -> Resume {
+        Resume {
+            offset: self.first.offset + i as u64,
+            ..self.first
+        }
+    }
+
+    /// Its first `n` records.
+    pub fn prefix(&self, n: usize) -> Span<'a> {
+        if self.bounds.is_empty() {
+            return *self;
+        }
+        Span {
+            bounds: &self.bounds[..=n.min(self.len())],
+            ..*self
+        }
+    }
+
+    /// Hands its records to `each` one at a time, until one says `Break`.
+    pub fn each(
+        &self,
+        mut each: impl FnMut(Record<'a>, Resume) -> io::Result<ControlFlow<()>>,
+    ) -> io::Result<ControlFlow<()>> {
+        for i in 0..self.len() {
+            let record = Record {
+                file: "",
+                line: 0,
+                timestamp: None,
+                failed: false,
+                body: Body::Bytes(self.bytes(i)),
+                landmarks: None,
+            };
+            if each(record, self.next(i))?.is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
     }
 }
 

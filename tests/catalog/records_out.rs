@@ -117,6 +117,62 @@ fn every_imported_record_comes_back_out_byte_for_byte() {
     assert_eq!(failed[0]["raw"], "{\"role\":\"user\",\"torn\":");
 }
 
+/// A leaf hands Lance's batches on whole when it can: the limit and
+/// `--contains` must cut and pick the same records as they do from the
+/// loose file, record by record, across batches of 8,192 rows, with a
+/// record over the offload threshold and multi-line records among them.
+#[test]
+fn limits_and_contains_pick_the_same_records_from_a_leaf_as_from_its_source() {
+    let w = Warehouse::new();
+    let mut text = String::new();
+    for i in 0..20_000 {
+        match i {
+            12_000 => text.push_str(&format!(
+                "{{\"n\":{i},\"pad\":\"{}\"}}\n",
+                "p".repeat(2 << 20)
+            )),
+            15_000 => text.push_str(&format!("[{i},\r\"crlf\"]\n")),
+            _ => text.push_str(&format!(
+                "{{\"n\":{i},\"say\":\"{}\"}}\n",
+                ["hello", "bye"][i % 7 / 6]
+            )),
+        }
+    }
+    imported(&w, "in/s.jsonl", "wh/leaf", text.as_bytes());
+    let leaf = Catalog::new(&w.abs("wh"), CatalogOptions::default()).unwrap();
+    let loose = Catalog::new(&w.abs("in"), CatalogOptions::default()).unwrap();
+    let mut selections = Vec::new();
+    for limit in [1, 8_191, 8_192, 8_193, 12_001, 19_999, 20_000, 30_000] {
+        selections.push(Selection {
+            limit: Some(limit),
+            ..Selection::default()
+        });
+    }
+    for (contains, limit) in [("bye", None), ("bye", Some(1_500)), ("crlf", None)] {
+        let mut selection = Selection {
+            limit,
+            ..Selection::default()
+        };
+        selection.set_contains(contains).unwrap();
+        selections.push(selection);
+    }
+    for selection in selections {
+        let want = cat(&loose, "s.jsonl", selection.clone(), Shape::Plain);
+        let got = cat(&leaf, "leaf", selection.clone(), Shape::Plain);
+        let lines = want.iter().filter(|b| **b == b'\n').count();
+        assert!(lines > 0);
+        if let Some(limit) = selection.limit {
+            assert!(lines as u64 == limit.min(20_000) || selection.contains.is_some());
+        }
+        assert!(
+            got == want,
+            "limit {:?}: {} lines from the leaf, {lines} from the file",
+            selection.limit,
+            got.iter().filter(|b| **b == b'\n').count()
+        );
+    }
+}
+
 #[test]
 fn filters_prune_leaves_without_opening_their_datasets() {
     let w = Warehouse::new();

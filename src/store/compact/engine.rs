@@ -71,6 +71,9 @@ pub fn schema() -> Schema {
     Schema::new_with_metadata(fields, metadata)
 }
 
+/// Worker threads of the store's runtime, where Lance decodes.
+pub(super) const RUNTIME_WORKERS: usize = 2;
+
 /// The runtime and session a store opens every dataset with, both
 /// created on first use.
 #[derive(Default)]
@@ -85,7 +88,7 @@ impl CompactJsonlStore {
     pub(super) fn block_on<F: std::future::Future>(&self, future: F) -> Result<F::Output> {
         let runtime = self.engine.runtime.get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(RUNTIME_WORKERS)
                 .thread_name("pchronicle-lance")
                 .enable_all()
                 .build()
