@@ -176,9 +176,9 @@ fn a_large_file_is_counted_once_in_the_background() {
 #[test]
 fn records_producers_stop_when_their_readers_leave() {
     let wh = Warehouse::new();
-    // A storyline leaf: one record of 200 KB, then 200 GB of zeros, which
+    // A storyline leaf: two records of 200 KB, then 200 GB of zeros, which
     // a producer skips without sending anything.
-    let record = format!("{{\"text\":\"{}\"}}\n", "x".repeat(200 << 10));
+    let record = format!("{{\"text\":\"{}\"}}\n", "x".repeat(200 << 10)).repeat(2);
     wh.file("s/CURRENT", "g1\n");
     let part = wh.abs("s/generations/g1/part-0.jsonl");
     wh.file("s/generations/g1/part-0.jsonl", &record);
@@ -191,7 +191,7 @@ fn records_producers_stop_when_their_readers_leave() {
     // A manifest that matches the generation, so the leaf is not counted
     // (that would be the background counter's work, not a producer's).
     let stats = pchronicle::records::RecordStats {
-        record_count: 1,
+        record_count: 2,
         ..Default::default()
     };
     pchronicle::store::manifest::Manifest::leaf("storyline/v1", "storyline:generation:g1", stats)
@@ -218,6 +218,20 @@ fn records_producers_stop_when_their_readers_leave() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // A reader of both records in small requests: each request is
+    // answered, though the second record was written before the request
+    // that asks for its end, and nothing follows it for a long while.
+    let path = records.clone();
+    let want = record.len() - 8;
+    let out = within(Duration::from_secs(20), move || {
+        Command::new("head")
+            .args(["-c", &want.to_string()])
+            .arg(&path)
+            .output()
+            .unwrap()
+    });
+    let out = out.unwrap_or_else(|| panic!("head -c {want} never ended"));
+    assert_eq!(out.stdout.len(), want);
     // Every reader left: within a few seconds the daemon is idle.
     std::thread::sleep(Duration::from_secs(10));
     let pid = m.pid();

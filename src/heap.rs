@@ -18,8 +18,9 @@ use parking_lot::Mutex;
 /// system at once (bounded, between streams).
 const TRIM_THRESHOLD: i32 = 128 << 10;
 /// Buffers this large or larger are mappings of their own (bounded,
-/// between streams): a read's reply and a piece of `.records` still come
-/// from the heap and are reused.
+/// between streams). A piece of `.records` is taken while a stream runs,
+/// from the heap; a read's reply of up to 1 MiB, taken by a serving
+/// thread, may be a mapping of its own when no stream runs.
 const MMAP_THRESHOLD: i32 = 1 << 20;
 /// While a stream runs: the largest threshold the allocator takes (32 MiB
 /// on 64-bit). Lance reads a leaf's pages and decodes a batch into

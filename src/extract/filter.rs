@@ -85,27 +85,28 @@ impl RecordSink for Filter<'_> {
     }
 
     /// A span needs no check of its own records when nothing but the
-    /// file glob and the limit is asked (its records are valid, and have
-    /// no time or file of their own): then it goes on whole, cut to the
-    /// limit.
+    /// limit is asked (its records are valid, and a span comes only when
+    /// their times and files were not asked for): then it goes on whole,
+    /// cut to the limit. Anything else is checked record by record.
     fn span(&mut self, span: &Span<'_>) -> io::Result<ControlFlow<()>> {
         let Some(source) = self.source else {
             return Ok(ControlFlow::Break(()));
         };
         let selection = self.selection;
-        if selection.contains.is_some() || selection.has_window() || source.kind == SourceKind::File
+        let left = selection
+            .limit
+            .map_or(u64::MAX, |l| l.saturating_sub(self.written));
+        if selection.contains.is_some()
+            || selection.has_window()
+            || selection.file.is_some()
+            || source.kind == SourceKind::File
+            || left == 0
         {
             return span.each(|record, next| self.record(record, next));
         }
         let index = self.index;
         self.name(source, "");
         let named = self.named.as_ref().expect("named just above");
-        if !named.passes {
-            return Ok(ControlFlow::Continue(()));
-        }
-        let left = selection
-            .limit
-            .map_or(u64::MAX, |l| l.saturating_sub(self.written));
         let span = span.prefix(usize::try_from(left).unwrap_or(usize::MAX));
         let file = &named.file;
         let flow = self.consumer.selected_span(source, file, &span, index)?;

@@ -43,7 +43,7 @@ use crate::work::{self, Work};
 
 /// Output bytes per piece handed from a producer to readers. A piece goes
 /// out when full, or at the end of a record that nearly fills it or that
-/// reaches the end of what a waiting read asked for (its demand). A
+/// reaches the end of a reader's request ([`Demand`]). A
 /// smaller piece costs a hand-over (a thread woken) more often: with the
 /// mount's requests of 1 MiB, pieces of 128 KiB woke the reading thread
 /// eight times a request, and a `.records` of short records took about
@@ -189,9 +189,8 @@ struct Producer {
     spare: SyncSender<Vec<u8>>,
     /// Bytes received and not yet dropped, ending at `reached`.
     window: Window,
-    /// The output offset a waiting read needs the producer to reach: a
-    /// piece goes out as soon as it does (at the end of a record).
-    demand: Arc<AtomicU64>,
+    /// Where its reader's requests end, for the producer to cut pieces.
+    demand: Arc<Demand>,
     /// Output offset just past the last byte received.
     reached: u64,
     done: bool,
@@ -242,10 +241,11 @@ impl RecordsStream {
                 .rev()
                 .find(|(at, _)| *at <= offset)
                 .expect("the checkpoint at offset 0 is never dropped");
-            state.producer = Some(self.start(position, at, wanted_end));
+            let demand = Demand::new(wanted_end, size as u64);
+            state.producer = Some(self.start(position, at, demand));
         }
         if let Some(producer) = &state.producer {
-            producer.demand.store(wanted_end, Ordering::Relaxed);
+            producer.demand.set(wanted_end, size as u64);
         }
         self.producers.touch(&self.state);
         let deadline = Instant::now() + READ_BUDGET;
@@ -311,8 +311,8 @@ impl RecordsStream {
 
     /// Starts a producer writing the plan's output from `position`, which
     /// is output offset `at`.
-    fn start(&self, position: Position, at: u64, demand: u64) -> Producer {
-        let demand = Arc::new(AtomicU64::new(demand));
+    fn start(&self, position: Position, at: u64, demand: Demand) -> Producer {
+        let demand = Arc::new(demand);
         let demanded = Arc::clone(&demand);
         let (sender, pieces) = sync_channel(2);
         let (spare, spares) = sync_channel(2);
@@ -324,8 +324,7 @@ impl RecordsStream {
             .name("pchronicle-records".into())
             .spawn(move || {
                 work::within(&producing, || {
-                    let out = ChannelOutput::new(&sender, spares, at, demanded);
-                    produce(&plan, &catalog, position, out)
+                    produce(&plan, &catalog, position, &sender, spares, at, demanded)
                 })
             });
         if let Err(e) = spawned {
@@ -353,6 +352,44 @@ impl RecordsStream {
             done: false,
             work,
         }
+    }
+}
+
+/// Where a reader's requests end, as the producer cuts pieces by them: the
+/// end of the last request, and its size. A piece goes out at the first
+/// record end that reaches the next end a reader reading on in requests of
+/// that size would ask for, so a request never waits on bytes held back
+/// in a piece being filled while the producer reads on without writing
+/// (a long run of invalid records, a leaf of failed rows), whether the
+/// request came before the producer reached its end or after.
+struct Demand {
+    end: AtomicU64,
+    step: AtomicU64,
+}
+
+impl Demand {
+    fn new(end: u64, step: u64) -> Demand {
+        Demand {
+            end: AtomicU64::new(end),
+            step: AtomicU64::new(step.max(1)),
+        }
+    }
+
+    fn set(&self, end: u64, step: u64) {
+        self.step.store(step.max(1), Ordering::Relaxed);
+        self.end.store(end, Ordering::Relaxed);
+    }
+
+    /// The first request end past `sent`: the last request's, or one of
+    /// those after it.
+    fn boundary_after(&self, sent: u64) -> u64 {
+        let end = self.end.load(Ordering::Relaxed);
+        let step = self.step.load(Ordering::Relaxed).max(1);
+        if sent < end {
+            return end;
+        }
+        let steps = (sent - end) / step + 1;
+        end.saturating_add(steps.saturating_mul(step))
     }
 }
 
@@ -429,8 +466,18 @@ impl State {
     }
 }
 
-fn produce(plan: &Plan, catalog: &Catalog, from: Position, mut out: ChannelOutput<'_>) {
+fn produce(
+    plan: &Plan,
+    catalog: &Catalog,
+    from: Position,
+    sender: &SyncSender<Piece>,
+    spares: Receiver<Vec<u8>>,
+    at: u64,
+    demand: Arc<Demand>,
+) {
+    // Before the first piece is taken, so it comes from the heap.
     let _heap = crate::heap::Streaming::begin();
+    let mut out = ChannelOutput::new(sender, spares, at, demand);
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         plan.run(catalog, from, &mut out)
     }));
@@ -463,8 +510,8 @@ struct ChannelOutput<'s> {
     buf: Vec<u8>,
     /// The output offset where `buf` starts.
     sent: u64,
-    /// What a waiting read needs (see [`Producer`]'s `demand`).
-    demand: Arc<AtomicU64>,
+    /// Where its reader's requests end.
+    demand: Arc<Demand>,
     /// Where the last whole record in `buf` ends, if one does, and the
     /// length of `buf` there.
     last: Option<Position>,
@@ -477,7 +524,7 @@ impl<'s> ChannelOutput<'s> {
         sender: &'s SyncSender<Piece>,
         spares: Receiver<Vec<u8>>,
         at: u64,
-        demand: Arc<AtomicU64>,
+        demand: Arc<Demand>,
     ) -> ChannelOutput<'s> {
         ChannelOutput {
             sender,
@@ -564,12 +611,10 @@ impl Output for ChannelOutput<'_> {
         if self.hung_up {
             return Ok(ControlFlow::Break(()));
         }
-        // A piece goes out nearly full, or as soon as it holds the end of
-        // what a waiting read asked for (once: the pieces after it wait
-        // for the next read's demand, or to fill).
-        let demand = self.demand.load(Ordering::Relaxed);
         let reached = self.sent + self.buf.len() as u64;
-        if self.buf.len() + (PIECE >> 3) >= PIECE || (self.sent < demand && reached >= demand) {
+        if self.buf.len() + (PIECE >> 3) >= PIECE
+            || reached >= self.demand.boundary_after(self.sent)
+        {
             if self.send(Some(after)).is_err() {
                 return Ok(ControlFlow::Break(()));
             }
@@ -578,5 +623,28 @@ impl Output for ChannelOutput<'_> {
             self.last_end = self.buf.len();
         }
         Ok(ControlFlow::Continue(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_cut_where_the_readers_requests_end() {
+        let demand = Demand::new(1 << 20, 1 << 20);
+        assert_eq!(demand.boundary_after(0), 1 << 20);
+        assert_eq!(demand.boundary_after((1 << 20) - 1), 1 << 20);
+        // Past the last request's end: the end of the next one, and of
+        // the one after.
+        assert_eq!(demand.boundary_after(1 << 20), 2 << 20);
+        assert_eq!(demand.boundary_after((2 << 20) + 5), 3 << 20);
+        // A reader of single bytes: a piece at every record end.
+        demand.set(10, 1);
+        assert_eq!(demand.boundary_after(10), 11);
+        assert_eq!(demand.boundary_after(400), 401);
+        // No overflow at the far end.
+        demand.set(u64::MAX - 1, u64::MAX);
+        assert_eq!(demand.boundary_after(u64::MAX), u64::MAX);
     }
 }

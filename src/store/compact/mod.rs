@@ -354,9 +354,9 @@ impl LeafStore for CompactJsonlStore {
     }
 
     /// Rows of the version the fingerprint names (Lance keeps old
-    /// versions until they are cleaned up), in stored order, filtered and
-    /// projected by Lance as `wanted` says; `from.offset` counts rows of
-    /// that filtered scan.
+    /// versions until they are cleaned up), in stored order, projected as
+    /// `wanted` says and, with a time window, filtered by Lance;
+    /// `from.offset` counts the rows of that scan (see `read_rows`).
     fn read_records(
         &self,
         dir: &Dir,

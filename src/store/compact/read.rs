@@ -434,6 +434,62 @@ mod tests {
         }
     }
 
+    /// Counts the records handed one by one and in spans.
+    #[derive(Default)]
+    struct Ways {
+        one_by_one: usize,
+        in_spans: usize,
+    }
+
+    impl RecordSink for Ways {
+        fn record(&mut self, _: Record<'_>, _: Resume) -> std::io::Result<ControlFlow<()>> {
+            self.one_by_one += 1;
+            Ok(ControlFlow::Continue(()))
+        }
+
+        fn span(&mut self, span: &Span<'_>) -> std::io::Result<ControlFlow<()>> {
+            self.in_spans += span.len();
+            Ok(ControlFlow::Continue(()))
+        }
+    }
+
+    /// Without heads, Lance's batches of valid records go on whole; a
+    /// batch holding a failed row goes row by row, and heads asked for
+    /// make every batch go row by row.
+    #[test]
+    fn batches_of_valid_records_go_on_whole_when_no_head_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("a.jsonl");
+        let mut text = String::new();
+        for i in 0..20_000 {
+            text.push_str(&format!("{{\"n\":{i}}}\n"));
+        }
+        text.push_str("{\"torn\":\n");
+        std::fs::write(&source, text).unwrap();
+        let leaf = dir.path().join("leaf");
+        let store = CompactJsonlStore::default();
+        store
+            .import_path(&source, &leaf, ImportMode::Create)
+            .unwrap();
+        let read = |wanted: Wanted| {
+            let opened = Dir::open_root(&leaf).unwrap();
+            let mut ways = Ways::default();
+            let flow = store
+                .read_rows(&opened, None, Resume::default(), &wanted, &mut ways)
+                .unwrap();
+            assert!(flow.is_continue());
+            (ways.one_by_one, ways.in_spans)
+        };
+        let plain = Wanted {
+            heads: false,
+            ..Wanted::default()
+        };
+        let (one_by_one, in_spans) = read(plain);
+        assert_eq!(one_by_one + in_spans, 20_000, "the failed row is left out");
+        assert_eq!(in_spans, 2 * BATCH_ROWS, "the two whole batches");
+        assert_eq!(read(Wanted::default()), (20_000, 0));
+    }
+
     /// The viewer's rows are read with the viewer's credentials: a data
     /// file the viewer may not read fails in the kernel even when no check
     /// before the read looked at it (as after a swap).
