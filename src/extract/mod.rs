@@ -409,6 +409,24 @@ impl Plan {
     }
 }
 
+/// Hands the records of `span` (of source number `index`) to
+/// `consumer` one at a time.
+fn one_by_one<S: Selected + ?Sized>(
+    consumer: &mut S,
+    source: &Source,
+    file: &str,
+    span: &Span<'_>,
+    index: usize,
+) -> io::Result<ControlFlow<()>> {
+    span.each(|record, next| {
+        let after = Position {
+            source: index,
+            within: next,
+        };
+        consumer.selected(source, file, record, after)
+    })
+}
+
 /// Receives the records a plan selects.
 pub trait Selected {
     /// `file`: the record's `_file_`; `after` resumes after it.
@@ -430,13 +448,7 @@ pub trait Selected {
         span: &Span<'_>,
         index: usize,
     ) -> io::Result<ControlFlow<()>> {
-        span.each(|record, next| {
-            let after = Position {
-                source: index,
-                within: next,
-            };
-            self.selected(source, file, record, after)
-        })
+        one_by_one(self, source, file, span, index)
     }
 
     /// Whether records should come with their landmarks (see

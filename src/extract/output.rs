@@ -167,13 +167,7 @@ impl Selected for Lines<'_> {
         if self.shape == Shape::Plain && memchr::memchr2(b'\n', b'\r', span.all_bytes()).is_none() {
             return self.out.span_lines(span, index);
         }
-        span.each(|record, next| {
-            let after = Position {
-                source: index,
-                within: next,
-            };
-            self.selected(source, file, record, after)
-        })
+        super::one_by_one(self, source, file, span, index)
     }
 
     /// A valid record is written as stored; only an annotated line (and a
