@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use as_of::CUT_BY_TIMESTAMP;
 use cache::{FileId, HitCount, StampedLru, Stamps};
 use classify::DirNode;
-use counts::{BackgroundCounts, CacheFile, CountCache, Loaded};
+use counts::{BackgroundCounts, CacheFile, CountCache, CountSaver, Loaded};
 pub use kept::ChangeMark;
 use listing::{node_warnings, scan_warnings, unenterable};
 pub use model::{
@@ -126,6 +126,9 @@ pub struct Catalog {
     /// Counts large record files without anyone waiting; shared by the
     /// views like `files`.
     background: Option<Arc<BackgroundCounts>>,
+    /// Writes `files` and `background`, one writer at a time; shared by
+    /// the views like them.
+    saver: CountSaver,
     /// How loading the persisted count cache went.
     count_cache_loaded: Loaded,
     files_read: AtomicU64,
@@ -190,6 +193,7 @@ impl Catalog {
         let background = options
             .background_count_bytes
             .map(|threshold| BackgroundCounts::new(threshold, &files, progress_file));
+        let saver = CountSaver::new(&files, background.as_ref());
         let quiet = options
             .watch
             .then(|| Watcher::new(&root_dir))
@@ -204,6 +208,7 @@ impl Catalog {
             handles: parking_lot::Mutex::new(lru::LruCache::new(HANDLES_KEPT)),
             files,
             background,
+            saver,
             count_cache_loaded,
             files_read: AtomicU64::new(0),
             files_opened: AtomicU64::new(0),
@@ -244,6 +249,7 @@ impl Catalog {
             handles: parking_lot::Mutex::new(lru::LruCache::new(HANDLES_KEPT)),
             files: Arc::clone(&self.files),
             background: self.background.clone(),
+            saver: self.saver.clone(),
             count_cache_loaded: self.count_cache_loaded.clone(),
             files_read: AtomicU64::new(0),
             files_opened: AtomicU64::new(0),
@@ -286,16 +292,16 @@ impl Catalog {
         &self.count_cache_loaded
     }
 
-    /// Writes the persisted count cache if it changed; true when written.
-    /// The counts are written even when the background's progress file
-    /// cannot be (the first failure is the error).
+    /// Writes the persisted count cache if it changed; true when written
+    /// (see [`CountSaver::save`]).
     pub fn save_counts(&self) -> Result<bool> {
-        let progressed = match &self.background {
-            Some(background) => background.save(),
-            None => Ok(false),
-        };
-        let saved = self.files.save();
-        Ok(progressed? | saved?)
+        self.saver.save()
+    }
+
+    /// What writes the persisted counts, for a caller that must write them
+    /// after the catalog is gone.
+    pub fn count_saver(&self) -> CountSaver {
+        self.saver.clone()
     }
 
     /// Drops every cached answer (the next call re-reads the warehouse).

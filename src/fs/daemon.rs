@@ -24,6 +24,7 @@ use super::handles::HandleLimits;
 use super::mounting::{MountPoint, fuse_descriptor, fuse_options, mount_device};
 use super::mountpoint;
 use super::notify::Notifier;
+use crate::catalog::counts::CountSaver;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, ErrorCode, Result};
 
@@ -263,8 +264,10 @@ fn serve(
     };
     let catalog = Arc::new(catalog);
     spawn_count_saver(Arc::downgrade(&catalog));
-    let catalog_at_exit = Arc::downgrade(&catalog);
-    let catalog_after_run = Weak::clone(&catalog_at_exit);
+    // Held past the catalog: its last holder may be a worker still
+    // dropping it (and writing the counts) when the session returns.
+    let counts_at_exit = catalog.count_saver();
+    let counts_after_run = counts_at_exit.clone();
     // Every `.records` reader is one thread: the daemon's memory stays
     // bounded by how many run, not by their read-ahead.
     crate::records::read::limit_threads(1);
@@ -348,7 +351,7 @@ fn serve(
     if !descriptor {
         spawn_exit_watchdog(
             mount_point.to_path_buf(),
-            Weak::clone(&catalog_at_exit),
+            counts_at_exit.clone(),
             notifier.clone(),
         );
     }
@@ -372,7 +375,7 @@ fn serve(
             let unmounted = match &mut unmount {
                 // Not ours to unmount: leaving closes the device, and the
                 // kernel answers ENOTCONN there until its owner unmounts.
-                Unmount::LeftToOwner => leave(&catalog_at_exit),
+                Unmount::LeftToOwner => leave(&counts_at_exit),
                 Unmount::Detach => mountpoint::detach(&target, false),
                 Unmount::Fuser(unmounter) => unmounter.unmount(),
             };
@@ -382,7 +385,7 @@ fn serve(
                 // leaves instead of waiting; users still inside get ENOTCONN.
                 log::warn!("unmount failed ({e}); detaching lazily");
                 match mountpoint::detach(&target, true) {
-                    Ok(()) => leave(&catalog_at_exit),
+                    Ok(()) => leave(&counts_at_exit),
                     Err(e) => log::error!("could not detach {}: {e}", target.display()),
                 }
             }
@@ -397,11 +400,10 @@ fn serve(
     let served = session.run();
     // A worker may still hold the filesystem (finishing a job it already
     // answered) when this thread returns and the process ends: the counts
-    // are saved here, not left to the last holder's drop.
-    if let Some(catalog) = catalog_after_run.upgrade() {
-        if let Err(e) = catalog.save_counts() {
-            log::warn!("{}", e.render());
-        }
+    // are saved here, not left to the last holder's drop, and a write that
+    // drop began is waited for.
+    if let Err(e) = counts_after_run.save() {
+        log::warn!("{}", e.render());
     }
     if let Some(notifier) = &notifier {
         notifier.stopping();
@@ -423,10 +425,8 @@ fn serve(
 }
 
 /// Leaves at once, without unwinding, keeping the counts first.
-fn leave(catalog: &Weak<Catalog>) -> ! {
-    if let Some(catalog) = catalog.upgrade() {
-        let _ = catalog.save_counts();
-    }
+fn leave(counts: &CountSaver) -> ! {
+    let _ = counts.save();
     std::process::exit(0)
 }
 
@@ -440,11 +440,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// returned within [`EXIT_GRACE`]: a request stuck in the filesystem (a
 /// hung device below the warehouse) must not keep a daemon of an unmounted
 /// filesystem alive. The counts are saved first.
-fn spawn_exit_watchdog(
-    mount_point: PathBuf,
-    catalog: Weak<Catalog>,
-    notifier: Option<Arc<Notifier>>,
-) {
+fn spawn_exit_watchdog(mount_point: PathBuf, counts: CountSaver, notifier: Option<Arc<Notifier>>) {
     let spawned = std::thread::Builder::new()
         .name("exit-watchdog".into())
         .spawn(move || {
@@ -469,7 +465,7 @@ fn spawn_exit_watchdog(
             if let Some(notifier) = &notifier {
                 notifier.stopping();
             }
-            leave(&catalog)
+            leave(&counts)
         });
     if let Err(e) = spawned {
         log::warn!("no exit watchdog: {e}");

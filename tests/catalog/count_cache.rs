@@ -277,3 +277,22 @@ fn concurrent_catalogs_never_leave_a_torn_cache() {
     let last = catalog(&wh, &file);
     assert_eq!(last.count_cache_loaded(), &Loaded::Entries(3));
 }
+
+/// The daemon's exit writes through a saver that outlives the catalog:
+/// whichever thread drops the catalog last, with its own write under way,
+/// the saver's write returns only once the file is in place.
+#[test]
+fn a_saver_waits_for_the_write_a_dropped_catalog_began() {
+    let (wh, file) = warehouse();
+    for round in 0..20 {
+        let _ = fs::remove_file(&file);
+        let c = catalog(&wh, &file);
+        c.clear_cache();
+        root_stats(&c);
+        let saver = c.count_saver();
+        let dropping = std::thread::spawn(move || drop(c));
+        saver.save().unwrap();
+        assert!(file.is_file(), "round {round}: the cache is in place");
+        dropping.join().unwrap();
+    }
+}

@@ -21,6 +21,7 @@ mod background;
 mod entries;
 mod persisted;
 mod progress;
+mod saver;
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -38,6 +39,7 @@ use crate::records::RecordStats;
 pub use background::{Background, BackgroundCounts};
 pub use persisted::{CacheFile, DEFAULT_DIR, DEFAULT_NAME, SCHEMA};
 pub use progress::beside as progress_beside;
+pub use saver::CountSaver;
 
 /// `(size, mtime_ns)`: what identifies a file across restarts and renames.
 type Identity = (u64, i64);
