@@ -25,30 +25,25 @@
 //! snapshot: a record file up to the size it had when the plan was made,
 //! a leaf at the revision its fingerprint names.
 
+mod producer;
+mod window;
+
 use std::collections::VecDeque;
-use std::io::{self, Write};
-use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Output, Plan, Position};
+use super::{Plan, Position};
 use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode, Result};
-use crate::records::read::Span;
 use crate::work::{self, Work};
+use producer::{Piece, produce};
+pub use window::Chunk;
+use window::{Demand, Window};
 
-/// Output bytes per piece handed from a producer to readers. A piece goes
-/// out when full, or at the end of a record that nearly fills it or that
-/// reaches the end of a reader's request ([`Demand`]). A
-/// smaller piece costs a hand-over (a thread woken) more often: with the
-/// mount's requests of 1 MiB, pieces of 128 KiB woke the reading thread
-/// eight times a request, and a `.records` of short records took about
-/// 40 % longer.
-const PIECE: usize = 1 << 20;
 /// Output bytes between checkpoints.
 pub const CHECKPOINT_EVERY: u64 = 4 << 20;
 /// Checkpoints kept per stream; past it every other one is dropped and
@@ -65,16 +60,6 @@ pub const READ_BUDGET: Duration = Duration::from_secs(30);
 /// A producer whose stream is not read for this long is stopped (and
 /// resumes from its checkpoint when read again).
 pub const IDLE: Duration = Duration::from_secs(3);
-
-/// What a producer sends.
-enum Piece {
-    /// Output bytes; when they end after a whole record, the position
-    /// that resumes there.
-    Bytes(Vec<u8>, Option<Position>),
-    /// The output ended here.
-    End,
-    Failed(Error),
-}
 
 /// Producer threads running at once, across streams.
 pub struct Producers {
@@ -173,9 +158,9 @@ struct State {
     spacing: u64,
     /// The output's length, once a producer reached its end.
     end: Option<u64>,
-    /// Where the last piece received ended after a whole record, and the
-    /// position that resumes there: kept as a checkpoint when the producer
-    /// is paused, so it resumes where it was.
+    /// Where the last whole record received ends, and the position that
+    /// resumes there: kept as a checkpoint when the producer is paused, so
+    /// it resumes where it was.
     latest: Option<(u64, Position)>,
     /// When the stream was last read.
     read_at: Instant,
@@ -183,8 +168,8 @@ struct State {
 
 struct Producer {
     pieces: Receiver<Piece>,
-    /// Pieces' buffers handed back once copied out, for the producer to
-    /// fill again: a fresh buffer of a piece's size is fresh pages to
+    /// Pieces' buffers handed back once read, for the producer to fill
+    /// again: a fresh buffer of a piece's size is fresh pages to
     /// fault in and zero, each time.
     spare: SyncSender<Vec<u8>>,
     /// Bytes received and not yet dropped, ending at `reached`.
@@ -223,11 +208,11 @@ impl RecordsStream {
     }
 
     /// Up to `size` bytes at `offset` (fewer only at the end).
-    pub fn read(&self, offset: u64, size: usize) -> Result<Vec<u8>> {
+    pub fn read(&self, offset: u64, size: usize) -> Result<Chunk> {
         let mut state = self.state.lock();
         state.read_at = Instant::now();
         if state.end.is_some_and(|end| offset >= end) {
-            return Ok(Vec::new());
+            return Ok(Chunk::Copied(Vec::new()));
         }
         let usable = state.producer.as_ref().is_some_and(|p| {
             let start = p.reached - p.window.len as u64;
@@ -264,19 +249,20 @@ impl RecordsStream {
                 if offset < producer.reached {
                     let from = (offset - start) as usize;
                     let to = (wanted_end.min(producer.reached) - start) as usize;
-                    return Ok(producer.window.copy(from, to));
+                    return Ok(producer.window.chunk(from, to));
                 }
-                return Ok(Vec::new());
+                return Ok(Chunk::Copied(Vec::new()));
             }
             let waited = deadline.saturating_duration_since(Instant::now());
             match producer.pieces.recv_timeout(waited) {
-                Ok(Piece::Bytes(bytes, after)) => {
+                Ok(Piece::Bytes(bytes, last)) => {
+                    let from = producer.reached;
                     producer.reached += bytes.len() as u64;
                     producer.window.push(bytes);
-                    let reached = producer.reached;
-                    if let Some(after) = after {
-                        state.note_checkpoint(reached, after);
-                        state.latest = Some((reached, after));
+                    if let Some((end, after)) = last {
+                        let at = from + end as u64;
+                        state.note_checkpoint(at, after);
+                        state.latest = Some((at, after));
                     }
                 }
                 Ok(Piece::End) => {
@@ -355,89 +341,6 @@ impl RecordsStream {
     }
 }
 
-/// Where a reader's requests end, as the producer cuts pieces by them: the
-/// end of the last request, and its size. A piece goes out at the first
-/// record end that reaches the next end a reader reading on in requests of
-/// that size would ask for, so a request never waits on bytes held back
-/// in a piece being filled while the producer reads on without writing
-/// (a long run of invalid records, a leaf of failed rows), whether the
-/// request came before the producer reached its end or after.
-struct Demand {
-    end: AtomicU64,
-    step: AtomicU64,
-}
-
-impl Demand {
-    fn new(end: u64, step: u64) -> Demand {
-        Demand {
-            end: AtomicU64::new(end),
-            step: AtomicU64::new(step.max(1)),
-        }
-    }
-
-    fn set(&self, end: u64, step: u64) {
-        self.step.store(step.max(1), Ordering::Relaxed);
-        self.end.store(end, Ordering::Relaxed);
-    }
-
-    /// The first request end past `sent`: the last request's, or one of
-    /// those after it.
-    fn boundary_after(&self, sent: u64) -> u64 {
-        let end = self.end.load(Ordering::Relaxed);
-        let step = self.step.load(Ordering::Relaxed).max(1);
-        if sent < end {
-            return end;
-        }
-        let steps = (sent - end) / step + 1;
-        end.saturating_add(steps.saturating_mul(step))
-    }
-}
-
-/// Output bytes as the pieces they came in, so each byte is copied once
-/// on its way to a reader: into the reply.
-#[derive(Default)]
-struct Window {
-    pieces: VecDeque<Vec<u8>>,
-    len: usize,
-}
-
-impl Window {
-    fn push(&mut self, piece: Vec<u8>) {
-        self.len += piece.len();
-        self.pieces.push_back(piece);
-    }
-
-    /// Drops the front pieces that lie wholly within the first `n` bytes,
-    /// handing their buffers back to the producer.
-    fn drop_front(&mut self, mut n: usize, spare: &SyncSender<Vec<u8>>) {
-        while let Some(first) = self.pieces.front() {
-            if first.len() > n {
-                return;
-            }
-            n -= first.len();
-            self.len -= first.len();
-            let piece = self.pieces.pop_front().expect("looked at just above");
-            let _ = spare.try_send(piece);
-        }
-    }
-
-    /// Bytes `from..to` of the window.
-    fn copy(&self, from: usize, to: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(to.saturating_sub(from));
-        let mut base = 0;
-        for piece in &self.pieces {
-            if base >= to {
-                break;
-            }
-            let lo = from.clamp(base, base + piece.len()) - base;
-            let hi = to.clamp(base, base + piece.len()) - base;
-            out.extend_from_slice(&piece[lo..hi]);
-            base += piece.len();
-        }
-        out
-    }
-}
-
 impl State {
     /// Stops the producer, keeping where it was as a checkpoint.
     fn pause(&mut self) {
@@ -463,188 +366,5 @@ impl State {
             });
             self.spacing *= 2;
         }
-    }
-}
-
-fn produce(
-    plan: &Plan,
-    catalog: &Catalog,
-    from: Position,
-    sender: &SyncSender<Piece>,
-    spares: Receiver<Vec<u8>>,
-    at: u64,
-    demand: Arc<Demand>,
-) {
-    // Before the first piece is taken, so it comes from the heap.
-    let _heap = crate::heap::Streaming::begin();
-    let mut out = ChannelOutput::new(sender, spares, at, demand);
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        plan.run(catalog, from, &mut out)
-    }));
-    if out.hung_up {
-        return;
-    }
-    let last = match run {
-        Ok(Ok(ControlFlow::Break(()))) => return,
-        Ok(Ok(ControlFlow::Continue(()))) => Piece::End,
-        Ok(Err(e)) => Piece::Failed(e),
-        Err(_) => Piece::Failed(Error::new(
-            ErrorCode::RequestFailed,
-            "reading the records failed (a bug); see the daemon's log",
-        )),
-    };
-    // Only whole records go out: a record cut by a failure is dropped.
-    out.buf.truncate(out.last_end);
-    let last_record = out.last;
-    if !out.buf.is_empty() && out.send(last_record).is_err() {
-        return;
-    }
-    let _ = out.sender.send(last);
-}
-
-/// Gathers output into pieces for the channel.
-struct ChannelOutput<'s> {
-    sender: &'s SyncSender<Piece>,
-    /// Buffers the reader is done with.
-    spares: Receiver<Vec<u8>>,
-    buf: Vec<u8>,
-    /// The output offset where `buf` starts.
-    sent: u64,
-    /// Where its reader's requests end.
-    demand: Arc<Demand>,
-    /// Where the last whole record in `buf` ends, if one does, and the
-    /// length of `buf` there.
-    last: Option<Position>,
-    last_end: usize,
-    hung_up: bool,
-}
-
-impl<'s> ChannelOutput<'s> {
-    fn new(
-        sender: &'s SyncSender<Piece>,
-        spares: Receiver<Vec<u8>>,
-        at: u64,
-        demand: Arc<Demand>,
-    ) -> ChannelOutput<'s> {
-        ChannelOutput {
-            sender,
-            spares,
-            buf: Vec::with_capacity(PIECE),
-            sent: at,
-            demand,
-            last: None,
-            last_end: 0,
-            hung_up: false,
-        }
-    }
-
-    /// Sends what is buffered, with `after` when it ends after a record.
-    fn send(&mut self, after: Option<Position>) -> io::Result<()> {
-        let next = match self.spares.try_recv() {
-            Ok(mut spare) => {
-                spare.clear();
-                spare
-            }
-            Err(_) => Vec::with_capacity(PIECE),
-        };
-        let piece = std::mem::replace(&mut self.buf, next);
-        self.sent += piece.len() as u64;
-        self.last = None;
-        self.last_end = 0;
-        if self.sender.send(Piece::Bytes(piece, after)).is_err() {
-            self.hung_up = true;
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the reader went away",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Write for ChannelOutput<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        // A record larger than a piece goes out in pieces as it is
-        // written (no checkpoint inside it), so memory stays bounded
-        // however large one write is.
-        let room = PIECE.saturating_sub(self.buf.len()).max(1);
-        let taken = bytes.len().min(room);
-        self.buf.extend_from_slice(&bytes[..taken]);
-        if self.buf.len() >= PIECE {
-            // A checkpoint must be where a record ends, which is not
-            // where this piece does.
-            self.send(None)?;
-        }
-        Ok(taken)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Output for ChannelOutput<'_> {
-    /// Each line is copied into the piece as it is filled, with no call
-    /// per record beyond the piece's bookkeeping.
-    fn span_lines(&mut self, span: &Span<'_>, index: usize) -> io::Result<ControlFlow<()>> {
-        for i in 0..span.len() {
-            let bytes = span.bytes(i);
-            if self.buf.len() + bytes.len() < PIECE {
-                self.buf.extend_from_slice(bytes);
-                self.buf.push(b'\n');
-            } else {
-                self.write_all(bytes)?;
-                self.write_all(b"\n")?;
-            }
-            let after = Position {
-                source: index,
-                within: span.next(i),
-            };
-            if self.record_end(after)?.is_break() {
-                return Ok(ControlFlow::Break(()));
-            }
-        }
-        Ok(ControlFlow::Continue(()))
-    }
-
-    fn record_end(&mut self, after: Position) -> io::Result<ControlFlow<()>> {
-        if self.hung_up {
-            return Ok(ControlFlow::Break(()));
-        }
-        let reached = self.sent + self.buf.len() as u64;
-        if self.buf.len() + (PIECE >> 3) >= PIECE
-            || reached >= self.demand.boundary_after(self.sent)
-        {
-            if self.send(Some(after)).is_err() {
-                return Ok(ControlFlow::Break(()));
-            }
-        } else {
-            self.last = Some(after);
-            self.last_end = self.buf.len();
-        }
-        Ok(ControlFlow::Continue(()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pieces_are_cut_where_the_readers_requests_end() {
-        let demand = Demand::new(1 << 20, 1 << 20);
-        assert_eq!(demand.boundary_after(0), 1 << 20);
-        assert_eq!(demand.boundary_after((1 << 20) - 1), 1 << 20);
-        // Past the last request's end: the end of the next one, and of
-        // the one after.
-        assert_eq!(demand.boundary_after(1 << 20), 2 << 20);
-        assert_eq!(demand.boundary_after((2 << 20) + 5), 3 << 20);
-        // A reader of single bytes: a piece at every record end.
-        demand.set(10, 1);
-        assert_eq!(demand.boundary_after(10), 11);
-        assert_eq!(demand.boundary_after(400), 401);
-        // No overflow at the far end.
-        demand.set(u64::MAX - 1, u64::MAX);
-        assert_eq!(demand.boundary_after(u64::MAX), u64::MAX);
     }
 }

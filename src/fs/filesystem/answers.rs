@@ -7,6 +7,7 @@ use std::time::Duration;
 use fuser::FileAttr;
 use nix::errno::Errno;
 
+use crate::extract::stream::Chunk;
 use crate::fs::FsError;
 
 /// What a lookup hands the kernel.
@@ -52,10 +53,12 @@ pub struct Opened {
 }
 
 /// The bytes a read returns: a range of a rendered synthetic file (not
-/// copied) or what `pread` read from a warehouse file.
+/// copied), what `pread` read from a warehouse file, or a `.records`
+/// stream's bytes (one piece of it, not copied, when they are).
 pub enum ReadData {
     Shared(Arc<[u8]>, std::ops::Range<usize>),
     Owned(Vec<u8>),
+    Records(Chunk),
 }
 
 impl ReadData {
@@ -63,6 +66,7 @@ impl ReadData {
         match self {
             ReadData::Shared(bytes, range) => &bytes[range.clone()],
             ReadData::Owned(bytes) => bytes,
+            ReadData::Records(chunk) => chunk.as_slice(),
         }
     }
 }

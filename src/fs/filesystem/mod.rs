@@ -453,7 +453,7 @@ impl WarehouseFs {
                 Ok(ReadData::Shared(Arc::clone(bytes), start..end))
             }
             Handle::File(file) => Ok(ReadData::Owned(pread(file, offset, size)?)),
-            Handle::Records(stream) => Ok(ReadData::Owned(stream.read(offset, size as usize)?)),
+            Handle::Records(stream) => Ok(ReadData::Records(stream.read(offset, size as usize)?)),
             Handle::Dir(_) => Err(Errno::EISDIR.into()),
         }
     }
