@@ -279,8 +279,8 @@ fn concurrent_catalogs_never_leave_a_torn_cache() {
 }
 
 /// The daemon's exit writes through a saver that outlives the catalog:
-/// whichever thread drops the catalog last, with its own write under way,
-/// the saver's write returns only once the file is in place.
+/// whichever thread drops the catalog last, and whichever of the two
+/// writes first, the file is in place once the saver's write returns.
 #[test]
 fn a_saver_waits_for_the_write_a_dropped_catalog_began() {
     let (wh, file) = warehouse();

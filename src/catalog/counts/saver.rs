@@ -9,7 +9,7 @@
 //! before the first one's file is in place. Every write goes through one
 //! lock held for the whole write.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -17,11 +17,12 @@ use super::{BackgroundCounts, CountCache};
 use crate::error::Result;
 
 /// A handle on the persisted counts, cheap to clone, that outlives the
-/// catalog holding them.
+/// catalog holding them. It does not keep the background counter: that
+/// stops with the last catalog, whose drop writes its progress first.
 #[derive(Clone)]
 pub struct CountSaver {
     files: Arc<CountCache>,
-    background: Option<Arc<BackgroundCounts>>,
+    background: Option<Weak<BackgroundCounts>>,
     writing: Arc<Mutex<()>>,
 }
 
@@ -29,7 +30,7 @@ impl CountSaver {
     pub fn new(files: &Arc<CountCache>, background: Option<&Arc<BackgroundCounts>>) -> CountSaver {
         CountSaver {
             files: Arc::clone(files),
-            background: background.cloned(),
+            background: background.map(Arc::downgrade),
             writing: Arc::new(Mutex::new(())),
         }
     }
@@ -40,7 +41,7 @@ impl CountSaver {
     /// when the progress file cannot be (the first failure is the error).
     pub fn save(&self) -> Result<bool> {
         let _writing = self.writing.lock();
-        let progressed = match &self.background {
+        let progressed = match self.background.as_ref().and_then(Weak::upgrade) {
             Some(background) => background.save(),
             None => Ok(false),
         };
