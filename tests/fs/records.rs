@@ -169,6 +169,48 @@ fn many_open_records_streams_share_a_bounded_set_of_producers() {
     }
 }
 
+/// One user keeping many streams producing pauses their own producers
+/// past their share, never another user's.
+#[test]
+fn one_users_streams_leave_another_users_producer_running() {
+    let wh = warehouse();
+    let fs = fs_of(&wh);
+    let other = Caller {
+        uid: 65534,
+        gid: 65534,
+        pid: 1,
+    };
+    let theirs = walk_as(&fs, &other, "team/planner/.records")
+        .unwrap()
+        .attr
+        .ino
+        .0;
+    let records = ino(&fs, "team/planner/.records");
+    let mine: Vec<u64> = (0..40)
+        .map(|_| fs.open(&ROOT_CALLER, records, false).unwrap().fh)
+        .collect();
+    let fh = fs.open(&other, theirs, false).unwrap().fh;
+    let want = expected(&wh, "team/planner");
+    assert!(fs.read(fh, 0, 4096).unwrap().as_slice() == &want[..4096]);
+    for round in 0..2 {
+        for (i, mine) in mine.iter().enumerate() {
+            let at = (round * 40 + i) * 4096;
+            let got = fs.read(*mine, at as u64, 4096).unwrap();
+            assert!(
+                got.as_slice() == &want[at..at + 4096],
+                "round {round} handle {i}"
+            );
+        }
+    }
+    assert_eq!(fs.records_producers(Some(other.uid)), 1);
+    assert_eq!(fs.records_producers(Some(ROOT_CALLER.uid)), 8);
+    assert!(fs.read(fh, 4096, 4096).unwrap().as_slice() == &want[4096..8192]);
+    for fh in mine.into_iter().chain([fh]) {
+        fs.release(fh);
+    }
+    assert_eq!(fs.records_producers(None), 0);
+}
+
 #[test]
 fn another_user_cannot_read_records_they_could_not_read_natively() {
     let wh = warehouse();

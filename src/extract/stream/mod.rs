@@ -61,17 +61,23 @@ pub const READ_BUDGET: Duration = Duration::from_secs(30);
 /// resumes from its checkpoint when read again).
 pub const IDLE: Duration = Duration::from_secs(3);
 
-/// Producer threads running at once, across streams.
+/// Producer threads running at once, across streams, and for one user's
+/// streams: each holds a scan's read-ahead (tens of MB for a Lance leaf),
+/// so one user keeping many streams alive (a read every few seconds each)
+/// pauses their own producers past their share, not everyone's.
 pub struct Producers {
     limit: usize,
-    /// Streams with a running producer, least recently used first.
-    running: Mutex<VecDeque<Weak<Mutex<State>>>>,
+    per_user: usize,
+    /// Streams with a running producer and their owners, least recently
+    /// used first.
+    running: Mutex<VecDeque<(u32, Weak<Mutex<State>>)>>,
 }
 
 impl Producers {
-    pub fn new(limit: usize) -> Arc<Producers> {
+    pub fn new(limit: usize, per_user: usize) -> Arc<Producers> {
         let producers = Arc::new(Producers {
             limit: limit.max(1),
+            per_user: per_user.max(1),
             running: Mutex::new(VecDeque::new()),
         });
         let sweeping = Arc::downgrade(&producers);
@@ -95,7 +101,7 @@ impl Producers {
     /// Stops the producers of streams nobody read for [`IDLE`].
     fn stop_idle(&self) {
         let mut running = self.running.lock();
-        running.retain(|stream| {
+        running.retain(|(_, stream)| {
             let Some(stream) = stream.upgrade() else {
                 return false;
             };
@@ -111,34 +117,64 @@ impl Producers {
         });
     }
 
-    /// Streams with a producer running.
-    pub fn running(&self) -> usize {
-        self.running.lock().len()
+    /// Streams with a producer running: all of them, or `owner`'s.
+    pub fn running(&self, owner: Option<u32>) -> usize {
+        let running = self.running.lock();
+        running
+            .iter()
+            .filter(|(uid, w)| w.strong_count() > 0 && owner.is_none_or(|owner| owner == *uid))
+            .count()
     }
 
-    /// Notes that `state` (locked by the caller) starts or uses a
-    /// producer, stopping the least recently used others past the limit.
-    fn touch(&self, state: &Arc<Mutex<State>>) {
+    /// Notes that `state` (locked by the caller), a stream of `owner`,
+    /// starts or uses a producer, stopping the least recently used others
+    /// of `owner` past their share, then of anyone past the limit.
+    fn touch(&self, state: &Arc<Mutex<State>>, owner: u32) {
         let mut running = self.running.lock();
-        running.retain(|w| w.strong_count() > 0 && !w.ptr_eq(&Arc::downgrade(state)));
-        running.push_back(Arc::downgrade(state));
-        let mut i = 0;
-        while running.len() > self.limit && i < running.len() - 1 {
-            let other = running[i].upgrade();
-            // A stream being read right now keeps its producer.
-            let stopped = match other.as_ref().map(|o| o.try_lock()) {
-                Some(Some(mut other)) => {
-                    other.pause();
-                    true
-                }
-                Some(None) => false,
-                None => true,
-            };
-            if stopped {
-                running.remove(i);
-            } else {
-                i += 1;
+        let this = Arc::downgrade(state);
+        running.retain(|(_, w)| w.strong_count() > 0 && !w.ptr_eq(&this));
+        running.push_back((owner, this));
+        let mine = running.iter().filter(|(uid, _)| *uid == owner).count();
+        pause_oldest(
+            &mut running,
+            mine.saturating_sub(self.per_user),
+            Some(owner),
+        );
+        let over = running.len().saturating_sub(self.limit);
+        pause_oldest(&mut running, over, None);
+    }
+}
+
+/// Pauses up to `n` of the least recently used producers in `running`
+/// (of `owner`'s streams, or anyone's), never the last one (the caller's)
+/// nor one being read right now.
+fn pause_oldest(
+    running: &mut VecDeque<(u32, Weak<Mutex<State>>)>,
+    mut n: usize,
+    owner: Option<u32>,
+) {
+    let mut i = 0;
+    while n > 0 && i + 1 < running.len() {
+        let (uid, stream) = &running[i];
+        if owner.is_some_and(|owner| owner != *uid) {
+            i += 1;
+            continue;
+        }
+        let other = stream.upgrade();
+        let stopped = match other.as_ref().map(|o| o.try_lock()) {
+            Some(Some(mut other)) => {
+                other.pause();
+                true
             }
+            // A stream being read right now keeps its producer.
+            Some(None) => false,
+            None => true,
+        };
+        if stopped {
+            running.remove(i);
+            n -= 1;
+        } else {
+            i += 1;
         }
     }
 }
@@ -148,6 +184,8 @@ pub struct RecordsStream {
     plan: Arc<Plan>,
     catalog: Arc<Catalog>,
     producers: Arc<Producers>,
+    /// The user who opened it, whose share of producers it uses.
+    owner: u32,
     state: Arc<Mutex<State>>,
 }
 
@@ -191,11 +229,17 @@ impl Drop for Producer {
 }
 
 impl RecordsStream {
-    pub fn new(plan: Plan, catalog: Arc<Catalog>, producers: Arc<Producers>) -> RecordsStream {
+    pub fn new(
+        plan: Plan,
+        catalog: Arc<Catalog>,
+        producers: Arc<Producers>,
+        owner: u32,
+    ) -> RecordsStream {
         RecordsStream {
             plan: Arc::new(plan),
             catalog,
             producers,
+            owner,
             state: Arc::new(Mutex::new(State {
                 producer: None,
                 checkpoints: vec![(0, Position::default())],
@@ -232,7 +276,7 @@ impl RecordsStream {
         if let Some(producer) = &state.producer {
             producer.demand.set(wanted_end, size as u64);
         }
-        self.producers.touch(&self.state);
+        self.producers.touch(&self.state, self.owner);
         let deadline = Instant::now() + READ_BUDGET;
         loop {
             let producer = state.producer.as_mut().expect("started above");

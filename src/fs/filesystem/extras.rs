@@ -55,6 +55,12 @@ impl WarehouseFs {
         }
     }
 
+    /// `.records` streams with a producer running: all of them, or those
+    /// `uid` opened.
+    pub fn records_producers(&self, uid: Option<u32>) -> usize {
+        self.producers.running(uid)
+    }
+
     /// `statvfs` of the warehouse root.
     pub fn statfs(&self) -> Result<FsStats, FsError> {
         if self.is_remote() {

@@ -68,6 +68,10 @@ const LOOKUP_TRIES: usize = 4;
 /// `.records` streams producing at once; past it the least recently read
 /// one pauses (and resumes from a checkpoint when read again).
 const RECORDS_PRODUCERS: usize = 32;
+/// `.records` streams of one user producing at once; past it that user's
+/// least recently read one pauses, so one user's streams (each holding a
+/// scan's read-ahead) cannot take every producer from the others.
+const RECORDS_PRODUCERS_PER_USER: usize = 8;
 pub use answers::{DirEntry, DirectoryReplier, Entry, FsStats, Opened, ReadData, XattrData};
 pub use directory::KernelCopy;
 pub use refresh::Forget;
@@ -169,7 +173,7 @@ impl WarehouseFs {
             ),
             handles: Handles::new(options.handle_limits),
             options,
-            producers: Producers::new(RECORDS_PRODUCERS),
+            producers: Producers::new(RECORDS_PRODUCERS, RECORDS_PRODUCERS_PER_USER),
             pruned_at: AtomicU64::new(0),
             listed: Mutex::new(HashMap::new()),
             snapshots: Mutex::new(HashMap::new()),
@@ -397,6 +401,7 @@ impl WarehouseFs {
                         plan,
                         Arc::clone(&view.catalog),
                         Arc::clone(&self.producers),
+                        caller.uid,
                     );
                     (Handle::Records(stream), false, true, None)
                 } else if let Some(version) = self.served_version(&view, ino, which, &rel)? {
