@@ -204,8 +204,35 @@ fn one_users_streams_leave_another_users_producer_running() {
     }
     assert_eq!(fs.records_producers(Some(other.uid)), 1);
     assert_eq!(fs.records_producers(Some(ROOT_CALLER.uid)), 8);
+    // Four more users, each with a full share: past the 32 in all, the
+    // users with the most running give them up, not the one with one.
+    let mut theirs_too = Vec::new();
+    for uid in 1001..1005 {
+        let caller = Caller {
+            uid,
+            gid: uid,
+            pid: 1,
+        };
+        let records = walk_as(&fs, &caller, "team/planner/.records")
+            .unwrap()
+            .attr
+            .ino
+            .0;
+        for i in 0..8 {
+            let fh = fs.open(&caller, records, false).unwrap().fh;
+            let at = i * 4096;
+            let got = fs.read(fh, at as u64, 4096).unwrap();
+            assert!(
+                got.as_slice() == &want[at..at + 4096],
+                "user {uid} handle {i}"
+            );
+            theirs_too.push(fh);
+        }
+    }
+    assert_eq!(fs.records_producers(Some(other.uid)), 1);
+    assert!(fs.records_producers(None) <= 32);
     assert!(fs.read(fh, 4096, 4096).unwrap().as_slice() == &want[4096..8192]);
-    for fh in mine.into_iter().chain([fh]) {
+    for fh in mine.into_iter().chain(theirs_too).chain([fh]) {
         fs.release(fh);
     }
     assert_eq!(fs.records_producers(None), 0);

@@ -128,33 +128,62 @@ impl Producers {
 
     /// Notes that `state` (locked by the caller), a stream of `owner`,
     /// starts or uses a producer, stopping the least recently used others
-    /// of `owner` past their share, then of anyone past the limit.
+    /// of `owner` past their share; then, past the limit, those of whoever
+    /// has the most running (`owner` first among equals), so users with
+    /// fewer running are never paused by those with more.
     fn touch(&self, state: &Arc<Mutex<State>>, owner: u32) {
         let mut running = self.running.lock();
         let this = Arc::downgrade(state);
         running.retain(|(_, w)| w.strong_count() > 0 && !w.ptr_eq(&this));
         running.push_back((owner, this));
         let mine = running.iter().filter(|(uid, _)| *uid == owner).count();
-        pause_oldest(
-            &mut running,
-            mine.saturating_sub(self.per_user),
-            Some(owner),
-        );
-        let over = running.len().saturating_sub(self.limit);
-        pause_oldest(&mut running, over, None);
+        let over_share = mine.saturating_sub(self.per_user);
+        pause_oldest(&mut running, over_share, Some(owner));
+        while running.len() > self.limit {
+            let busiest = busiest(&running, owner);
+            if pause_oldest(&mut running, 1, Some(busiest)) == 0
+                && pause_oldest(&mut running, 1, None) == 0
+            {
+                // Every other one is being read right now.
+                return;
+            }
+        }
     }
+}
+
+/// The owner with the most streams in `running`; `owner` when it has as
+/// many as anyone.
+fn busiest(running: &VecDeque<(u32, Weak<Mutex<State>>)>, owner: u32) -> u32 {
+    let mut counts: Vec<(u32, usize)> = Vec::new();
+    for (uid, _) in running {
+        match counts.iter_mut().find(|(u, _)| u == uid) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((*uid, 1)),
+        }
+    }
+    let most = counts.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    let mut owners = counts
+        .iter()
+        .filter(|(_, n)| *n == most)
+        .map(|(uid, _)| *uid);
+    let first = owners.clone().next();
+    if owners.any(|uid| uid == owner) {
+        return owner;
+    }
+    first.unwrap_or(owner)
 }
 
 /// Pauses up to `n` of the least recently used producers in `running`
 /// (of `owner`'s streams, or anyone's), never the last one (the caller's)
-/// nor one being read right now.
+/// nor one being read right now; how many it stopped.
 fn pause_oldest(
     running: &mut VecDeque<(u32, Weak<Mutex<State>>)>,
-    mut n: usize,
+    n: usize,
     owner: Option<u32>,
-) {
+) -> usize {
+    let mut left = n;
     let mut i = 0;
-    while n > 0 && i + 1 < running.len() {
+    while left > 0 && i + 1 < running.len() {
         let (uid, stream) = &running[i];
         if owner.is_some_and(|owner| owner != *uid) {
             i += 1;
@@ -172,11 +201,12 @@ fn pause_oldest(
         };
         if stopped {
             running.remove(i);
-            n -= 1;
+            left -= 1;
         } else {
             i += 1;
         }
     }
+    n - left
 }
 
 /// A plan's output, readable at any offset.
