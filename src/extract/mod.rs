@@ -64,6 +64,16 @@ pub struct Position {
     pub within: Resume,
 }
 
+impl Position {
+    /// The position after record `i` of `span`, of source number `source`.
+    pub fn after(source: usize, span: &Span<'_>, i: usize) -> Position {
+        Position {
+            source,
+            within: span.next(i),
+        }
+    }
+}
+
 /// Receives a plan's output: the bytes through `Write`, and after each
 /// whole record (its `\n` included) a call to `record_end`.
 pub trait Output: Write {
@@ -76,11 +86,7 @@ pub trait Output: Write {
         for i in 0..span.len() {
             self.write_all(span.bytes(i))?;
             self.write_all(b"\n")?;
-            let after = Position {
-                source: index,
-                within: span.next(i),
-            };
-            if self.record_end(after)?.is_break() {
+            if self.record_end(Position::after(index, span, i))?.is_break() {
                 return Ok(ControlFlow::Break(()));
             }
         }

@@ -20,6 +20,15 @@ pub const ROOT_CALLER: Caller = Caller {
     pid: 1,
 };
 
+/// Another user's credentials (their group numbered like them).
+pub fn user(uid: u32) -> Caller {
+    Caller {
+        uid,
+        gid: uid,
+        pid: 1,
+    }
+}
+
 /// A filesystem over `wh` with the default options but the given TTL.
 pub fn fs_with_ttl(wh: &Warehouse, ttl: Duration) -> WarehouseFs {
     let options = FsOptions {

@@ -5,7 +5,6 @@ use std::os::unix::fs::PermissionsExt;
 use nix::errno::Errno;
 use pchronicle::catalog::Catalog;
 use pchronicle::extract::{Selection, Shape};
-use pchronicle::fs::Caller;
 
 use super::driver::*;
 use crate::extract::cat as cat_plan;
@@ -175,11 +174,7 @@ fn many_open_records_streams_share_a_bounded_set_of_producers() {
 fn one_users_streams_leave_another_users_producer_running() {
     let wh = warehouse();
     let fs = fs_of(&wh);
-    let other = Caller {
-        uid: 65534,
-        gid: 65534,
-        pid: 1,
-    };
+    let other = user(65534);
     let theirs = walk_as(&fs, &other, "team/planner/.records")
         .unwrap()
         .attr
@@ -208,11 +203,7 @@ fn one_users_streams_leave_another_users_producer_running() {
     // users with the most running give them up, not the one with one.
     let mut theirs_too = Vec::new();
     for uid in 1001..1005 {
-        let caller = Caller {
-            uid,
-            gid: uid,
-            pid: 1,
-        };
+        let caller = user(uid);
         let records = walk_as(&fs, &caller, "team/planner/.records")
             .unwrap()
             .attr
@@ -244,11 +235,7 @@ fn another_user_cannot_read_records_they_could_not_read_natively() {
     let part = wh.abs("team/planner/generations/g2/part-0.jsonl");
     std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o600)).unwrap();
     let fs = fs_of(&wh);
-    let nobody = Caller {
-        uid: 65534,
-        gid: 65534,
-        pid: 1,
-    };
+    let nobody = user(65534);
     let records = walk_as(&fs, &nobody, "team/planner/.records")
         .unwrap()
         .attr

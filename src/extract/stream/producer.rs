@@ -172,26 +172,13 @@ impl Output for ChannelOutput<'_> {
                 i += 1;
             }
             if i > first {
-                let after = Position {
-                    source: index,
-                    within: span.next(i - 1),
-                };
-                self.last = Some((self.buf.len(), after));
+                self.last = Some((self.buf.len(), Position::after(index, span, i - 1)));
             }
             if i < span.len() {
-                let bytes = span.bytes(i);
-                if self.buf.len() + bytes.len() < PIECE {
-                    self.buf.extend_from_slice(bytes);
-                    self.buf.push(b'\n');
-                } else {
-                    self.write_all(bytes)?;
-                    self.write_all(b"\n")?;
-                }
-                let after = Position {
-                    source: index,
-                    within: span.next(i),
-                };
-                if self.record_end(after)?.is_break() {
+                // The line that ends the piece, or does not fit one.
+                self.write_all(span.bytes(i))?;
+                self.write_all(b"\n")?;
+                if self.record_end(Position::after(index, span, i))?.is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
                 i += 1;
@@ -260,11 +247,11 @@ mod tests {
             for i in 0..span.len() {
                 out.write_all(span.bytes(i)).unwrap();
                 out.write_all(b"\n").unwrap();
-                let after = Position {
-                    source: 3,
-                    within: span.next(i),
-                };
-                assert!(out.record_end(after).unwrap().is_continue());
+                assert!(
+                    out.record_end(Position::after(3, &span, i))
+                        .unwrap()
+                        .is_continue()
+                );
             }
         }
         out.send().unwrap();
