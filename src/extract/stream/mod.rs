@@ -30,7 +30,7 @@ mod window;
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, sync_channel};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::work::{self, Work};
 use producer::{Piece, produce};
 pub use window::Chunk;
-use window::{Demand, Window};
+use window::{Demand, Filling, Window};
 
 /// Output bytes between checkpoints.
 pub const CHECKPOINT_EVERY: u64 = 4 << 20;
@@ -243,7 +243,8 @@ struct Producer {
     /// Bytes received and not yet dropped, ending at `reached`.
     window: Window,
     /// Where its reader's requests end, for the producer to cut pieces.
-    demand: Arc<Demand>,
+    /// The piece being filled, and where the reader's requests end.
+    filling: Arc<Mutex<Filling>>,
     /// Output offset just past the last byte received.
     reached: u64,
     done: bool,
@@ -303,9 +304,6 @@ impl RecordsStream {
             let demand = Demand::new(wanted_end, size as u64);
             state.producer = Some(self.start(position, at, demand));
         }
-        if let Some(producer) = &state.producer {
-            producer.demand.set(wanted_end, size as u64);
-        }
         self.producers.touch(&self.state, self.owner);
         let deadline = Instant::now() + READ_BUDGET;
         loop {
@@ -328,7 +326,15 @@ impl RecordsStream {
                 return Ok(Chunk::Copied(Vec::new()));
             }
             let waited = deadline.saturating_duration_since(Instant::now());
-            match producer.pieces.recv_timeout(waited) {
+            let next = match producer.pieces.try_recv() {
+                Ok(piece) => Ok(piece),
+                Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => match producer.take_filled(wanted_end, size as u64) {
+                    Some(piece) => Ok(piece),
+                    None => producer.pieces.recv_timeout(waited),
+                },
+            };
+            match next {
                 Ok(Piece::Bytes(bytes, last)) => {
                     let from = producer.reached;
                     producer.reached += bytes.len() as u64;
@@ -372,8 +378,8 @@ impl RecordsStream {
     /// Starts a producer writing the plan's output from `position`, which
     /// is output offset `at`.
     fn start(&self, position: Position, at: u64, demand: Demand) -> Producer {
-        let demand = Arc::new(demand);
-        let demanded = Arc::clone(&demand);
+        let filling = Arc::new(Mutex::new(Filling::new(at, demand)));
+        let filled = Arc::clone(&filling);
         let (sender, pieces) = sync_channel(2);
         let (spare, spares) = sync_channel(2);
         let plan = Arc::clone(&self.plan);
@@ -384,7 +390,7 @@ impl RecordsStream {
             .name("pchronicle-records".into())
             .spawn(move || {
                 work::within(&producing, || {
-                    produce(&plan, &catalog, position, &sender, spares, at, demanded)
+                    produce(&plan, &catalog, position, &sender, spares, filled)
                 })
             });
         if let Err(e) = spawned {
@@ -397,7 +403,7 @@ impl RecordsStream {
                 pieces,
                 spare,
                 window: Window::default(),
-                demand: Arc::clone(&demand),
+                filling,
                 reached: at,
                 done: false,
                 work,
@@ -407,11 +413,29 @@ impl RecordsStream {
             pieces,
             spare,
             window: Window::default(),
-            demand,
+            filling,
             reached: at,
             done: false,
             work,
         }
+    }
+}
+
+impl Producer {
+    /// Says where the request waited on ends, and takes the piece being
+    /// filled when it is the next and holds every byte the request asks
+    /// for: the producer may have gone on reading without writing, and
+    /// would hold them back until it writes again. Otherwise the producer
+    /// sends its piece as it reaches `end`.
+    fn take_filled(&self, end: u64, step: u64) -> Option<Piece> {
+        let mut filling = self.filling.lock();
+        filling.demand.set(end, step);
+        let filled = filling.at + filling.buf.len() as u64;
+        if filling.at != self.reached || filled < end {
+            return None;
+        }
+        let (bytes, last) = filling.take(Vec::new());
+        Some(Piece::Bytes(bytes, last))
     }
 }
 
@@ -440,5 +464,65 @@ impl State {
             });
             self.spacing *= 2;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::producer::ChannelOutput;
+    use super::*;
+    use crate::extract::Output;
+    use std::io::Write;
+
+    /// A producer's output and the reader's end of it, with no thread
+    /// between: the test writes as the producer and reads as the reader.
+    fn pair(demand: Demand) -> (SyncSender<Piece>, Receiver<Vec<u8>>, Producer) {
+        let (sender, pieces) = sync_channel(4);
+        let (spare, spares) = sync_channel(2);
+        let producer = Producer {
+            pieces,
+            spare,
+            window: Window::default(),
+            filling: Arc::new(Mutex::new(Filling::new(0, demand))),
+            reached: 0,
+            done: false,
+            work: Work::cancellable("a test"),
+        };
+        (sender, spares, producer)
+    }
+
+    fn bytes(piece: Option<Piece>) -> Option<Vec<u8>> {
+        match piece? {
+            Piece::Bytes(bytes, _) => Some(bytes),
+            _ => panic!("only bytes"),
+        }
+    }
+
+    #[test]
+    fn a_request_takes_its_bytes_from_the_piece_being_filled_or_has_it_cut_at_its_end() {
+        let (sender, spares, mut producer) = pair(Demand::new(1 << 20, 1 << 20));
+        let mut out = ChannelOutput::new(&sender, spares, Arc::clone(&producer.filling));
+        // Two records written, then the producer goes quiet: a request for
+        // bytes within them takes the piece as it is.
+        out.write_all(b"{\"a\":1}\n").unwrap();
+        let after = Position::default();
+        assert!(out.record_end(after).unwrap().is_continue());
+        out.write_all(b"{\"b\":2}\n").unwrap();
+        assert!(producer.pieces.try_recv().is_err(), "nothing was sent");
+        let taken = bytes(producer.take_filled(12, 12)).expect("the bytes are in");
+        assert_eq!(taken, b"{\"a\":1}\n{\"b\":2}\n");
+        producer.reached += taken.len() as u64;
+        // A request past what is written waits, and the producer sends its
+        // piece cut at the request's end, within a record.
+        assert!(producer.take_filled(20, 4).is_none());
+        out.write_all(b"{\"c\":3}\n").unwrap();
+        // While that piece is on its way, the one being filled is not the
+        // next, and is not taken.
+        assert!(producer.take_filled(21, 1).is_none());
+        let sent = producer.pieces.try_recv().ok();
+        assert_eq!(bytes(sent).unwrap(), b"{\"c\"");
+        producer.reached += 4;
+        let rest = bytes(producer.take_filled(21, 1)).expect("the rest is in");
+        assert_eq!(rest, b":3}\n");
     }
 }

@@ -1,20 +1,23 @@
 //! The producer's side of a stream: the plan's output gathered into
-//! pieces, each sent at the end of the record that reaches the end of a
-//! reader's request ([`Demand`]) or nearly [`PIECE`] bytes.
+//! pieces, each sent when it reaches the end of a reader's request
+//! ([`Demand`](super::window::Demand)) or [`PIECE`] bytes, wherever that
+//! falls in a record.
 
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
 
-use super::window::Demand;
+use parking_lot::Mutex;
+
+use super::window::Filling;
 use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode};
 use crate::extract::{Output, Plan, Position};
 use crate::records::read::Span;
 
-/// Most output bytes in one piece handed from a producer to readers
-/// (only a record larger than a piece fills one). A smaller piece costs a hand-over (a thread woken) more often: with the
+/// Most output bytes in one piece handed from a producer to readers. A
+/// smaller piece costs a hand-over (a thread woken) more often: with the
 /// mount's requests of 1 MiB, pieces of 128 KiB woke the reading thread
 /// eight times a request, and a `.records` of short records took about
 /// 40 % longer.
@@ -31,20 +34,20 @@ pub enum Piece {
     Failed(Error),
 }
 
-/// Runs `plan` from `from` (output offset `at`), sending its output in
-/// pieces until it ends, fails, or its reader goes.
+/// Runs `plan` from `from`, filling `filling` (which starts at its output
+/// offset) and sending what it fills in pieces until the output ends,
+/// fails, or its reader goes.
 pub fn produce(
     plan: &Plan,
     catalog: &Catalog,
     from: Position,
     sender: &SyncSender<Piece>,
     spares: Receiver<Vec<u8>>,
-    at: u64,
-    demand: Arc<Demand>,
+    filling: Arc<Mutex<Filling>>,
 ) {
     // Before the first piece is taken, so it comes from the heap.
     let _heap = crate::heap::Streaming::begin();
-    let mut out = ChannelOutput::new(sender, spares, at, demand);
+    let mut out = ChannelOutput::new(sender, spares, filling);
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         plan.run(catalog, from, &mut out)
     }));
@@ -62,68 +65,64 @@ pub fn produce(
     };
     // What follows the last whole record is dropped: after a failure, the
     // part of the record it cut.
-    out.buf.truncate(out.last.map_or(0, |(end, _)| end));
-    if !out.buf.is_empty() && out.send().is_err() {
+    let (piece, end) = {
+        let mut filling = out.filling.lock();
+        let whole = filling.last.map_or(0, |(end, _)| end);
+        filling.buf.truncate(whole);
+        filling.take(Vec::new())
+    };
+    if !piece.is_empty() && out.send(piece, end).is_err() {
         return;
     }
     let _ = out.sender.send(last);
 }
 
 /// Gathers output into pieces for the channel.
-struct ChannelOutput<'s> {
+pub(super) struct ChannelOutput<'s> {
     sender: &'s SyncSender<Piece>,
     /// Buffers the reader is done with.
     spares: Receiver<Vec<u8>>,
-    buf: Vec<u8>,
-    /// The output offset where `buf` starts.
-    sent: u64,
-    /// Where its reader's requests end.
-    demand: Arc<Demand>,
-    /// Where the last whole record in `buf` ends, if one does, and the
-    /// position that resumes there.
-    last: Option<(usize, Position)>,
+    filling: Arc<Mutex<Filling>>,
     hung_up: bool,
 }
 
 impl<'s> ChannelOutput<'s> {
-    fn new(
+    pub(super) fn new(
         sender: &'s SyncSender<Piece>,
         spares: Receiver<Vec<u8>>,
-        at: u64,
-        demand: Arc<Demand>,
+        filling: Arc<Mutex<Filling>>,
     ) -> ChannelOutput<'s> {
         ChannelOutput {
             sender,
             spares,
-            buf: Vec::with_capacity(PIECE),
-            sent: at,
-            demand,
-            last: None,
+            filling,
             hung_up: false,
         }
     }
 
-    /// The length `buf` may reach at a record end before it goes: the
-    /// next end of a reader's request, or nearly a piece (a record that
-    /// ends there ends the piece).
-    fn limit(&self) -> usize {
-        let boundary = self.demand.boundary_after(self.sent);
-        let to_boundary = usize::try_from(boundary.saturating_sub(self.sent)).unwrap_or(usize::MAX);
-        to_boundary.min(PIECE - (PIECE >> 3))
-    }
-
-    /// Sends what is buffered.
-    fn send(&mut self) -> io::Result<()> {
-        let next = match self.spares.try_recv() {
+    /// A buffer for the next piece: one the reader is done with, or a new one.
+    fn fresh(&self) -> Vec<u8> {
+        match self.spares.try_recv() {
             Ok(mut spare) => {
                 spare.clear();
                 spare
             }
             Err(_) => Vec::with_capacity(PIECE),
-        };
-        let piece = std::mem::replace(&mut self.buf, next);
-        self.sent += piece.len() as u64;
-        let last = self.last.take();
+        }
+    }
+
+    /// Takes the piece being filled and sends it.
+    fn seal(&mut self) -> io::Result<()> {
+        let next = self.fresh();
+        let (piece, last) = self.filling.lock().take(next);
+        if piece.is_empty() {
+            // The reader took it meanwhile.
+            return Ok(());
+        }
+        self.send(piece, last)
+    }
+
+    fn send(&mut self, piece: Vec<u8>, last: Option<(usize, Position)>) -> io::Result<()> {
         if self.sender.send(Piece::Bytes(piece, last)).is_err() {
             self.hung_up = true;
             return Err(io::Error::new(
@@ -135,17 +134,35 @@ impl<'s> ChannelOutput<'s> {
     }
 }
 
+/// Makes room in a buffer the reader took away.
+fn ready(filling: &mut Filling) {
+    if filling.buf.capacity() == 0 {
+        filling.buf.reserve(PIECE);
+    }
+}
+
 impl Write for ChannelOutput<'_> {
+    /// Takes what fits before the piece must go (a record that does not
+    /// fit goes on in the next piece), so memory stays bounded however
+    /// large one write is.
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        // A record larger than a piece goes out in pieces as it is
-        // written, so memory stays bounded however large one write is.
-        let room = PIECE.saturating_sub(self.buf.len()).max(1);
-        let taken = bytes.len().min(room);
-        self.buf.extend_from_slice(&bytes[..taken]);
-        if self.buf.len() >= PIECE {
-            self.send()?;
+        loop {
+            let mut filling = self.filling.lock();
+            let room = filling.limit().saturating_sub(filling.buf.len());
+            if room > 0 {
+                ready(&mut filling);
+                let taken = bytes.len().min(room);
+                filling.buf.extend_from_slice(&bytes[..taken]);
+                drop(filling);
+                if taken == room {
+                    self.seal()?;
+                }
+                return Ok(taken);
+            }
+            // The reader asked for less meanwhile: what it asks for is in.
+            drop(filling);
+            self.seal()?;
         }
-        Ok(taken)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -155,27 +172,31 @@ impl Write for ChannelOutput<'_> {
 
 impl Output for ChannelOutput<'_> {
     /// The lines that end before the piece must go are copied in one
-    /// loop, with no bookkeeping per record; the one that ends the piece
-    /// goes through `record_end`, and one that would not fit a piece
-    /// through `write`.
+    /// loop, under one lock, with no bookkeeping per record; the one that
+    /// reaches the end of the piece goes through `write` and
+    /// `record_end`.
     fn span_lines(&mut self, span: &Span<'_>, index: usize) -> io::Result<ControlFlow<()>> {
         let mut i = 0;
         while i < span.len() {
             if self.hung_up {
                 return Ok(ControlFlow::Break(()));
             }
-            let limit = self.limit();
-            let first = i;
-            while i < span.len() && self.buf.len() + span.bytes(i).len() + 1 < limit {
-                self.buf.extend_from_slice(span.bytes(i));
-                self.buf.push(b'\n');
-                i += 1;
-            }
-            if i > first {
-                self.last = Some((self.buf.len(), Position::after(index, span, i - 1)));
+            {
+                let mut filling = self.filling.lock();
+                ready(&mut filling);
+                let limit = filling.limit();
+                let first = i;
+                while i < span.len() && filling.buf.len() + span.bytes(i).len() + 1 < limit {
+                    filling.buf.extend_from_slice(span.bytes(i));
+                    filling.buf.push(b'\n');
+                    i += 1;
+                }
+                if i > first {
+                    let end = filling.buf.len();
+                    filling.last = Some((end, Position::after(index, span, i - 1)));
+                }
             }
             if i < span.len() {
-                // The line that ends the piece, or does not fit one.
                 self.write_all(span.bytes(i))?;
                 self.write_all(b"\n")?;
                 if self.record_end(Position::after(index, span, i))?.is_break() {
@@ -191,12 +212,15 @@ impl Output for ChannelOutput<'_> {
         if self.hung_up {
             return Ok(ControlFlow::Break(()));
         }
-        if self.buf.is_empty() {
-            // The record ended exactly where a full piece went.
+        let mut filling = self.filling.lock();
+        if filling.buf.is_empty() {
+            // The record ended exactly where a piece went.
             return Ok(ControlFlow::Continue(()));
         }
-        self.last = Some((self.buf.len(), after));
-        if self.buf.len() >= self.limit() && self.send().is_err() {
+        filling.last = Some((filling.buf.len(), after));
+        let full = filling.buf.len() >= filling.limit();
+        drop(filling);
+        if full && self.seal().is_err() {
             return Ok(ControlFlow::Break(()));
         }
         Ok(ControlFlow::Continue(()))
@@ -206,6 +230,7 @@ impl Output for ChannelOutput<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::extract::stream::window::{Demand, LEAST_PIECE};
     use crate::records::read::Resume;
     use std::sync::mpsc::sync_channel;
 
@@ -240,7 +265,8 @@ mod tests {
         let span = Span::new(&text, &bounds, first);
         let (sender, receiver) = sync_channel(1 << 12);
         let (_spare, spares) = sync_channel(2);
-        let mut out = ChannelOutput::new(&sender, spares, 0, Arc::new(Demand::new(step, step)));
+        let filling = Filling::new(0, Demand::new(step, step));
+        let mut out = ChannelOutput::new(&sender, spares, Arc::new(Mutex::new(filling)));
         if whole {
             assert!(out.span_lines(&span, 3).unwrap().is_continue());
         } else {
@@ -254,7 +280,7 @@ mod tests {
                 );
             }
         }
-        out.send().unwrap();
+        out.seal().unwrap();
         drop(out);
         let sent = pieces(&receiver);
         // The output is every record and its line break, in order.
@@ -268,8 +294,17 @@ mod tests {
         // Each position resumes after the record ending where it says.
         let ends: Vec<usize> = (1..bounds.len()).map(|i| bounds[i] as usize + i).collect();
         let mut base = 0;
-        for (bytes, last) in &sent {
+        for (i, (bytes, last)) in sent.iter().enumerate() {
             assert!(bytes.len() <= PIECE);
+            // Each piece but the last ends where a request ends, and only
+            // the first (the request waited on) is smaller than the least.
+            if i + 1 < sent.len() {
+                let end = (base + bytes.len()) as u64;
+                assert_eq!(end % step.min(PIECE as u64), 0, "requests of {step}");
+                if i > 0 {
+                    assert!(bytes.len() >= LEAST_PIECE, "requests of {step}");
+                }
+            }
             if let Some((end, after)) = last {
                 let record = ends
                     .iter()

@@ -1,48 +1,103 @@
-//! The reader's side of a stream: where its requests end (the producer
-//! cuts pieces there) and the pieces received, read back without a copy
-//! when a request is one piece.
+//! What a stream's producer and reader share: where the reader's requests
+//! end (the producer cuts pieces there), the piece being filled, and the
+//! pieces received, read back without a copy when a request is one piece.
 
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 
+use super::producer::PIECE;
+use crate::extract::Position;
+
+/// Fewest bytes in a piece cut where a reader would ask next.
+pub const LEAST_PIECE: usize = 64 << 10;
+
 /// Where a reader's requests end, as the producer cuts pieces by them: the
-/// end of the last request, and its size. A piece goes out at the first
-/// record end that reaches the next end a reader reading on in requests of
-/// that size would ask for, so a request never waits on bytes held back in
-/// a piece being filled while the producer reads on without writing (a
-/// long run of invalid records, a leaf of failed rows), whether the request
-/// came before the producer reached its end or after.
+/// end of the last request, and its size. A piece goes out when it
+/// reaches the next end a reader reading on in requests of that size would
+/// ask for, so a reader reading on answers each request from one piece,
+/// with no copy.
 pub struct Demand {
-    end: AtomicU64,
-    step: AtomicU64,
+    end: u64,
+    step: u64,
 }
 
 impl Demand {
     pub fn new(end: u64, step: u64) -> Demand {
         Demand {
-            end: AtomicU64::new(end),
-            step: AtomicU64::new(step.max(1)),
+            end,
+            step: step.max(1),
         }
     }
 
-    pub fn set(&self, end: u64, step: u64) {
-        self.step.store(step.max(1), Ordering::Relaxed);
-        self.end.store(end, Ordering::Relaxed);
+    pub fn set(&mut self, end: u64, step: u64) {
+        self.end = end;
+        self.step = step.max(1);
     }
 
     /// The first request end past `sent`: the last request's, or one of
     /// those after it.
     pub fn boundary_after(&self, sent: u64) -> u64 {
-        let end = self.end.load(Ordering::Relaxed);
-        let step = self.step.load(Ordering::Relaxed).max(1);
-        if sent < end {
-            return end;
+        if sent < self.end {
+            return self.end;
         }
-        let steps = (sent - end) / step + 1;
-        end.saturating_add(steps.saturating_mul(step))
+        let steps = (sent - self.end) / self.step + 1;
+        self.end.saturating_add(steps.saturating_mul(self.step))
+    }
+}
+
+/// The piece a producer is filling, shared with its reader under one lock.
+/// The reader says there where its requests end, and takes the piece
+/// itself when every byte it asks for is in it: a producer that went on
+/// reading without writing (a long run of invalid records, a leaf of
+/// failed rows) would hold those bytes back until it writes again.
+pub struct Filling {
+    pub buf: Vec<u8>,
+    /// The output offset where `buf` starts.
+    pub at: u64,
+    /// Where the last whole record in `buf` ends, if one does, and the
+    /// position that resumes there.
+    pub last: Option<(usize, Position)>,
+    pub demand: Demand,
+}
+
+impl Filling {
+    pub fn new(at: u64, demand: Demand) -> Filling {
+        Filling {
+            buf: Vec::new(),
+            at,
+            last: None,
+            demand,
+        }
+    }
+
+    /// The length `buf` goes out at, wherever that falls in a record: the
+    /// end of the request the reader waits on, if it is not yet in; else
+    /// the first end a reader reading on would ask for that leaves at
+    /// least [`LEAST_PIECE`] bytes (a reader of small requests has its
+    /// bytes in a few pieces, not one each); at most a [`PIECE`].
+    pub fn limit(&self) -> usize {
+        let end = if self.at < self.demand.end {
+            self.demand.end
+        } else {
+            let least = self.at.saturating_add(LEAST_PIECE as u64 - 1);
+            self.demand.boundary_after(least)
+        };
+        let to_end = usize::try_from(end.saturating_sub(self.at)).unwrap_or(usize::MAX);
+        to_end.clamp(1, PIECE)
+    }
+
+    /// Takes what is buffered as a piece, with its last record end,
+    /// leaving `next` to fill. A piece far smaller than its buffer is
+    /// moved to one of its size: a window may hold many small ones.
+    pub fn take(&mut self, next: Vec<u8>) -> (Vec<u8>, Option<(usize, Position)>) {
+        let mut piece = std::mem::replace(&mut self.buf, next);
+        if piece.len() < piece.capacity() / 16 {
+            piece.shrink_to_fit();
+        }
+        self.at += piece.len() as u64;
+        (piece, self.last.take())
     }
 }
 
@@ -128,7 +183,7 @@ mod tests {
 
     #[test]
     fn pieces_are_cut_where_the_readers_requests_end() {
-        let demand = Demand::new(1 << 20, 1 << 20);
+        let mut demand = Demand::new(1 << 20, 1 << 20);
         assert_eq!(demand.boundary_after(0), 1 << 20);
         assert_eq!(demand.boundary_after((1 << 20) - 1), 1 << 20);
         // Past the last request's end: the end of the next one, and of
