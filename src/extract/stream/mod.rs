@@ -242,7 +242,6 @@ struct Producer {
     spare: SyncSender<Vec<u8>>,
     /// Bytes received and not yet dropped, ending at `reached`.
     window: Window,
-    /// Where its reader's requests end, for the producer to cut pieces.
     /// The piece being filled, and where the reader's requests end.
     filling: Arc<Mutex<Filling>>,
     /// Output offset just past the last byte received.
@@ -491,9 +490,10 @@ mod tests {
         (sender, spares, producer)
     }
 
-    fn bytes(piece: Option<Piece>) -> Option<Vec<u8>> {
+    /// A piece's bytes, and where its last whole record ends.
+    fn bytes(piece: Option<Piece>) -> Option<(Vec<u8>, Option<usize>)> {
         match piece? {
-            Piece::Bytes(bytes, _) => Some(bytes),
+            Piece::Bytes(bytes, last) => Some((bytes, last.map(|(end, _)| end))),
             _ => panic!("only bytes"),
         }
     }
@@ -503,15 +503,15 @@ mod tests {
         let (sender, spares, mut producer) = pair(Demand::new(1 << 20, 1 << 20));
         let mut out = ChannelOutput::new(&sender, spares, Arc::clone(&producer.filling));
         // Two records written, then the producer goes quiet: a request for
-        // bytes within them takes the piece as it is.
+        // bytes within them takes the piece as it is, with the end of the
+        // last record that ended in it.
         out.write_all(b"{\"a\":1}\n").unwrap();
-        let after = Position::default();
-        assert!(out.record_end(after).unwrap().is_continue());
+        assert!(out.record_end(Position::default()).unwrap().is_continue());
         out.write_all(b"{\"b\":2}\n").unwrap();
         assert!(producer.pieces.try_recv().is_err(), "nothing was sent");
         let taken = bytes(producer.take_filled(12, 12)).expect("the bytes are in");
-        assert_eq!(taken, b"{\"a\":1}\n{\"b\":2}\n");
-        producer.reached += taken.len() as u64;
+        assert_eq!(taken, (b"{\"a\":1}\n{\"b\":2}\n".to_vec(), Some(8)));
+        producer.reached += 16;
         // A request past what is written waits, and the producer sends its
         // piece cut at the request's end, within a record.
         assert!(producer.take_filled(20, 4).is_none());
@@ -520,9 +520,23 @@ mod tests {
         // next, and is not taken.
         assert!(producer.take_filled(21, 1).is_none());
         let sent = producer.pieces.try_recv().ok();
-        assert_eq!(bytes(sent).unwrap(), b"{\"c\"");
+        assert_eq!(bytes(sent).unwrap(), (b"{\"c\"".to_vec(), None));
         producer.reached += 4;
         let rest = bytes(producer.take_filled(21, 1)).expect("the rest is in");
-        assert_eq!(rest, b":3}\n");
+        assert_eq!(rest, (b":3}\n".to_vec(), None));
+        producer.reached += 4;
+        // A request that ends within what the piece being filled holds,
+        // made while a piece is on its way: the producer sends what it
+        // holds before it writes on.
+        out.write_all(b"{\"e\":5}\n").unwrap();
+        assert!(producer.take_filled(60, 36).is_none());
+        out.write_all(&[b'x'; 30]).unwrap();
+        assert!(producer.take_filled(61, 1).is_none());
+        out.write_all(b"yy").unwrap();
+        let first = bytes(producer.pieces.try_recv().ok()).unwrap();
+        assert_eq!(first.0.len(), 36);
+        let second = bytes(producer.pieces.try_recv().ok()).unwrap();
+        assert_eq!(second.0, b"xx");
+        assert!(producer.pieces.try_recv().is_err());
     }
 }

@@ -63,8 +63,9 @@ pub fn produce(
             "reading the records failed (a bug); see the daemon's log",
         )),
     };
-    // What follows the last whole record is dropped: after a failure, the
-    // part of the record it cut.
+    // What follows the last whole record and is still here is dropped:
+    // after a failure, the part of the record it cut that no piece took
+    // (a piece ends where a request ends, inside a record or not).
     let (piece, end) = {
         let mut filling = out.filling.lock();
         let whole = filling.last.map_or(0, |(end, _)| end);
@@ -100,14 +101,15 @@ impl<'s> ChannelOutput<'s> {
         }
     }
 
-    /// A buffer for the next piece: one the reader is done with, or a new one.
+    /// A buffer for the next piece: one the reader is done with, or a new
+    /// one (a small piece was moved to a buffer of its size).
     fn fresh(&self) -> Vec<u8> {
         match self.spares.try_recv() {
-            Ok(mut spare) => {
+            Ok(mut spare) if spare.capacity() >= PIECE => {
                 spare.clear();
                 spare
             }
-            Err(_) => Vec::with_capacity(PIECE),
+            _ => Vec::with_capacity(PIECE),
         }
     }
 

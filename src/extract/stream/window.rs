@@ -93,7 +93,7 @@ impl Filling {
     /// moved to one of its size: a window may hold many small ones.
     pub fn take(&mut self, next: Vec<u8>) -> (Vec<u8>, Option<(usize, Position)>) {
         let mut piece = std::mem::replace(&mut self.buf, next);
-        if piece.len() < piece.capacity() / 16 {
+        if piece.len() <= piece.capacity() / 8 {
             piece.shrink_to_fit();
         }
         self.at += piece.len() as u64;
@@ -197,6 +197,19 @@ mod tests {
         // No overflow at the far end.
         demand.set(u64::MAX - 1, u64::MAX);
         assert_eq!(demand.boundary_after(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn a_small_piece_is_moved_to_a_buffer_of_its_size_and_a_large_one_is_not() {
+        let mut filling = Filling::new(10, Demand::new(11, 1));
+        filling.buf = Vec::with_capacity(PIECE);
+        filling.buf.extend_from_slice(b"abc");
+        let (piece, _) = filling.take(Vec::with_capacity(PIECE));
+        assert_eq!((piece.as_slice(), filling.at), (&b"abc"[..], 13));
+        assert!(piece.capacity() < PIECE / 8);
+        filling.buf.resize(PIECE / 2, b'x');
+        let (piece, _) = filling.take(Vec::new());
+        assert_eq!(piece.capacity(), PIECE);
     }
 
     #[test]
