@@ -117,10 +117,15 @@ pub fn walk_as(fs: &WarehouseFs, caller: &Caller, rel: &str) -> Result<Entry, Fs
 
 /// The inode of `rel` (the root for "").
 pub fn ino(fs: &WarehouseFs, rel: &str) -> u64 {
+    ino_as(fs, &ROOT_CALLER, rel)
+}
+
+/// The inode of `rel` as `caller` looks it up (the root for "").
+pub fn ino_as(fs: &WarehouseFs, caller: &Caller, rel: &str) -> u64 {
     if rel.is_empty() {
         return ROOT;
     }
-    walk(fs, rel)
+    walk_as(fs, caller, rel)
         .unwrap_or_else(|e| panic!("lookup {rel}: {e}"))
         .attr
         .ino

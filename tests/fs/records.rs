@@ -175,11 +175,7 @@ fn one_users_streams_leave_another_users_producer_running() {
     let wh = warehouse();
     let fs = fs_of(&wh);
     let other = user(65534);
-    let theirs = walk_as(&fs, &other, "team/planner/.records")
-        .unwrap()
-        .attr
-        .ino
-        .0;
+    let theirs = ino_as(&fs, &other, "team/planner/.records");
     let records = ino(&fs, "team/planner/.records");
     let mine: Vec<u64> = (0..40)
         .map(|_| fs.open(&ROOT_CALLER, records, false).unwrap().fh)
@@ -204,11 +200,7 @@ fn one_users_streams_leave_another_users_producer_running() {
     let mut theirs_too = Vec::new();
     for uid in 1001..1005 {
         let caller = user(uid);
-        let records = walk_as(&fs, &caller, "team/planner/.records")
-            .unwrap()
-            .attr
-            .ino
-            .0;
+        let records = ino_as(&fs, &caller, "team/planner/.records");
         for i in 0..8 {
             let fh = fs.open(&caller, records, false).unwrap().fh;
             let at = i * 4096;
@@ -236,11 +228,7 @@ fn another_user_cannot_read_records_they_could_not_read_natively() {
     std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o600)).unwrap();
     let fs = fs_of(&wh);
     let nobody = user(65534);
-    let records = walk_as(&fs, &nobody, "team/planner/.records")
-        .unwrap()
-        .attr
-        .ino
-        .0;
+    let records = ino_as(&fs, &nobody, "team/planner/.records");
     let failed = fs
         .open(&nobody, records, false)
         .and_then(|opened| fs.read(opened.fh, 0, 4096));
