@@ -127,13 +127,14 @@ impl<'s> ChannelOutput<'s> {
     fn send(&mut self, piece: Vec<u8>, last: Option<(usize, Position)>) -> io::Result<()> {
         if self.sender.send(Piece::Bytes(piece, last)).is_err() {
             self.hung_up = true;
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the reader went away",
-            ));
+            return Err(gone());
         }
         Ok(())
     }
+}
+
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the reader went away")
 }
 
 /// Makes room in a buffer the reader took away.
@@ -148,6 +149,9 @@ impl Write for ChannelOutput<'_> {
     /// fit goes on in the next piece), so memory stays bounded however
     /// large one write is.
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.hung_up {
+            return Err(gone());
+        }
         loop {
             let mut filling = self.filling.lock();
             let room = filling.limit().saturating_sub(filling.buf.len());
@@ -157,7 +161,9 @@ impl Write for ChannelOutput<'_> {
                 filling.buf.extend_from_slice(&bytes[..taken]);
                 drop(filling);
                 if taken == room {
-                    self.seal()?;
+                    // The bytes are taken either way; a reader that went
+                    // is told at the next write.
+                    let _ = self.seal();
                 }
                 return Ok(taken);
             }
@@ -331,5 +337,19 @@ mod tests {
             };
             assert_eq!(cuts(&whole), cuts(&each), "requests of {step}");
         }
+    }
+
+    #[test]
+    fn a_write_that_fills_a_piece_for_a_reader_gone_takes_its_bytes_and_the_next_fails() {
+        let (sender, receiver) = sync_channel(1);
+        drop(receiver);
+        let (_spare, spares) = sync_channel(2);
+        let filling = Filling::new(0, Demand::new(4, 4));
+        let mut out = ChannelOutput::new(&sender, spares, Arc::new(Mutex::new(filling)));
+        assert_eq!(out.write(b"abcdef").unwrap(), 4);
+        assert!(out.hung_up);
+        let next = out.write(b"ef").unwrap_err();
+        assert_eq!(next.kind(), io::ErrorKind::BrokenPipe);
+        assert!(out.record_end(Position::default()).unwrap().is_break());
     }
 }
