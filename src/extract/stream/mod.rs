@@ -392,35 +392,42 @@ impl RecordsStream {
                     produce(&plan, &catalog, position, &sender, spares, filled)
                 })
             });
-        if let Err(e) = spawned {
-            let (failed, pieces) = sync_channel(1);
-            let _ = failed.send(Piece::Failed(Error::io(
-                std::path::Path::new("."),
-                &io::Error::other(format!("cannot start a reader thread: {e}")),
-            )));
-            return Producer {
-                pieces,
-                spare,
-                window: Window::default(),
-                filling,
-                reached: at,
-                done: false,
-                work,
-            };
-        }
+        let pieces = match spawned {
+            Ok(_) => pieces,
+            Err(e) => {
+                let (failed, pieces) = sync_channel(1);
+                let _ = failed.send(Piece::Failed(Error::io(
+                    std::path::Path::new("."),
+                    &io::Error::other(format!("cannot start a reader thread: {e}")),
+                )));
+                pieces
+            }
+        };
+        Producer::new(pieces, spare, filling, work)
+    }
+}
+
+impl Producer {
+    /// The reader's end of a producer whose piece being filled is
+    /// `filling`: nothing received yet, the next byte at `filling`'s start.
+    fn new(
+        pieces: Receiver<Piece>,
+        spare: SyncSender<Vec<u8>>,
+        filling: Arc<Mutex<Filling>>,
+        work: Arc<Work>,
+    ) -> Producer {
+        let reached = filling.lock().at;
         Producer {
             pieces,
             spare,
             window: Window::default(),
             filling,
-            reached: at,
+            reached,
             done: false,
             work,
         }
     }
-}
 
-impl Producer {
     /// Says where the request waited on ends, and takes the piece being
     /// filled when it is the next and holds every byte the request asks
     /// for: the producer may have gone on reading without writing, and
@@ -478,15 +485,8 @@ mod tests {
     fn pair(demand: Demand) -> (SyncSender<Piece>, Receiver<Vec<u8>>, Producer) {
         let (sender, pieces) = sync_channel(4);
         let (spare, spares) = sync_channel(2);
-        let producer = Producer {
-            pieces,
-            spare,
-            window: Window::default(),
-            filling: Arc::new(Mutex::new(Filling::new(0, demand))),
-            reached: 0,
-            done: false,
-            work: Work::cancellable("a test"),
-        };
+        let filling = Arc::new(Mutex::new(Filling::new(0, demand)));
+        let producer = Producer::new(pieces, spare, filling, Work::cancellable("a test"));
         (sender, spares, producer)
     }
 
