@@ -27,8 +27,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # git: the shard tests and the append benchmark run it in temporary
 # repositories. chromium, chromium-driver and python3-selenium: the web
 # pages are tested in a real headless browser (web-tests/browser.py);
-# fonts-dejavu-core makes its screenshots readable.
-extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux mount passwd git
+# fonts-dejavu-core makes its screenshots readable. e2fsprogs: a sync test
+# makes an ext4 with one-second timestamps on a loop device.
+extra_packages=(attr jq python3 python3-venv coreutils findutils procps util-linux mount passwd git e2fsprogs
   chromium chromium-driver python3-selenium fonts-dejavu-core)
 source scripts/setup.sh
 

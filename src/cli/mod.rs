@@ -113,7 +113,8 @@ pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM
     /// SOURCE, in one new Lance version: new files are imported, files that
     /// only grew are imported from where the last sync stopped (a torn last
     /// record is left for the next sync), changed or removed files have
-    /// their rows replaced or deleted. Nothing changed: no new version.
+    /// their rows replaced or deleted. Nothing changed: no new version. A
+    /// file that cannot be read is a warning and keeps its rows.
     #[cfg(feature = "compact-jsonl")]
     #[command(after_help = "Examples:\n  \
 pchronicle sync ./sessions ./warehouse/team/sessions_compact\n  \

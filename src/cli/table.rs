@@ -259,6 +259,9 @@ pub fn sync(report: &crate::store::compact::sync::SyncReport, dest: &std::path::
         };
         let _ = writeln!(text, "{}: {what}", change.file);
     }
+    for w in &report.warnings {
+        let _ = writeln!(text, "{}: warning[{}]: {}", w.file, w.code, w.message);
+    }
     let version = report
         .version
         .map_or_else(|| "no leaf yet".to_string(), |v| format!("version {v}"));

@@ -309,3 +309,317 @@ fn a_killed_sync_leaves_a_whole_version_and_the_next_converges() {
         );
     }
 }
+
+/// A filesystem whose timestamps are whole seconds (ext4 with 128-byte
+/// inodes, in an image file on a loop device), unmounted on drop; `None`
+/// where this machine cannot make one (not root, no loop device).
+struct CoarseFs {
+    mount: std::path::PathBuf,
+}
+
+impl CoarseFs {
+    fn make(w: &Warehouse) -> Option<CoarseFs> {
+        let image = w.abs("coarse.img");
+        let mount = w.abs("coarse");
+        std::fs::create_dir(&mount).ok()?;
+        let run = |program: &str, args: &[&std::ffi::OsStr]| {
+            Command::new(program)
+                .args(args)
+                .output()
+                .is_ok_and(|out| out.status.success())
+        };
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(32 << 20))
+            .ok()?;
+        let made = run(
+            "mkfs.ext4",
+            &[
+                "-q".as_ref(),
+                "-F".as_ref(),
+                "-I".as_ref(),
+                "128".as_ref(),
+                image.as_os_str(),
+            ],
+        ) && run(
+            "mount",
+            &[
+                "-o".as_ref(),
+                "loop".as_ref(),
+                image.as_os_str(),
+                mount.as_os_str(),
+            ],
+        );
+        made.then_some(CoarseFs { mount })
+    }
+}
+
+impl Drop for CoarseFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+    }
+}
+
+/// Runs `pchronicle sync --json SOURCE DEST`, as a user would.
+fn sync_cli(source: &Path, dest: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_pchronicle"))
+        .args(["sync", "--json"])
+        .arg(source)
+        .arg(dest)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_rewrite_in_the_same_second_as_a_sync_is_taken_by_the_next() {
+    // On a filesystem with one-second timestamps, a same-size rewrite in
+    // the second a sync read the file keeps size, mtime, ctime and inode.
+    let w = Warehouse::new();
+    let Some(coarse) = CoarseFs::make(&w) else {
+        assert!(
+            std::env::var("PCHRONICLE_REQUIRE_FUSE").as_deref() != Ok("1"),
+            "cannot mount a loop-device ext4 here (root, mkfs.ext4 and a loop device are needed)"
+        );
+        eprintln!("skipping: cannot mount a loop-device ext4 here");
+        return;
+    };
+    let source = coarse.mount.join("src");
+    std::fs::create_dir(&source).unwrap();
+    let path = source.join("a.jsonl");
+    let dest = w.abs("leaf");
+    for round in 0..3 {
+        let (old, new) = (
+            format!("{{\"v\":\"A{round}\"}}\n"),
+            format!("{{\"v\":\"B{round}\"}}\n"),
+        );
+        // Start at the top of a second, so that a sync taking less than
+        // one leaves the rewrite in the same second.
+        let into = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - into)));
+        std::fs::write(&path, &old).unwrap();
+        sync_cli(&source, &dest);
+        std::fs::write(&path, &new).unwrap();
+        let next = sync_cli(&source, &dest);
+        let rows = leaf(&dest).0;
+        assert_eq!(
+            rows.iter().map(|r| r.2.as_str()).collect::<Vec<_>>(),
+            [new.trim_end()],
+            "round {round}: {next}"
+        );
+    }
+    drop(coarse);
+}
+
+#[test]
+fn a_leaf_inside_its_source_under_another_name_is_never_read() {
+    // Offloading every record puts `.json` files in the leaf's `_offload/`:
+    // read back as sources, they would come in as rows of their own.
+    let store = || CompactJsonlStore::default().with_offload_threshold(8);
+    let w = Warehouse::new();
+    w.file("src/a.jsonl", jsonl(3, 0));
+    std::os::unix::fs::symlink(w.abs("src"), w.abs("link")).unwrap();
+    let plain = w.abs("src/leaf");
+    for (dest, named) in [
+        (w.abs("src/../src/leaf"), plain.clone()),
+        (w.abs("link/leaf"), plain.clone()),
+    ] {
+        let first = store().sync_path(&w.abs("src"), &dest, false).unwrap();
+        assert_eq!(changes(&first), [("a.jsonl".into(), Change::New)]);
+        let again = store().sync_path(&w.abs("src"), &dest, false).unwrap();
+        assert!(!again.changed, "{dest:?}: {:?}", again.changes);
+        let (rows, _) = leaf(&named);
+        assert_eq!(rows.len(), 3, "{dest:?}: {rows:?}");
+        assert!(rows.iter().all(|r| r.0 == "a.jsonl"), "{rows:?}");
+        std::fs::remove_dir_all(&named).unwrap();
+    }
+    // `import` follows the same rule.
+    store()
+        .import_path(&w.abs("src"), &plain, ImportMode::Create)
+        .unwrap();
+    let appended = store()
+        .import_path(&w.abs("src/../src/leaf/.."), &plain, ImportMode::Append)
+        .unwrap();
+    assert_eq!(appended.source_files, 1);
+    // A source inside the leaf is refused by both.
+    let inside = w.abs("link/leaf/_offload");
+    let refused = store().sync_path(&inside, &plain, false).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::ImportSource);
+    let refused = store()
+        .import_path(&inside, &plain, ImportMode::Append)
+        .unwrap_err();
+    assert_eq!(refused.code, ErrorCode::ImportSource);
+}
+
+/// Runs `pchronicle sync --json SOURCE DEST` as the user `nobody`.
+fn sync_as_nobody(source: &Path, dest: &Path) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    Command::new(env!("CARGO_BIN_EXE_pchronicle"))
+        .args(["sync", "--json"])
+        .arg(source)
+        .arg(dest)
+        .env_remove("RUST_LOG")
+        .env("HOME", "/nonexistent")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_unreadable_entry_is_a_warning_and_its_rows_stay() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: needs root to run a sync as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let w = Warehouse::new();
+    std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    w.file("src/a.jsonl", jsonl(3, 0))
+        .file("src/private.jsonl", jsonl(2, 10))
+        .file("src/closed/c.jsonl", jsonl(4, 20));
+    let (source, dest) = (w.abs("src"), w.abs("leaf"));
+    std::fs::create_dir(&dest).unwrap();
+    std::os::unix::fs::chown(&dest, Some(65534), Some(65534)).unwrap();
+    let first = sync_as_nobody(&source, &dest);
+    assert!(first.status.success(), "{first:?}");
+    let before = leaf(&dest).0;
+    assert_eq!(before.len(), 9);
+
+    // Files of another user, closed to the syncing one, all with news.
+    append(&w, "src/a.jsonl", &jsonl(2, 50));
+    append(&w, "src/private.jsonl", &jsonl(1, 60));
+    append(&w, "src/closed/c.jsonl", &jsonl(1, 70));
+    w.file("src/closed/new.jsonl", jsonl(1, 80));
+    std::fs::set_permissions(
+        w.abs("src/private.jsonl"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::set_permissions(w.abs("src/closed"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let second = sync_as_nobody(&source, &dest);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(report["changes"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["changes"][0]["file"], "a.jsonl");
+    let warned: Vec<(String, String)> = report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["file"].as_str().unwrap().to_string(),
+                w["code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            ("closed".to_string(), "PCHRONICLE_IO".to_string()),
+            (
+                "private.jsonl".to_string(),
+                "PCHRONICLE_RECORD_FILE_UNREADABLE".to_string()
+            ),
+        ]
+    );
+    assert!(
+        stderr.contains("PCHRONICLE_RECORD_FILE_UNREADABLE") && stderr.contains("private.jsonl"),
+        "the warning is logged: {stderr}"
+    );
+    // The readable file moved on; the unreadable ones kept their rows.
+    let rows = leaf(&dest).0;
+    let of = |rows: &[Row], file: &str| -> Vec<Row> {
+        rows.iter().filter(|r| r.0 == file).cloned().collect()
+    };
+    assert_eq!(of(&rows, "a.jsonl").len(), 5);
+    assert_eq!(of(&rows, "private.jsonl"), of(&before, "private.jsonl"));
+    assert_eq!(of(&rows, "closed/c.jsonl"), of(&before, "closed/c.jsonl"));
+    assert!(of(&rows, "closed/new.jsonl").is_empty());
+
+    // Readable again: taken up where they were.
+    std::fs::set_permissions(
+        w.abs("src/private.jsonl"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    std::fs::set_permissions(w.abs("src/closed"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let third = sync_as_nobody(&source, &dest);
+    assert!(third.status.success(), "{third:?}");
+    assert_eq!(leaf(&dest).0, model(&source));
+}
+
+#[test]
+fn a_symlinked_source_file_is_read_by_sync_as_by_import() {
+    let w = Warehouse::new();
+    w.file("data/a.jsonl", jsonl(3, 0));
+    let link = w.abs("link.jsonl");
+    std::os::unix::fs::symlink(w.abs("data/a.jsonl"), &link).unwrap();
+    let synced = sync(&link, &w.abs("synced"));
+    assert_eq!(changes(&synced), [("link.jsonl".into(), Change::New)]);
+    CompactJsonlStore::default()
+        .import_path(&link, &w.abs("imported"), ImportMode::Create)
+        .unwrap();
+    let (rows, _) = leaf(&w.abs("synced"));
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows, leaf(&w.abs("imported")).0);
+    assert!(!sync(&link, &w.abs("synced")).changed);
+    append(&w, "data/a.jsonl", &jsonl(1, 9));
+    let grown = sync(&link, &w.abs("synced"));
+    assert_eq!(changes(&grown), [("link.jsonl".into(), Change::Grown)]);
+}
+
+#[test]
+fn a_file_that_becomes_a_symlink_loses_its_rows_with_a_warning() {
+    let w = Warehouse::new();
+    w.file("src/a.jsonl", jsonl(3, 0))
+        .file("src/b.jsonl", jsonl(1, 0))
+        .file("elsewhere/x.jsonl", jsonl(2, 0));
+    let (source, dest) = (w.abs("src"), w.abs("leaf"));
+    sync(&source, &dest);
+    std::fs::remove_file(w.abs("src/a.jsonl")).unwrap();
+    std::os::unix::fs::symlink(w.abs("elsewhere/x.jsonl"), w.abs("src/a.jsonl")).unwrap();
+    let report = sync(&source, &dest);
+    assert_eq!(changes(&report), [("a.jsonl".into(), Change::Gone)]);
+    let warned: Vec<(&str, ErrorCode)> = report
+        .warnings
+        .iter()
+        .map(|w| (w.file.as_str(), w.code))
+        .collect();
+    assert_eq!(warned, [("a.jsonl", ErrorCode::PathNotFound)]);
+    let (rows, _) = leaf(&dest);
+    assert!(rows.iter().all(|r| r.0 == "b.jsonl"), "{rows:?}");
+    // Said once: the next sync has nothing of it left to drop.
+    assert!(sync(&source, &dest).warnings.is_empty());
+}
+
+#[test]
+fn a_file_rewritten_in_place_while_synced_is_replaced_at_the_next_sync() {
+    let w = Warehouse::new();
+    w.file("src/a.jsonl", "{\"v\":\"AAAA\"}\n");
+    let (source, dest) = (w.abs("src"), w.abs("leaf"));
+    sync(&source, &dest);
+    append(&w, "src/a.jsonl", "{\"v\":\"CCCC\"}\n");
+    let path = w.abs("src/a.jsonl");
+    // Between reading the rows and committing them, the file is rewritten
+    // in place: the same inode, the same length.
+    let store = CompactJsonlStore::default().with_sync_hook(move || {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all(b"{\"v\":\"BBBB\"}\n{\"v\":\"DDDD\"}\n")
+            .unwrap();
+    });
+    let grown = store.sync_path(&source, &dest, false).unwrap();
+    assert_eq!(changes(&grown), [("a.jsonl".into(), Change::Grown)]);
+    let records: Vec<String> = leaf(&dest).0.into_iter().map(|r| r.2).collect();
+    assert_eq!(records, ["{\"v\":\"AAAA\"}", "{\"v\":\"CCCC\"}"]);
+    // The state describes the bytes those rows came from, so the next
+    // sync sees the rewrite and replaces them.
+    let next = sync(&source, &dest);
+    assert_eq!(changes(&next), [("a.jsonl".into(), Change::Replaced)]);
+    assert_eq!(leaf(&dest).0, model(&source));
+}

@@ -114,7 +114,14 @@ pub struct CompactJsonlStore {
     engine: engine::Engine,
     opens: AtomicU64,
     offload_threshold: usize,
+    /// Called by `sync` after it read the rows and before it commits them.
+    #[cfg(feature = "compact-jsonl")]
+    sync_hook: Option<SyncHook>,
 }
+
+/// See [`CompactJsonlStore::with_sync_hook`].
+#[cfg(feature = "compact-jsonl")]
+type SyncHook = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 impl Default for CompactJsonlStore {
     fn default() -> Self {
@@ -123,6 +130,8 @@ impl Default for CompactJsonlStore {
             engine: engine::Engine::default(),
             opens: AtomicU64::new(0),
             offload_threshold: DEFAULT_OFFLOAD_THRESHOLD,
+            #[cfg(feature = "compact-jsonl")]
+            sync_hook: None,
         }
     }
 }
@@ -131,6 +140,16 @@ impl CompactJsonlStore {
     /// A store that offloads records larger than `bytes`.
     pub fn with_offload_threshold(mut self, bytes: usize) -> Self {
         self.offload_threshold = bytes;
+        self
+    }
+
+    /// A store whose `sync` calls `hook` between reading the source files
+    /// and committing what it read: the seam where a writer may change a
+    /// file under a running sync, for tests that do so on purpose.
+    #[doc(hidden)]
+    #[cfg(feature = "compact-jsonl")]
+    pub fn with_sync_hook(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.sync_hook = Some(std::sync::Arc::new(hook));
         self
     }
 

@@ -12,11 +12,13 @@
 //! itself; if that fails, the import fails.
 //!
 //! This file runs the import as a whole (destination checks, the two
-//! threads, the manifest); `rows.rs` is the producer that turns records
-//! into batches, `offload.rs` the `_offload/` store it writes to.
+//! threads, the manifest); `scan.rs` finds the source files (for `sync`
+//! too), `rows.rs` is the producer that turns records into batches,
+//! `offload.rs` the `_offload/` store it writes to.
 
 mod offload;
 mod rows;
+mod scan;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -38,6 +40,7 @@ use super::{
 use crate::error::{Error, ErrorCode, Result};
 use crate::records::RecordFormat;
 use rows::produce;
+pub(super) use scan::{Scan, SkipReason, scan_sources};
 
 /// A batch of rows, or why the producer stopped.
 pub(super) type Batch = std::result::Result<RecordBatch, ArrowError>;
@@ -54,6 +57,9 @@ pub(super) struct SourceFile {
     pub(super) end: Option<u64>,
     /// The `line` of the record before the first one taken.
     pub(super) first_line: u64,
+    /// A hasher fed the bytes before `start`, to be fed the bytes the rows
+    /// are made from (a sync's digest); `None` hashes nothing.
+    pub(super) digest: Option<sha2::Sha256>,
 }
 
 impl CompactJsonlStore {
@@ -218,71 +224,24 @@ impl CompactJsonlStore {
     }
 }
 
-/// The record files under `source`, sorted by relative path; symlinks and
-/// pchronicle's own state are skipped, and so is `dest` if it lies inside.
+/// The record files under `source`, sorted by relative path (the rules
+/// are [`scan`]'s). A directory that cannot be listed fails the import: a
+/// one-time copy is whole or not made.
 pub(super) fn collect_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
-    let files = scan_sources(source, dest)?;
-    if files.is_empty() {
+    let scan = scan_sources(source, dest)?;
+    for skipped in scan.skipped {
+        if let SkipReason::Unreadable(e) = skipped.why {
+            return Err(Error::io(&skipped.path, &e));
+        }
+    }
+    if scan.files.is_empty() {
         return Err(Error::at(
             ErrorCode::ImportSource,
             source,
             "no record files found",
         ));
     }
-    Ok(files)
-}
-
-/// As [`collect_sources`], and a directory without record files gives
-/// none.
-pub(super) fn scan_sources(source: &Path, dest: &Path) -> Result<Vec<SourceFile>> {
-    let meta = fs::metadata(source).map_err(|e| Error::io(source, &e))?;
-    if meta.is_file() {
-        let name = source
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        let format = RecordFormat::from_name(name).ok_or_else(|| {
-            Error::at(
-                ErrorCode::ImportSource,
-                source,
-                "not a record file (.jsonl, .ndjson, .jsonseq or .json)",
-            )
-        })?;
-        return Ok(vec![SourceFile::whole(
-            source.to_path_buf(),
-            name.to_string(),
-            format,
-        )]);
-    }
-    let dest = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
-    let mut files = Vec::new();
-    let mut stack = vec![(source.to_path_buf(), String::new())];
-    while let Some((dir, rel)) = stack.pop() {
-        if std::path::absolute(&dir).is_ok_and(|d| d == dest) {
-            continue;
-        }
-        for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, &e))? {
-            let entry = entry.map_err(|e| Error::io(&dir, &e))?;
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let child_rel = if rel.is_empty() {
-                name.clone()
-            } else {
-                format!("{rel}/{name}")
-            };
-            if kind.is_dir() && name != crate::warehouse::STATE_DIR {
-                stack.push((entry.path(), child_rel));
-            } else if let Some(format) = RecordFormat::from_name(&name).filter(|_| kind.is_file()) {
-                files.push(SourceFile::whole(entry.path(), child_rel, format));
-            }
-        }
-    }
-    files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(files)
+    Ok(scan.files)
 }
 
 impl SourceFile {
@@ -294,6 +253,7 @@ impl SourceFile {
             start: 0,
             end: None,
             first_line: 0,
+            digest: None,
         }
     }
 }
@@ -307,6 +267,9 @@ pub(super) struct Tally {
     pub(super) offloaded: u64,
     /// The `line` of each file's last record taken, in file order.
     pub(super) lines: Vec<u64>,
+    /// Each file's digest (hex SHA-256) when it had a hasher, in file
+    /// order: the bytes the rows were made from, and nothing else.
+    pub(super) digests: Vec<Option<String>>,
 }
 
 /// A progress line on stderr, shown only when stderr is a terminal.

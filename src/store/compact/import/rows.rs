@@ -51,12 +51,15 @@ pub(super) fn produce(
         line: 0,
         closed: false,
     };
-    for file in &files {
+    for mut file in files {
         rows.file.clone_from(&file.rel);
         rows.line = file.first_line;
         rows.tally.files += 1;
+        let mut digest = file.digest.take();
         let result = match file.format {
-            RecordFormat::Json => import_json_document(&file.path, &mut rows, progress),
+            RecordFormat::Json => {
+                import_json_document(&file.path, &mut rows, progress, digest.as_mut())
+            }
             _ => File::open(&file.path).and_then(|mut f| {
                 f.seek(SeekFrom::Start(file.start))?;
                 let length = file
@@ -66,6 +69,7 @@ pub(super) fn produce(
                     inner: f.take(length),
                     progress,
                     read: 0,
+                    digest: digest.as_mut(),
                 };
                 for_each_segment(&mut reader, &mut rows)?;
                 // A range named to the byte must be read whole: a file cut
@@ -79,6 +83,9 @@ pub(super) fn produce(
             }),
         };
         rows.tally.lines.push(rows.line);
+        rows.tally
+            .digests
+            .push(digest.map(|d| crate::warehouse::hex(&sha2::Digest::finalize(d))));
         if rows.closed {
             // Lance stopped reading: the write failed; it reports why.
             return Ok(rows.tally);
@@ -279,7 +286,12 @@ impl BatchBuilder {
 /// any other value is one row; a document that stops being valid JSON
 /// keeps the elements before the error and adds one failed row holding the
 /// rest of the text.
-fn import_json_document(path: &Path, rows: &mut RowWriter, progress: &Progress) -> io::Result<()> {
+fn import_json_document(
+    path: &Path,
+    rows: &mut RowWriter,
+    progress: &Progress,
+    digest: Option<&mut sha2::Sha256>,
+) -> io::Result<()> {
     let size = fs::metadata(path)?.len();
     if size > crate::records::read::MAX_JSON_DOCUMENT {
         return Err(io::Error::other(format!(
@@ -289,18 +301,24 @@ fn import_json_document(path: &Path, rows: &mut RowWriter, progress: &Progress) 
     }
     let text = fs::read(path)?;
     progress.add(text.len() as u64);
+    if let Some(digest) = digest {
+        sha2::Digest::update(digest, &text);
+    }
     for record in crate::records::read::document_records(&text) {
         rows.record(record)?;
     }
     Ok(())
 }
 
-/// Counts the bytes read from the sources for the progress line.
+/// Counts the bytes read from the sources for the progress line, and
+/// feeds them to the file's digest: every byte the rows are made from
+/// passes here once, so the digest and the rows cannot disagree.
 struct CountingReader<'p> {
     inner: io::Take<File>,
     progress: &'p Progress,
     /// Bytes read so far.
     read: u64,
+    digest: Option<&'p mut sha2::Sha256>,
 }
 
 impl Read for CountingReader<'_> {
@@ -308,6 +326,9 @@ impl Read for CountingReader<'_> {
         let n = self.inner.read(out)?;
         self.progress.add(n as u64);
         self.read += n as u64;
+        if let Some(digest) = self.digest.as_deref_mut() {
+            sha2::Digest::update(digest, &out[..n]);
+        }
         Ok(n)
     }
 }

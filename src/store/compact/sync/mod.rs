@@ -15,7 +15,12 @@
 //! in the same commit as the rows, as a property of the version's
 //! transaction, so the state read back is always the one of the version it
 //! describes. A file whose identity (size, times, inode) did not change
-//! since is not read at all. A leaf whose newest version was not written by
+//! since is not read at all; a file is read only once its last change is
+//! older than a timestamp tick (see `plan`), so no identity recorded can
+//! hide a second write in the same tick. The digest of a taken file is fed the very bytes its rows are made from,
+//! so the state never describes bytes the rows were not made of. A file
+//! that cannot be read is a warning, never a failed sync: its rows stay.
+//! A leaf whose newest version was not written by
 //! a sync (an `import`, another writer) is rebuilt: its rows are replaced
 //! by the whole source. A sync killed at any point leaves the leaf at the
 //! version before (Lance commits atomically; data files written before the
@@ -38,10 +43,10 @@ use lance::dataset::{CommitBuilder, DeleteBuilder, InsertBuilder, WriteMode, Wri
 use serde::{Deserialize, Serialize};
 
 use super::engine::uri_of;
-use super::import::{SourceFile, scan_sources};
+use super::import::{Scan, scan_sources};
 use super::{CompactJsonlStore, DATA_STORAGE_VERSION};
 use crate::error::{Error, ErrorCode, Result};
-use plan::{Plan, finish_digests, plan};
+use plan::{Plan, plan};
 
 /// The transaction property holding what a sync took.
 pub const SYNC_STATE_KEY: &str = "pchronicle.sync";
@@ -53,6 +58,10 @@ const SYNC_STATE_SCHEMA: u32 = 1;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct SyncState {
     schema: u32,
+    /// When the sync that wrote this state started reading files (ns since
+    /// the epoch); 0 in states written before it was kept.
+    #[serde(default)]
+    taken_at_ns: i64,
     files: BTreeMap<String, Taken>,
 }
 
@@ -92,6 +101,15 @@ pub struct FileChange {
     pub to: u64,
 }
 
+/// A file a sync could not treat as usual, said without failing the sync.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SyncWarning {
+    /// Relative to the source, as its `_file_` (or a directory's path).
+    pub file: String,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
 /// What a sync did (or, dry, would do).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SyncReport {
@@ -109,6 +127,9 @@ pub struct SyncReport {
     pub torn_files: u64,
     pub imported_records: u64,
     pub imported_failed: u64,
+    /// Files left as they were (unreadable) or dropped with a reason the
+    /// user should hear (became a symlink).
+    pub warnings: Vec<SyncWarning>,
 }
 
 impl CompactJsonlStore {
@@ -116,7 +137,7 @@ impl CompactJsonlStore {
     /// `source` in one new version (none when nothing changed); `dry_run`
     /// only says what would change.
     pub fn sync_path(&self, source: &Path, dest: &Path, dry_run: bool) -> Result<SyncReport> {
-        let files = scan_sources(source, dest)?;
+        let scan = scan_sources(source, dest)?;
         let created = !dest.exists();
         fs::create_dir_all(dest).map_err(|e| Error::io(dest, &e))?;
         let _lock = match lock(dest) {
@@ -128,22 +149,26 @@ impl CompactJsonlStore {
                 return Err(e);
             }
         };
-        let result = self.sync_locked(files, dest, dry_run);
-        if created && (dry_run || result.is_err()) {
-            // A sync that made nothing leaves nothing behind.
-            if super::versions::latest_version(dest).is_err() {
-                let _ = fs::remove_dir_all(dest);
+        let result = self.sync_locked(scan, dest, dry_run);
+        // A sync that made nothing leaves nothing behind.
+        if created && super::versions::latest_version(dest).is_err() {
+            let _ = fs::remove_dir_all(dest);
+        }
+        if let Ok(report) = &result {
+            for w in &report.warnings {
+                log::warn!(
+                    "sync of {}: {}: {}: {}",
+                    dest.display(),
+                    w.code,
+                    w.file,
+                    w.message
+                );
             }
         }
         result
     }
 
-    fn sync_locked(
-        &self,
-        files: Vec<SourceFile>,
-        dest: &Path,
-        dry_run: bool,
-    ) -> Result<SyncReport> {
+    fn sync_locked(&self, scan: Scan, dest: &Path, dry_run: bool) -> Result<SyncReport> {
         let dataset = match super::versions::latest_version(dest) {
             Ok(_) => Some(Arc::new(self.open_compact(dest)?)),
             Err(_) => None,
@@ -155,7 +180,7 @@ impl CompactJsonlStore {
             },
             None => (SyncState::default(), false),
         };
-        let plan = plan(files, &state)?;
+        let plan = plan(scan, &state, !dry_run)?;
         let changed = rebuilt || !plan.changes.is_empty();
         let mut report = SyncReport {
             dry_run,
@@ -167,6 +192,7 @@ impl CompactJsonlStore {
             torn_files: plan.torn,
             imported_records: 0,
             imported_failed: 0,
+            warnings: plan.warnings.clone(),
         };
         if dry_run || !changed || (dataset.is_none() && plan.take.is_empty()) {
             report.changed &= dataset.is_some() || !plan.take.is_empty();
@@ -229,18 +255,8 @@ impl CompactJsonlStore {
             mut next,
             deleted,
             bytes,
-            digests,
             ..
         } = plan;
-        // The digests are finished on a thread of their own while the rows
-        // are made and written (they read the same bytes, from the page
-        // cache by then or soon).
-        let mut hashed = SyncState::default();
-        hashed.files = next.files.clone();
-        let hashing = std::thread::Builder::new()
-            .name("pchronicle-sync-digest".into())
-            .spawn(move || finish_digests(digests, &mut hashed).map(|()| hashed))
-            .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start a thread: {e}")))?;
         let taken_names: Vec<String> = take.iter().map(|f| f.rel.clone()).collect();
         let taken_paths: Vec<(String, std::path::PathBuf)> = take
             .iter()
@@ -274,13 +290,16 @@ impl CompactJsonlStore {
             })?;
             (tally, Some(staged))
         };
-        let hashed = hashing
-            .join()
-            .map_err(|_| Error::new(ErrorCode::Io, "the digest thread panicked"))??;
-        // The rows and the digests were read after the plan's stat. A file
-        // only appended to meanwhile gave both the same bytes (they read
-        // up to the plan's end); one replaced or cut short may not have, so
-        // nothing is committed and the next sync starts from the last one.
+        if let Some(hook) = &self.sync_hook {
+            hook();
+        }
+        // The rows were read after the plan's stat. A file only appended
+        // to meanwhile gave the bytes planned (the rows stop at the plan's
+        // end); one replaced or cut short may not have, so nothing is
+        // committed and the next sync starts from the last one. A file
+        // rewritten in place needs no check here: its digest is of the
+        // bytes the rows were made from, so the next sync finds the file
+        // differs from them and replaces its rows.
         for (name, path) in &taken_paths {
             let now = fs::symlink_metadata(path).map_err(|e| Error::io(path, &e))?;
             let kept = |seen: &Taken| {
@@ -294,14 +313,10 @@ impl CompactJsonlStore {
                 ));
             }
         }
-        for (name, taken) in &mut next.files {
-            if let Some(done) = hashed.files.get(name) {
-                taken.sha256.clone_from(&done.sha256);
-            }
-        }
-        for (name, lines) in taken_names.iter().zip(&tally.lines) {
+        for ((name, lines), digest) in taken_names.iter().zip(&tally.lines).zip(&tally.digests) {
             if let Some(taken) = next.files.get_mut(name) {
                 taken.lines = *lines;
+                taken.sha256 = digest.clone().unwrap_or_default();
             }
         }
         let state = serde_json::to_string(&next).expect("a sync state serializes");
