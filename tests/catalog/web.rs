@@ -62,6 +62,11 @@ impl Server {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `GET target` with the token.
     pub fn get(&self, target: &str) -> Reply {
         self.request(
@@ -513,6 +518,147 @@ fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
         .map(|r| r["records"].as_u64().unwrap())
         .sum();
     assert_eq!(total + histogram["untimed"].as_u64().unwrap(), records);
+}
+
+/// `answer[field]` as an object of counts.
+fn counts(answer: &serde_json::Value) -> BTreeMap<String, u64> {
+    answer
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {answer}"))
+        .iter()
+        .map(|(k, n)| (k.clone(), n.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn writer_controlled_lists_are_cut_at_their_count_and_the_rest_summed_beside_them() {
+    let w = crate::support::Warehouse::new();
+    // 100,000 roles, one record each, an hour apart; a real role named
+    // "other"; three roles a megabyte long that read the same once cut.
+    let mut roles = String::new();
+    for i in 0..100_000i64 {
+        roles.push_str(&format!(
+            "{{\"role\":\"r{i:06}\",\"ts\":{}}}\n",
+            1_700_000_000 + i * 3600
+        ));
+    }
+    for _ in 0..7 {
+        roles.push_str("{\"role\":\"other\"}\n");
+    }
+    let huge = "x".repeat(1 << 20);
+    for j in 0..3 {
+        roles.push_str(&format!("{{\"role\":\"{huge}{j}\"}}\n"));
+    }
+    w.file("roles.jsonl", roles);
+    // 300 values of `d` with a record each, one with five, two long ones
+    // that read the same once cut (three records); 150 more keys.
+    for i in 0..300 {
+        w.file(&format!("d=v{i:03}/a.jsonl"), "{\"n\":1}\n");
+    }
+    w.file("d=big/a.jsonl", "{\"n\":1}\n".repeat(5));
+    w.file(
+        &format!("d={}/a.jsonl", "y".repeat(250)),
+        "{\"n\":1}\n".repeat(2),
+    );
+    w.file(&format!("d={}z/a.jsonl", "y".repeat(240)), "{\"n\":1}\n");
+    for i in 0..150 {
+        w.file(&format!("k{i:03}=1/a.jsonl"), "{\"n\":1}\n");
+    }
+    let server = Server::start(w.path(), &[]);
+
+    let reply = server.get("/api/runs?path=");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        reply.body.len() < 1 << 20,
+        "the runs answer is {} bytes",
+        reply.body.len()
+    );
+    let runs = reply.json();
+    let cut_x = format!("{}…", "x".repeat(200));
+    let roles = counts(&runs["roles"]);
+    assert_eq!(roles.len(), 100);
+    assert_eq!(roles["other"], 7, "a real role named other is a role");
+    assert_eq!(
+        roles[&cut_x], 3,
+        "cut roles that read the same count as one"
+    );
+    let first: Vec<String> = (0..98).map(|i| format!("r{i:06}")).collect();
+    assert!(
+        first.iter().all(|r| roles[r] == 1),
+        "ties go to the first by name"
+    );
+    assert_eq!(
+        runs["other"]["roles"],
+        serde_json::json!({"values": 99_902, "records": 99_902})
+    );
+
+    let facets = runs["facets"].as_object().unwrap();
+    assert_eq!(facets.len(), 100, "100 keys kept");
+    let d = counts(&runs["facets"]["d"]);
+    assert_eq!(d.len(), 100);
+    assert_eq!(d["big"], 5);
+    assert_eq!(d[&format!("{}…", "y".repeat(200))], 3);
+    assert_eq!(d["v097"], 1);
+    assert!(!d.contains_key("v098"));
+    assert_eq!(
+        runs["other"]["facets"],
+        serde_json::json!({"d": {"values": 202, "records": 202}})
+    );
+    assert!(facets.contains_key("k098") && !facets.contains_key("k099"));
+    assert_eq!(
+        runs["other"]["facet_keys"],
+        serde_json::json!({"values": 51, "records": 51})
+    );
+    assert!(
+        runs["other"].get("runs").is_none(),
+        "454 runs are all answered"
+    );
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 454);
+
+    let reply = server.get("/api/histogram?path=&bucket=hour");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        reply.body.len() < 1 << 20,
+        "the histogram is {} bytes",
+        reply.body.len()
+    );
+    let histogram = reply.json();
+    let buckets = histogram["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 2000);
+    // Every bucket holds one record: the earliest are kept, in order.
+    assert_eq!(buckets[0]["start"], "2023-11-14T22:00:00Z");
+    assert_eq!(buckets[1999]["start"], "2024-02-06T05:00:00Z");
+    assert_eq!(
+        histogram["other"],
+        serde_json::json!({"values": 98_000, "records": 98_000, "failed": 0})
+    );
+}
+
+#[test]
+fn runs_past_the_cap_are_summed_with_their_records_and_failures() {
+    let w = crate::support::Warehouse::new();
+    for i in 0..5010 {
+        w.file(&format!("n/{i:05}.jsonl"), "{\"n\":1}\n");
+    }
+    w.file("n/a-big.jsonl", "{\"n\":1}\n".repeat(3));
+    w.file("n/zz.jsonl", "not json\n");
+    let server = Server::start(w.path(), &[]);
+    let runs = server.get("/api/runs?path=").json();
+    let names: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 5000);
+    // The most records first, then by name; answered by name.
+    assert!(names.contains(&"n/a-big.jsonl"));
+    assert_eq!(names[4998], "n/04998.jsonl");
+    assert!(!names.contains(&"n/04999.jsonl") && !names.contains(&"n/zz.jsonl"));
+    assert_eq!(
+        runs["other"]["runs"],
+        serde_json::json!({"values": 12, "records": 12, "failed": 1})
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::ops::ControlFlow;
 
 use serde::Serialize;
 
+use super::cut::{self, BUCKETS_AT_MOST, Other};
 use crate::catalog::{Catalog, Source, Timestamp, Warning};
 use crate::error::Result;
 use crate::extract::{Plan, Position, Selected};
@@ -59,7 +60,12 @@ pub struct BucketCount {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Histogram {
     pub bucket: Bucket,
+    /// The buckets with the most records (ties: the earlier), in time
+    /// order: timestamps are a writer's, and so is how many buckets they
+    /// spread over.
     pub buckets: Vec<BucketCount>,
+    /// The buckets left out, `null` when none was.
+    pub other: Option<Other>,
     /// Records without a timestamp.
     pub untimed: u64,
     pub truncated: bool,
@@ -78,17 +84,24 @@ pub fn histogram(catalog: &Catalog, plan: &mut Plan, bucket: Bucket) -> Result<H
         untimed: 0,
     };
     let _ = plan.visit(catalog, Position::default(), false, &mut tally)?;
+    let mut buckets: Vec<BucketCount> = tally
+        .counts
+        .into_iter()
+        .map(|(start, (records, failed))| BucketCount {
+            start: Timestamp(start),
+            records,
+            failed,
+        })
+        .collect();
+    let left_out = cut::keep_largest(&mut buckets, BUCKETS_AT_MOST, |b| b.records);
     Ok(Histogram {
         bucket,
-        buckets: tally
-            .counts
-            .into_iter()
-            .map(|(start, (records, failed))| BucketCount {
-                start: Timestamp(start),
-                records,
-                failed,
-            })
-            .collect(),
+        buckets,
+        other: (!left_out.is_empty()).then(|| Other {
+            values: left_out.len() as u64,
+            records: left_out.iter().map(|b| b.records).sum(),
+            failed: Some(left_out.iter().map(|b| b.failed).sum()),
+        }),
         untimed: tally.untimed,
         truncated: plan.truncated(),
         warnings: plan.warnings().to_vec(),

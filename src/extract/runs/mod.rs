@@ -8,6 +8,7 @@
 //! looked at only for the few fields a summary needs (a role, a type,
 //! token usage); its other bytes are skipped without being kept.
 
+mod cut;
 mod histogram;
 mod peek;
 
@@ -24,6 +25,9 @@ use crate::records::read::{Body, Record};
 use crate::records::scan::Landmarks;
 use crate::records::timestamp::Micros;
 use crate::shards::ShardName;
+pub use cut::{
+    BUCKETS_AT_MOST, CUT_MARK, KEY_CHARS_AT_MOST, Other, RUNS_AT_MOST, RunsOther, VALUES_AT_MOST,
+};
 pub use histogram::{Bucket, BucketCount, Histogram, histogram};
 
 /// Records larger than this are counted but not looked into.
@@ -33,7 +37,7 @@ const PEEK_LIMIT: usize = 4 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
     /// The run's name: its `_file_`, or `DIR/SESSION` for a session's
-    /// shards.
+    /// shards (never cut: `file` must select exactly this run).
     pub run: String,
     /// A `--file` glob that selects exactly this run's records.
     pub file: String,
@@ -46,6 +50,8 @@ pub struct RunSummary {
     pub steps: u64,
     /// Token totals; `null` when no record carried usage.
     pub tokens: Option<Tokens>,
+    /// The hive attributes of its directory, each key and value cut as
+    /// [`cut::key`] cuts them.
     pub path_attrs: BTreeMap<String, String>,
 }
 
@@ -71,14 +77,17 @@ impl Tokens {
     }
 }
 
-/// The runs of a plan: `GET /api/runs`.
+/// The runs of a plan: `GET /api/runs`. Each list a writer decides the
+/// length of is cut; `other` says what was left out of which.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Runs {
+    /// The runs with the most records, by name.
     pub runs: Vec<RunSummary>,
     /// Records by the value of each hive path attribute.
     pub facets: BTreeMap<String, BTreeMap<String, u64>>,
     /// Records by role (`role`, `message.role`, else `type`).
     pub roles: BTreeMap<String, u64>,
+    pub other: RunsOther,
     pub truncated: bool,
     pub warnings: Vec<Warning>,
 }
@@ -104,11 +113,24 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
     } else {
         vec![with_looker(catalog, plan)?]
     };
-    let (runs, roles) = merged(tallies);
-    // A run's records all come from sources of one directory, so they
-    // share its hive attributes.
+    let (mut runs, mut roles) = merged(tallies);
+    let mut facets = facets(&runs);
+    let other = RunsOther::cut(&mut runs, &mut facets, &mut roles);
+    Ok(Runs {
+        runs,
+        facets,
+        roles,
+        other,
+        truncated: plan.truncated(),
+        warnings: plan.warnings().to_vec(),
+    })
+}
+
+/// Records by the value of each hive attribute of `runs`: a run's records
+/// all come from sources of one directory, so they share its attributes.
+fn facets(runs: &[RunSummary]) -> BTreeMap<String, BTreeMap<String, u64>> {
     let mut facets: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for run in &runs {
+    for run in runs {
         for (key, value) in &run.path_attrs {
             *facets
                 .entry(key.clone())
@@ -117,13 +139,7 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
                 .or_default() += run.records;
         }
     }
-    Ok(Runs {
-        runs,
-        facets,
-        roles,
-        truncated: plan.truncated(),
-        warnings: plan.warnings().to_vec(),
-    })
+    facets
 }
 
 /// Threads reading a plan's sources for its runs, at most.
@@ -311,9 +327,6 @@ struct RunTally {
     looked: Looked,
 }
 
-/// Longest role counted (in bytes).
-const ROLE_AT_MOST: usize = 64;
-
 /// Records' bytes handed to the looking thread at once.
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches on their way at most (bounding the memory of a pass).
@@ -392,8 +405,10 @@ impl Looked {
         let Some(seen) = seen else {
             return;
         };
-        // A role is a word; a long one is some writer's text, not kept.
-        if let Some(role) = seen.role.filter(|r| r.len() <= ROLE_AT_MOST) {
+        // A role is a word; a long one is some writer's text, cut (and
+        // counted with the others it then reads the same as).
+        if let Some(role) = seen.role {
+            let role = cut::key(&role);
             match self.roles.get_mut(&*role) {
                 Some(n) => *n += 1,
                 None => {
@@ -467,7 +482,11 @@ impl Selected for RunTally {
                             duration_seconds: None,
                             steps: 0,
                             tokens: None,
-                            path_attrs: source.path_attrs.clone(),
+                            path_attrs: source
+                                .path_attrs
+                                .iter()
+                                .map(|(k, v)| (cut::key(k).into_owned(), cut::key(v).into_owned()))
+                                .collect(),
                         },
                         first: None,
                         last: None,

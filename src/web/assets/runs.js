@@ -103,32 +103,63 @@
     return p;
   }
 
+  // The API cuts each list a writer decides the length of and sums the
+  // rest beside it (`other`), never inside it: a role may be named "other".
+  const otherOf = (data) => (isObj(data.other) ? data.other : {});
+  const isOther = (o) => isObj(o) && typeof o.values === 'number' && o.values > 0;
+
+  // The line standing for what a list left out: "other (N values)".
+  function otherItem(o, cls, noun) {
+    return h('li', { class: cls + ' other', 'data-values': o.values, 'data-records': o.records },
+      h('span', { class: 'name' }, `other (${fmtInt(o.values)} ${noun})`),
+      h('span', { class: 'count' }, fmtInt(o.records)));
+  }
+
+  // The API cuts a long value to its first characters and a mark; such a
+  // value names no directory, so it is shown but not filtered on.
+  const CUT_CHARS = 200;
+  const isCut = (value) => [...value].length === CUT_CHARS + 1 && value.endsWith('\u2026');
+
+  // Largest first; ties by name, as the API kept them.
+  const byCount = (a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+
   function drawFacets(box, data, params) {
     clear(box).append(h('h2', { id: 'facets-h' }, 'Facets'));
     const active = new Set(params.getAll('where'));
     const facets = isObj(data.facets) ? data.facets : {};
+    const other = otherOf(data);
+    const otherValues = isObj(other.facets) ? other.facets : {};
     const keys = Object.keys(facets).sort();
     if (!keys.length) box.append(h('p', { class: 'empty' }, 'No hive attributes (key=value directories) here.'));
     for (const key of keys) {
-      const values = Object.entries(isObj(facets[key]) ? facets[key] : {}).sort((a, b) => b[1] - a[1]);
+      const values = Object.entries(isObj(facets[key]) ? facets[key] : {}).sort(byCount);
       const item = ([value, count]) => {
         const w = key + '=' + value;
         const on = active.has(w);
+        if (isCut(value)) {
+          return h('li', { class: 'facet-value cut', title: 'cut: too long to filter on' }, nameNode(value),
+            h('span', { class: 'count' }, fmtInt(count)));
+        }
         return h('li', null, h('button', { type: 'button', class: 'facet-value', 'data-key': key, 'data-value': value,
           'aria-pressed': on ? 'true' : 'false', onclick: () => navigate(pageHref('runs', withWhere(params, w, !on))) },
         nameNode(value), h('span', { class: 'count' }, fmtInt(count))));
       };
+      const rest = isOther(otherValues[key]) ? otherItem(otherValues[key], 'facet-value', 'values') : null;
       box.append(h('div', { class: 'facet', 'data-key': key }, h('h3', null, nameNode(key)),
-        h('ul', null, values.slice(0, 20).map(item)),
+        h('ul', null, values.slice(0, 20).map(item), values.length > 20 ? null : rest),
         values.length > 20 ? h('details', null, h('summary', null, fmtInt(values.length - 20), ' more'),
-          h('ul', null, values.slice(20).map(item))) : null));
+          h('ul', null, values.slice(20).map(item), rest)) : null));
+    }
+    if (isOther(other.facet_keys)) {
+      box.append(h('ul', { id: 'facet-keys-other' }, otherItem(other.facet_keys, 'facet-key', 'keys')));
     }
     // Roles are shown, not filtered on: the API has no role filter.
-    const roles = Object.entries(isObj(data.roles) ? data.roles : {}).sort((a, b) => b[1] - a[1]);
-    if (roles.length) {
+    const roles = Object.entries(isObj(data.roles) ? data.roles : {}).sort(byCount);
+    if (roles.length || isOther(other.roles)) {
       box.append(h('div', { class: 'facet roles' }, h('h3', null, 'Roles'), h('ul', { id: 'roles' },
         roles.map(([role, count]) => h('li', { class: 'role', 'data-name': role }, nameNode(role),
-          h('span', { class: 'count' }, fmtInt(count)))))));
+          h('span', { class: 'count' }, fmtInt(count)))),
+        isOther(other.roles) ? otherItem(other.roles, 'role', 'values') : null)));
     }
   }
 
@@ -184,6 +215,10 @@
     const notes = [];
     if (!buckets.length) notes.push('No record here has a timestamp.');
     if (data.untimed > 0) notes.push(fmtInt(data.untimed) + ' records have no timestamp and are not drawn.');
+    if (isOther(data.other)) {
+      notes.push(`${fmtInt(data.other.records)} records in ${fmtInt(data.other.values)} more ${bucket}s are not drawn:` +
+        ` only the ${fmtInt(buckets.length)} ${bucket}s with the most records are.`);
+    }
     if (notes.length) box.append(h('p', { id: 'histogram-note', class: 'note' }, notes.join(' ')));
     box.append(...drawWarnings(data.warnings, data.truncated, 'A traversal bound was hit: not every source is counted.'));
   }
@@ -228,11 +263,20 @@
     const tree = runTree(runs);
     summarize(tree, key);
     const ctx = { path: pathOf(params), sort, key, closed };
+    // Runs left out still count in the totals.
+    const rest = otherOf(data).runs;
+    const left = isOther(rest) ? rest : { values: 0, records: 0, failed: 0 };
     clear(box).append(h('h2', { id: 'runs-section-h' }, 'Runs'),
-      h('p', { id: 'runs-summary' }, fmtInt(runs.length), ' runs · ', fmtInt(tree.records), ' records · ',
-        fmtInt(tree.failed), ' failed'),
+      h('p', { id: 'runs-summary' }, fmtInt(runs.length + left.values), ' runs · ',
+        fmtInt(tree.records + (Number(left.records) || 0)), ' records · ',
+        fmtInt(tree.failed + (Number(left.failed) || 0)), ' failed'),
       h('div', { id: 'runs' }, dirContents(tree, ctx)));
-    if (!runs.length) box.append(h('p', { class: 'empty' }, 'No runs match.'));
+    if (isOther(rest)) {
+      box.append(h('p', { id: 'runs-other', class: 'note', 'data-values': rest.values, 'data-records': rest.records },
+        `other (${fmtInt(rest.values)} runs, ${fmtInt(rest.records)} records) not shown: only the `,
+        `${fmtInt(runs.length)} runs with the most records are. Open a directory or filter to see the rest.`));
+    }
+    if (!runs.length && !isOther(rest)) box.append(h('p', { class: 'empty' }, 'No runs match.'));
     box.append(...drawWarnings(data.warnings, data.truncated, 'A traversal bound was hit: not every run is shown.'));
   }
 
