@@ -237,8 +237,11 @@ error_codes! {
         "a query that would define, change or write something was refused: `query` and `POST /api/query` run only statements that read (SELECT, WITH, EXPLAIN), never DDL, DML, COPY or SET",
         "Write the question as a SELECT (`WITH … SELECT` for steps); to export results, redirect `pchronicle query PATH SQL --json` or `--csv` to a file.";
     QueryMemory => "PCHRONICLE_QUERY_MEMORY",
-        "a query of `POST /api/query` needed more memory than the server lets one query hold (`serve --query-memory-mib`): a sort, a grouping or a join over more rows than fit",
+        "a query of `POST /api/query` needed more memory than the server lets one query hold (`serve --query-memory-mib`): a sort, a grouping or a join over more rows than fit, or one function's result over a batch of rows (`repeat`, `lpad`, … past a quarter of that bound)",
         "Narrow it (`WHERE`, the filters, a smaller `path`), group by fewer values or add a `LIMIT` under `ORDER BY`; run it with `pchronicle query` (no such bound), or serve with a larger `--query-memory-mib`.";
+    AnswerCut => "PCHRONICLE_ANSWER_CUT",
+        "an answer of `pchronicle serve` made from records (a query's rows, the runs of a path) reached the server's byte bound (`serve --answer-mib`) and was cut at a whole row or run; header X-Byte-Cap names the bound",
+        "Narrow the request (a smaller `path`, the filters, a `LIMIT`), page through records with `/api/records`, or run the same with the CLI (`pchronicle query`, `pchronicle cat`), which has no such bound.";
     TagInvalid => "PCHRONICLE_TAG_INVALID",
         "a tag name given to `pchronicle tag` is not a plain word: tag names are letters, digits, `.`, `-` and `_`, at most 100 bytes, neither starting nor ending with `.`, without `..` (a name becomes a file name, and a name under a leaf's `.tags/`)",
         "Pick a name such as `trained-2026-11-30` or `eval.v2`.";
@@ -372,6 +375,37 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The system error number `err` stands for: its own, or `EACCES` for an
 /// object the store refused to read.
+/// `text` without the source locations a dependency put in it
+/// (`, /path/to/crate-1.2.3/src/file.rs:10:5`): they name the machine that
+/// built the binary and say nothing to its user.
+pub fn without_source_locations(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, word) in text.split(' ').enumerate() {
+        if is_source_location(word) {
+            // The separator before it goes with it.
+            let trimmed = out.trim_end_matches([',', ' ']).len();
+            out.truncate(trimmed);
+            continue;
+        }
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
+}
+
+/// `FILE.rs:LINE:COLUMN`, with whatever punctuation around it.
+fn is_source_location(word: &str) -> bool {
+    let word = word.trim_matches(|c: char| matches!(c, ',' | ';' | '(' | ')' | '[' | ']'));
+    let mut parts = word.rsplitn(3, ':');
+    let (Some(column), Some(line), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    number(column) && number(line) && file.ends_with(".rs")
+}
+
 pub fn os_error(err: &std::io::Error) -> Option<i32> {
     let denied = matches!(
         err.get_ref()
@@ -617,5 +651,29 @@ mod tests {
         }
         assert_eq!(ErrorCode::parse("pchronicle_io"), Some(ErrorCode::Io));
         assert_eq!(ErrorCode::parse("NOPE"), None);
+    }
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::without_source_locations;
+
+    #[test]
+    fn source_locations_are_taken_out_of_messages() {
+        assert_eq!(
+            without_source_locations(
+                "Dataset at path a was not found: not found, /home/ci/.cargo/registry/src/index/lance-14.0.2/src/dataset.rs:543:31"
+            ),
+            "Dataset at path a was not found: not found"
+        );
+        assert_eq!(
+            without_source_locations("bad input (lance-io/src/x.rs:1:2) here"),
+            "bad input here"
+        );
+        assert_eq!(
+            without_source_locations("a: b.rs is a file"),
+            "a: b.rs is a file"
+        );
+        assert_eq!(without_source_locations("time 10:20:30"), "time 10:20:30");
     }
 }

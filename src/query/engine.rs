@@ -12,6 +12,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
+use super::bounds::{self, Bounded};
 use super::print::Printer;
 use super::records::RecordsTable;
 use super::sources::SourcesTable;
@@ -80,6 +81,14 @@ pub(super) fn run(
         Ok::<_, DataFusionError>(())
     })();
     registered.map_err(|e| Error::new(ErrorCode::QueryFailed, e.to_string()))?;
+    if let Some(bytes) = limits.memory {
+        bounds::bound_functions(&ctx, (bytes / 4).max(1 << 20));
+    }
+    let mut bounded = None;
+    let out: &mut dyn std::io::Write = match limits.bytes {
+        Some(most) => bounded.insert(Bounded::new(out, most)),
+        None => out,
+    };
     let mut outcome = Outcome {
         warnings,
         ..Outcome::default()
@@ -94,6 +103,17 @@ pub(super) fn run(
             .sql_with_options(sql, read_only)
             .await
             .map_err(|e| invalid(sql, &e))?;
+        // DESCRIBE (or DESC) is a statement of its own that the options
+        // above let through.
+        if matches!(
+            frame.logical_plan(),
+            datafusion::logical_expr::LogicalPlan::DescribeTable(_)
+        ) {
+            return Err(Error::new(
+                ErrorCode::QueryRefused,
+                "only queries that read are run (SELECT, WITH, EXPLAIN); this one is DESCRIBE",
+            ));
+        }
         let schema = Arc::new(frame.schema().as_arrow().clone());
         let mut stream = frame.execute_stream().await.map_err(|e| invalid(sql, &e))?;
         let mut printer = Printer::new(format, schema, out);
@@ -134,6 +154,7 @@ pub(super) fn run(
         }
     }
     runtime.shutdown_background();
+    outcome.bytes_capped = bounded.is_some_and(|b| b.capped());
     Ok(outcome)
 }
 
@@ -146,7 +167,7 @@ fn invalid(sql: &str, error: &DataFusionError) -> Error {
         .map(|span| (span.start.line, span.start.column))
         .filter(|(line, _)| *line > 0)
         .or_else(|| position_in_text(&error.to_string()));
-    let mut message = error.find_root().to_string();
+    let mut message = crate::error::without_source_locations(&error.find_root().to_string());
     if let Some((line, column)) = location {
         if let Some(text) = sql.lines().nth(line.saturating_sub(1) as usize) {
             let pad = " ".repeat(column.saturating_sub(1) as usize);
@@ -170,6 +191,11 @@ fn invalid(sql: &str, error: &DataFusionError) -> Error {
             format!("only queries that read are run: {root}"),
         );
     }
+    // A function's bound (see bounds.rs) can be met while planning, when
+    // the optimizer folds constants.
+    if matches!(error.find_root(), DataFusionError::ResourcesExhausted(_)) {
+        return Error::new(ErrorCode::QueryMemory, message);
+    }
     // An error of reading (not of the SQL) can surface while planning.
     if matches!(error.find_root(), DataFusionError::External(_)) {
         return Error::new(ErrorCode::QueryFailed, message);
@@ -192,7 +218,10 @@ fn failed(error: &DataFusionError) -> Error {
         DataFusionError::ResourcesExhausted(_) => ErrorCode::QueryMemory,
         _ => ErrorCode::QueryFailed,
     };
-    Error::new(code, root.to_string())
+    Error::new(
+        code,
+        crate::error::without_source_locations(&root.to_string()),
+    )
 }
 
 #[cfg(test)]

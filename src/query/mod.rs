@@ -14,6 +14,8 @@
 //! `PCHRONICLE_QUERY_FAILED`.
 
 #[cfg(feature = "sql")]
+mod bounds;
+#[cfg(feature = "sql")]
 mod engine;
 #[cfg(feature = "sql")]
 mod print;
@@ -49,8 +51,12 @@ pub struct Limits {
     /// Bytes the query's operators (sorts, groupings, joins) may hold;
     /// past it the query fails with `PCHRONICLE_QUERY_MEMORY` and nothing
     /// spills to disk. `None`: unbounded, spilling to a temporary
-    /// directory as DataFusion does.
+    /// directory as DataFusion does. A quarter of it bounds what one
+    /// function may make of one batch of rows (`repeat`, `lpad`, …).
     pub memory: Option<usize>,
+    /// Bytes of output at most: the result ends at the last whole line
+    /// within it.
+    pub bytes: Option<usize>,
 }
 
 /// How a query ended.
@@ -62,6 +68,8 @@ pub struct Outcome {
     pub rows_capped: bool,
     /// The query was stopped at [`Limits::time`].
     pub timed_out: bool,
+    /// Rows were left out at [`Limits::bytes`].
+    pub bytes_capped: bool,
 }
 
 /// Runs `sql` over the Snapshot of `rel` narrowed by `selection`, writing
@@ -123,6 +131,7 @@ fn refuse_writes(sql: &str) -> Result<()> {
         "CREATE",
         "DEALLOCATE",
         "DELETE",
+        "DESC",
         "DESCRIBE",
         "DROP",
         "EXECUTE",
@@ -196,6 +205,7 @@ mod limit_tests {
             "DROP TABLE records",
             "/* hidden */ ( copy records to 'x')",
             "describe records",
+            "DESC records",
         ] {
             assert!(refuse_writes(bad).is_err(), "{bad}");
         }

@@ -294,7 +294,11 @@ pub(super) fn lance_error(dir: &Path, e: lance::Error) -> Error {
         let failure = crate::error::RemoteFailure::unavailable(format!("{}: {e}", dir.display()));
         return Error::io(dir, &failure);
     }
-    Error::at(ErrorCode::Lance, dir, e.to_string())
+    Error::at(
+        ErrorCode::Lance,
+        dir,
+        crate::error::without_source_locations(&e.to_string()),
+    )
 }
 
 /// Whether an object store's failure is behind `error`: neither a missing
