@@ -8,6 +8,11 @@
 #      `pchronicle ls --json` of it as a process
 #   3. the first byte of /api/records on a 1 GiB leaf (fresh server)
 #   4. /api/runs of that 1 GiB vs `pchronicle cat PATH > /dev/null`
+#   5. a hostile client: a token holder's /api/stats while clients without
+#      the token flood connections; an unrelated listing while scans of a
+#      large sparse file hold every scan place; the server's peak memory
+#      after a query whose function would make 2.2 GB and one of 600 MB
+#      of records
 #
 # Usage: bash benches/serve.sh            (after cargo build --release)
 # Sizes (environment): PCHRONICLE_BENCH_LEAVES (1000), _ENTRIES (10000),
@@ -104,6 +109,32 @@ printf '  /api/runs again (the tally kept)            %8s ms\n' "$again"
 goal "first byte of /api/records on $mib MiB" "$first ms" "$first" le 50 "<= 50 ms"
 goal "/api/runs of $mib MiB vs cat > /dev/null" "$runs / $cat_ms ms = $(ratio "$runs" "$cat_ms")x" \
   "$(ratio "$runs" "$cat_ms")" le 1.5 "<= 1.5x"
+
+echo
+echo "== 5. a hostile client"
+hostile="$work/hostile"
+mkdir -p "$hostile/a" "$hostile/b" "$hostile/big"
+truncate -s 16G "$hostile/a/big.jsonl"
+printf '{"role":"user","ts":"2026-11-01T10:00:00Z"}\n' >"$hostile/b/small.jsonl"
+python3 -c '
+import sys
+text = "x" * (2 << 20)
+with open(sys.argv[1], "w") as f:
+    for i in range(300):
+        f.write("{\"id\":%d,\"text\":\"%s\"}\n" % (i, text))
+' "$hostile/big/records.jsonl"
+serve "$hostile" --max-requests 2 --count-in-background-mib 1
+flood=$(python3 "$http" flood-ms "$addr" "$token" 5 "/api/stats?path=b")
+scans=$(python3 "$http" scans-ms "$addr" "$token" 6 "/api/runs?path=a" 5 "/api/explorer/tree?path=b")
+read -r codes peak < <(python3 "$http" query-peak-mib "$addr" "$token" "$pid" big)
+stop
+rm -f "$hostile/a/big.jsonl"
+printf '  /api/stats of a token holder under a flood, slowest       %8s ms\n' "$flood"
+printf '  /api/explorer/tree while scans hold every place, slowest  %8s ms\n' "$scans"
+printf '  peak memory after the two queries (%s)                %8s MiB (bound 256 MiB)\n' "$codes" "$peak"
+goal "a token holder's stats under a connection flood" "$flood ms" "$flood" le 1000 "<= 1000 ms"
+goal "an unrelated tree while scans fill their places" "$scans ms" "$scans" le 1000 "<= 1000 ms"
+goal "peak RSS after a 2.2 GB function and 600 MB of rows" "$peak MiB ($codes)" "$peak" le 512 "<= 512 MiB (2x bound)"
 
 echo
 echo "== goals"

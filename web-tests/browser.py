@@ -5,8 +5,9 @@ real, headless Chromium driven over WebDriver (chromium-driver).
 Each check loads a page of the demo warehouse, waits for the rendered DOM
 and compares it with what the CLI answers for the same path: the Datasets
 children and counts, the Runs histogram's bars, a run's tool call and its
-result, a SQL result. It clicks through Datasets -> Open in Runs -> Run and
-saves a screenshot of every page. A hostile warehouse (names and records
+result, a SQL result, and the "other (N values)" line that ends a list the
+API cut (roles, a facet's values). It clicks through Datasets -> Open in
+Runs -> Run and saves a screenshot of every page. A hostile warehouse (names and records
 that hold markup, script and `javascript:` links) must render as text and
 run nothing.
 
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.request
 
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, TimeoutException
@@ -130,6 +132,28 @@ def datasets_show_the_same_children_and_counts_as_ls(ctx):
         shown_records = wait_for(b, "#stats-records")[0].text.replace(",", "")
         assert shown_records == str(stats["record_count"]), (rel, shown_records)
         shot(b, f"datasets-{rel or 'root'}")
+
+
+@check
+def the_json_twin_link_carries_no_token_and_opens_the_answer(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    token = server.url.split("#token=")[1]
+    b.get(f"{server.base}/datasets?path=team")
+    wait_for(b, "#entries tr.entry")
+    twin = b.find_element(By.CSS_SELECTOR, "a#json-twin")
+    href = twin.get_attribute("href")
+    assert "token" not in href and token not in href, href
+    assert all(token not in (a.get_attribute("href") or "") for a in b.find_elements(By.TAG_NAME, "a"))
+    main, before = b.current_window_handle, set(b.window_handles)
+    twin.click()
+    WebDriverWait(b, 10).until(lambda b: len(set(b.window_handles) - before) == 1)
+    b.switch_to.window((set(b.window_handles) - before).pop())
+    WebDriverWait(b, 10).until(lambda b: b.current_url.startswith("blob:"))
+    assert token not in b.current_url, b.current_url
+    text = b.find_element(By.TAG_NAME, "body").text
+    assert '"entries"' in text, text[:300]
+    b.close()
+    b.switch_to.window(main)
 
 
 @check
@@ -274,6 +298,46 @@ def a_hostile_warehouse_renders_as_text_and_runs_nothing(ctx):
     shot(b, "hostile-run")
 
 
+@check
+def a_list_the_api_cut_ends_in_an_other_line(ctx):
+    b, server = ctx["browser"], ctx["many_server"]
+    b.get(server.url)
+    b.get(f"{server.base}/runs?path=")
+    request = urllib.request.Request(f"{server.base}/api/runs?path=",
+                                     headers={"Authorization": "Bearer " + server.url.split("#token=")[1]})
+    with urllib.request.urlopen(request, timeout=20) as reply:
+        answer = json.load(reply)
+    # 250 roles of a record each and "assistant" of three: the 100 kept
+    # are "assistant" and the first 99 by name.
+    roles = answer["other"]["roles"]
+    assert roles == {"values": 151, "records": 151}, roles
+    other = wait_for(b, "#roles li.role.other")[0]
+    assert f"other ({roles['values']} values)" in other.text, other.text
+    assert other.find_element(By.CSS_SELECTOR, ".count").text == str(roles["records"]), other.text
+    assert len(b.find_elements(By.CSS_SELECTOR, "#roles li.role:not(.other)")) == 100
+    # The facet's line is inside its folded "more" list: read, not seen.
+    values = wait_for(b, '.facet[data-key="d"] li.other')[0]
+    assert values.get_attribute("data-values") == "30", values.get_attribute("outerHTML")
+    assert "other (30 values)" in values.get_attribute("textContent"), values.get_attribute("textContent")
+    shot(b, "runs-cut")
+
+
+def many_values_warehouse(root):
+    """250 roles and 130 values of one facet: more than the API keeps."""
+    wh = os.path.join(root, "many")
+    os.makedirs(wh)
+    with open(os.path.join(wh, "roles.jsonl"), "w") as f:
+        for i in range(250):
+            f.write(json.dumps({"role": f"r{i:03}", "ts": "2026-11-02T09:00:00Z"}) + "\n")
+        for _ in range(3):
+            f.write(json.dumps({"role": "assistant", "ts": "2026-11-02T09:00:00Z"}) + "\n")
+    for i in range(130):
+        os.makedirs(os.path.join(wh, f"d=v{i:03}"))
+        with open(os.path.join(wh, f"d=v{i:03}", "a.jsonl"), "w") as f:
+            f.write("{\"n\":1}\n")
+    return wh
+
+
 def hostile_warehouse(root):
     wh = os.path.join(root, "hostile")
     os.makedirs(wh)
@@ -295,7 +359,8 @@ def main():
     root = tempfile.mkdtemp(prefix="pchronicle-browser-")
     demo = os.path.join(root, "demo")
     cli("demo", demo)
-    ctx = {"demo": demo, "server": Server(demo), "hostile_server": Server(hostile_warehouse(root))}
+    ctx = {"demo": demo, "server": Server(demo), "hostile_server": Server(hostile_warehouse(root)),
+           "many_server": Server(many_values_warehouse(root))}
     passed = failed = 0
     browser = driver()
     ctx["browser"] = browser
@@ -314,6 +379,7 @@ def main():
         browser.quit()
         ctx["server"].stop()
         ctx["hostile_server"].stop()
+        ctx["many_server"].stop()
         shutil.rmtree(root, ignore_errors=True)
     print(f"screenshots in {OUT}")
     print(f"{passed} passed, {failed} failed")

@@ -37,6 +37,16 @@ pub(super) struct ServeArgs {
     /// PCHRONICLE_ANSWER_LATE).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     request_seconds: u64,
+    /// Longest a scan of records for runs or a histogram may go on. A
+    /// scan that outlasts its request (503) goes on, and the next request
+    /// of the same path and filters joins it instead of starting over.
+    #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().scan_time.as_secs())]
+    scan_seconds: u64,
+    /// Bytes one answer made from records may hold (a query's rows, the
+    /// runs): past it the answer is cut at a whole row or run and says so
+    /// (header X-Byte-Cap, warning PCHRONICLE_ANSWER_CUT).
+    #[arg(long, value_name = "MIB", default_value_t = Limits::default().answer_bytes >> 20)]
+    answer_mib: usize,
     /// Rows `POST /api/query` returns at most (the answer says when it
     /// cut them: header X-Row-Cap).
     #[arg(long, value_name = "N", default_value_t = Limits::default().query_rows)]
@@ -51,8 +61,8 @@ pub(super) struct ServeArgs {
     query_memory_mib: usize,
     /// How long an answer is given again before the warehouse is looked
     /// at anew (pages poll every 5 s).
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
-    ttl: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = seconds)]
+    ttl: Duration,
     /// Record files at least this large that are not counted yet are
     /// counted in the background, and shown as being counted meanwhile.
     #[arg(long, value_name = "MIB", default_value_t = 256)]
@@ -80,7 +90,7 @@ impl ServeArgs {
             (Some(token), false) if !token.is_empty() => Some(token),
             _ => Some(crate::web::random_token()?),
         };
-        let ttl = Duration::from_secs_f64(self.ttl.clamp(0.0, 3600.0));
+        let ttl = self.ttl;
         #[cfg(feature = "remote")]
         if super::is_remote(&self.warehouse) {
             crate::remote::set_listing_ttl(ttl.max(Duration::from_secs(1)));
@@ -103,6 +113,8 @@ impl ServeArgs {
             limits: Limits {
                 max_requests: self.max_requests.max(1),
                 request_time: Duration::from_secs(self.request_seconds.max(1)),
+                scan_time: Duration::from_secs(self.scan_seconds.max(self.request_seconds).max(1)),
+                answer_bytes: self.answer_mib.clamp(1, 1 << 20) << 20,
                 query_rows: self.query_rows.max(1),
                 query_time: Duration::from_secs(self.query_seconds.max(1)),
                 query_memory: self.query_memory_mib.clamp(1, 1 << 20) << 20,
@@ -112,5 +124,31 @@ impl ServeArgs {
             catalog,
         })?;
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// A TTL: a number of seconds from 0 to 3600 (fractions allowed).
+fn seconds(text: &str) -> std::result::Result<Duration, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(0.0..=3600.0).contains(&value) {
+        return Err(format!("{text:?}: expected seconds from 0 to 3600"));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds;
+
+    #[test]
+    fn a_ttl_is_a_finite_number_of_seconds_in_range() {
+        assert_eq!(seconds("2").unwrap().as_secs(), 2);
+        assert_eq!(seconds("0.5").unwrap().as_millis(), 500);
+        for bad in ["nan", "NaN", "inf", "-1", "3601", "", "x"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
     }
 }

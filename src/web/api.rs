@@ -11,17 +11,18 @@ use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use futures::FutureExt;
 use sha2::{Digest, Sha256};
 
 use super::assets;
+use super::cursor;
 use super::params::{Params, invalid};
-use super::state::{Answer, JSON, JSON_LINES, Served};
+use super::state::{Answer, JSON, JSON_LINES, Lane, Making, Served};
 use crate::catalog::Fingerprint;
 use crate::error::{Error, ErrorCode, Result};
 use crate::extract::runs::{self, Bucket};
 use crate::extract::{Output, Plan, Position, Shape};
 use crate::query::{self, Limits, ResultFormat};
-use crate::records::read::Resume;
 
 /// Records one `/api/records` page holds at most.
 const PAGE_RECORDS: u64 = 10_000;
@@ -64,43 +65,151 @@ async fn not_found() -> Response {
 }
 
 /// Answers a `GET` with `make`'s answer, kept for the TTL under the
-/// endpoint and its query.
+/// endpoint and its parameters. Answers from the catalog's state are made
+/// in the state lane. A scan is made once for every request of the same
+/// endpoint and parameters that comes while it runs: each waits for it up
+/// to the request's time, and a scan that takes longer goes on (up to the
+/// scan time) for the next request to join.
 async fn kept(
     served: Arc<Served>,
     endpoint: &'static str,
     query: Option<String>,
     headers: HeaderMap,
+    lane: fn(&Params) -> Lane,
     make: fn(&Served, &Params) -> Result<Answer>,
 ) -> Response {
-    let key = format!("{endpoint}?{}", query.as_deref().unwrap_or(""));
+    let params = Params::parse(query.as_deref());
+    let key = format!("{endpoint}?{}", params.canonical(&[]));
     let if_none_match = headers.get(header::IF_NONE_MATCH).cloned();
     if let Some(answer) = served.recent(&key) {
         return answer.to_response(if_none_match.as_ref());
     }
+    let answer = match lane(&params) {
+        Lane::State => {
+            let budget = served.limits.request_time;
+            made(&served, Lane::State, budget, key, endpoint, query, make).await
+        }
+        Lane::Scan => {
+            let making = joined(&served, key, endpoint, query, make);
+            match tokio::time::timeout(served.limits.request_time, making).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    let mut answer = Answer::error(&Error::new(
+                        ErrorCode::AnswerLate,
+                        format!(
+                            "{endpoint} was not ready within {} s; it goes on, and asking again joins it",
+                            served.limits.request_time.as_secs()
+                        ),
+                    ));
+                    answer.headers.push(("retry-after", "5".into()));
+                    Arc::new(answer)
+                }
+            }
+        }
+    };
+    answer.to_response(if_none_match.as_ref())
+}
+
+/// Makes the answer `key` in `lane` within `budget`, and keeps it.
+async fn made(
+    served: &Arc<Served>,
+    lane: Lane,
+    budget: std::time::Duration,
+    key: String,
+    endpoint: &'static str,
+    query: Option<String>,
+    make: fn(&Served, &Params) -> Result<Answer>,
+) -> Arc<Answer> {
     let answer = served
-        .run(endpoint, move |served| {
-            let params = Params::parse(query.as_deref());
-            make(served, &params)
+        .run_for(lane, budget, endpoint, move |served| {
+            make(served, &Params::parse(query.as_deref()))
         })
         .await
         .unwrap_or_else(|e| Answer::error(&e));
     let answer = Arc::new(answer);
     served.keep(key, &answer);
-    answer.to_response(if_none_match.as_ref())
+    answer
+}
+
+/// The scan `key` being made, joined, or started.
+fn joined(
+    served: &Arc<Served>,
+    key: String,
+    endpoint: &'static str,
+    query: Option<String>,
+    make: fn(&Served, &Params) -> Result<Answer>,
+) -> Making {
+    let mut making = served.making.lock();
+    if let Some(scan) = making.get(&key) {
+        served.metrics.answer_kept(true);
+        return scan.clone();
+    }
+    let task = tokio::spawn({
+        let served = Arc::clone(served);
+        let key = key.clone();
+        async move {
+            // However the scan ends, it is no longer being made.
+            let _forget = Forget(Arc::clone(&served), key.clone());
+            let budget = served.limits.scan_time;
+            made(&served, Lane::Scan, budget, key, endpoint, query, make).await
+        }
+    });
+    let scan: Making = async move {
+        task.await.unwrap_or_else(|_| {
+            Arc::new(Answer::error(&Error::new(
+                ErrorCode::RequestFailed,
+                "a scan panicked",
+            )))
+        })
+    }
+    .boxed()
+    .shared();
+    making.insert(key, scan.clone());
+    scan
+}
+
+/// Takes a scan out of those being made when dropped.
+struct Forget(Arc<Served>, String);
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.0.making.lock().remove(&self.1);
+    }
+}
+
+/// Listings and unfiltered stats and sources come from the catalog's
+/// state; filters that select records read them.
+fn state_unless_filtered(params: &Params) -> Lane {
+    if params.has_filters() {
+        Lane::Scan
+    } else {
+        Lane::State
+    }
+}
+
+fn scan(_: &Params) -> Lane {
+    Lane::Scan
 }
 
 async fn tree(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
-    kept(s, "tree", q, h, |served, params| {
-        params.only(&["path"])?;
-        params.no_filters()?;
-        let listing = served.catalog.list(&served.rel(&params.path()?))?;
-        Ok(Answer::ok(JSON, listing.to_json().into_bytes()))
-    })
+    kept(
+        s,
+        "tree",
+        q,
+        h,
+        |_| Lane::State,
+        |served, params| {
+            params.only(&["path"])?;
+            params.no_filters()?;
+            let listing = served.catalog.list(&served.rel(&params.path()?))?;
+            Ok(Answer::ok(JSON, listing.to_json().into_bytes()))
+        },
+    )
     .await
 }
 
 async fn stats(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
-    kept(s, "stats", q, h, |served, params| {
+    kept(s, "stats", q, h, state_unless_filtered, |served, params| {
         params.only(&["path"])?;
         let rel = served.rel(&params.path()?);
         let stats = crate::extract::stats(&served.catalog, &rel, &params.selection()?)?;
@@ -110,38 +219,49 @@ async fn stats(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap
 }
 
 async fn sources(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
-    kept(s, "sources", q, h, |served, params| {
-        params.only(&["path"])?;
-        let rel = served.rel(&params.path()?);
-        let snapshot = crate::extract::sources(&served.catalog, &rel, &params.selection()?)?;
-        Ok(Answer::ok(
-            JSON_LINES,
-            snapshot.sources_jsonl().into_bytes(),
-        ))
-    })
+    kept(
+        s,
+        "sources",
+        q,
+        h,
+        state_unless_filtered,
+        |served, params| {
+            params.only(&["path"])?;
+            let rel = served.rel(&params.path()?);
+            let snapshot = crate::extract::sources(&served.catalog, &rel, &params.selection()?)?;
+            Ok(Answer::ok(
+                JSON_LINES,
+                snapshot.sources_jsonl().into_bytes(),
+            ))
+        },
+    )
     .await
 }
 
 async fn runs_of(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
-    kept(s, "runs", q, h, |served, params| {
+    kept(s, "runs", q, h, scan, |served, params| {
         params.only(&["path"])?;
         tallied(served, params, "runs", |served, plan| {
             let runs = runs::runs(&served.catalog, plan)?;
-            Ok(serde_json::to_vec(&runs).expect("runs serialize"))
+            Ok(within_bytes(runs, served.limits.answer_bytes))
         })
     })
     .await
 }
 
 async fn histogram(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
-    kept(s, "histogram", q, h, |served, params| {
+    kept(s, "histogram", q, h, scan, |served, params| {
         params.only(&["path", "bucket"])?;
         let text = params.one("bucket")?.unwrap_or("day");
         let bucket = Bucket::parse(text)
             .ok_or_else(|| invalid(format!("`bucket={text}`: expected hour, day or week")))?;
         tallied(served, params, text, move |served, plan| {
             let histogram = runs::histogram(&served.catalog, plan, bucket)?;
-            Ok(serde_json::to_vec(&histogram).expect("a histogram serializes"))
+            // Its buckets are cut at a count (see `runs::histogram`).
+            Ok((
+                serde_json::to_vec(&histogram).expect("a histogram serializes"),
+                false,
+            ))
         })
     })
     .await
@@ -153,7 +273,7 @@ fn tallied(
     served: &Served,
     params: &Params,
     what: &str,
-    tally: impl FnOnce(&Served, &mut Plan) -> Result<Vec<u8>>,
+    tally: impl FnOnce(&Served, &mut Plan) -> Result<(Vec<u8>, bool)>,
 ) -> Result<Answer> {
     let rel = served.rel(&params.path()?);
     let selection = params.selection()?;
@@ -171,16 +291,54 @@ fn tallied(
     if let Some(kept) = served.tally(&key) {
         return Ok((*kept).clone());
     }
-    let mut body = tally(served, &mut plan)?;
+    let (mut body, cut) = tally(served, &mut plan)?;
     body.push(b'\n');
-    let answer = Arc::new(Answer::ok(JSON, body));
+    let mut answer = Answer::ok(JSON, body);
+    if cut {
+        answer
+            .headers
+            .push(("x-byte-cap", served.limits.answer_bytes.to_string()));
+    }
+    let answer = Arc::new(answer);
     served.keep_tally(key, &answer);
     Ok((*answer).clone())
 }
 
+/// The JSON of `runs`, within `bound` bytes: past it only the runs that
+/// fit are kept (in their order), with a warning saying how many; `true`
+/// when some were cut.
+fn within_bytes(mut runs: runs::Runs, bound: usize) -> (Vec<u8>, bool) {
+    let body = serde_json::to_vec(&runs).expect("runs serialize");
+    if body.len() <= bound {
+        return (body, false);
+    }
+    let sizes: Vec<usize> = runs
+        .runs
+        .iter()
+        .map(|run| serde_json::to_vec(run).map_or(0, |b| b.len() + 1))
+        .collect();
+    // What is not a run, and room for the warning.
+    let mut used = body.len() - sizes.iter().sum::<usize>() + 512;
+    let total = runs.runs.len();
+    let kept = sizes
+        .iter()
+        .take_while(|size| {
+            used += **size;
+            used <= bound
+        })
+        .count();
+    runs.runs.truncate(kept);
+    runs.warnings.push(crate::catalog::Warning {
+        code: ErrorCode::AnswerCut,
+        path: ".".into(),
+        message: format!("{kept} of {total} runs shown: the answer reached {bound} bytes"),
+    });
+    (serde_json::to_vec(&runs).expect("runs serialize"), true)
+}
+
 async fn records(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
     let if_none_match = h.get(header::IF_NONE_MATCH).cloned();
-    s.run("records", move |served| {
+    s.run(Lane::Scan, "records", move |served| {
         let params = Params::parse(q.as_deref());
         page_of_records(served, &params)
     })
@@ -206,7 +364,9 @@ fn page_of_records(served: &Served, params: &Params) -> Result<Answer> {
     // path and filters (the page size may change).
     let asked = params.canonical(&["after", "limit", "token"]);
     let from = match params.one("after")? {
-        Some(text) => cursor::parse(text, &plan, &served.cursor_key, &asked)?,
+        Some(text) => cursor::parse(text, &plan, &served.cursor_key, &asked, &|at| {
+            cursor::identity(served, &rel, &plan, at)
+        })?,
         None => Position::default(),
     };
     let mut page = Page {
@@ -220,9 +380,10 @@ fn page_of_records(served: &Served, params: &Params) -> Result<Answer> {
     let mut answer = Answer::ok(JSON_LINES, Vec::new());
     if page.more {
         let (_, after) = page.kept.expect("a page with more has kept its end");
+        let identity = cursor::identity(served, &rel, &plan, after);
         answer.headers.push((
             "x-next-cursor",
-            cursor::format(after, &plan, &served.cursor_key, &asked),
+            cursor::format(after, &plan, &served.cursor_key, &asked, &identity),
         ));
     }
     answer.etag = super::state::etag_of(&page.body);
@@ -270,75 +431,6 @@ impl Output for Page {
     }
 }
 
-/// `after=`: where a page ended, as text a client hands back unchanged.
-mod cursor {
-    use super::*;
-
-    /// `SOURCE.PART.OFFSET.LINE.TAG`. The tag signs, with a key of this
-    /// process, the position, the request's path and filters (`asked`),
-    /// the source's `_file_` and, for a leaf, its fingerprint (a leaf's
-    /// offsets count rows of one version): a cursor for other filters, into
-    /// a leaf that changed, or not handed out here (made up, edited, from
-    /// before a restart) is refused, never read from. A record file's
-    /// offsets are bytes, good while it grows: its size is not signed.
-    pub fn format(at: Position, plan: &Plan, key: &str, asked: &str) -> String {
-        let Resume { part, offset, line } = at.within;
-        let position = format!("{}.{part}.{offset}.{line}", at.source);
-        let tag = tag(plan, at.source, &position, key, asked);
-        format!("{position}.{tag}")
-    }
-
-    pub fn parse(text: &str, plan: &Plan, key: &str, asked: &str) -> Result<Position> {
-        let bad = || {
-            Error::new(
-                ErrorCode::CursorInvalid,
-                format!(
-                    "the cursor {text:?} is not one this server handed out for this path and these filters"
-                ),
-            )
-        };
-        let (position, given) = text.rsplit_once('.').ok_or_else(bad)?;
-        let parts: Vec<&str> = position.split('.').collect();
-        let [source, part, offset, line] = parts.as_slice() else {
-            return Err(bad());
-        };
-        let number = |s: &str| s.parse::<u64>().map_err(|_| bad());
-        let source = usize::try_from(number(source)?).map_err(|_| bad())?;
-        if source >= plan.sources().len() || tag(plan, source, position, key, asked) != given {
-            return Err(bad());
-        }
-        Ok(Position {
-            source,
-            within: Resume {
-                part: number(part)?,
-                offset: number(offset)?,
-                line: number(line)?,
-            },
-        })
-    }
-
-    fn tag(plan: &Plan, source: usize, position: &str, key: &str, asked: &str) -> String {
-        let found = plan.sources().get(source);
-        let file = found.map_or("", |s| s.file.as_str());
-        let version = match found {
-            Some(s) if s.kind == crate::catalog::SourceKind::Dataset => {
-                s.fingerprint.as_ref().map(Fingerprint::text)
-            }
-            _ => None,
-        };
-        let version = version.as_deref().unwrap_or("");
-        let mut digest = Sha256::new();
-        for piece in [key, asked, file, version, position] {
-            digest.update((piece.len() as u64).to_le_bytes());
-            digest.update(piece.as_bytes());
-        }
-        digest.finalize()[..12]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
-}
-
 /// `POST /api/query`: `{"path", "sql", FILTERS}`.
 async fn query_of(State(s): State<Arc<Served>>, h: HeaderMap, body: axum::body::Body) -> Response {
     let json = h
@@ -376,7 +468,7 @@ async fn query_of(State(s): State<Arc<Served>>, h: HeaderMap, body: axum::body::
                 return answer.to_response(None);
             }
         };
-    s.run("query", move |served| run_query(served, &body))
+    s.run(Lane::Scan, "query", move |served| run_query(served, &body))
         .await
         .unwrap_or_else(|e| Answer::error(&e))
         .into_response_once(None)
@@ -399,6 +491,7 @@ fn run_query(served: &Served, body: &[u8]) -> Result<Answer> {
         rows: Some(served.limits.query_rows),
         time: Some(served.limits.query_time),
         memory: Some(served.limits.query_memory),
+        bytes: Some(served.limits.answer_bytes),
     };
     let mut out = Vec::new();
     let outcome = query::run_limited(
@@ -415,6 +508,11 @@ fn run_query(served: &Served, body: &[u8]) -> Result<Answer> {
         answer
             .headers
             .push(("x-row-cap", served.limits.query_rows.to_string()));
+    }
+    if outcome.bytes_capped {
+        answer
+            .headers
+            .push(("x-byte-cap", served.limits.answer_bytes.to_string()));
     }
     if outcome.timed_out {
         answer.headers.push((

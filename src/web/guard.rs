@@ -59,24 +59,35 @@ fn admit(served: &Served, request: &Request, endpoint: &str) -> Result<(), Error
             ));
         }
     }
-    let Some(token) = &served.token else {
-        return Ok(());
-    };
     // The shell of the pages and their scripts hold nothing of the
     // warehouse.
-    if matches!(endpoint, "page" | "asset") {
-        return Ok(());
-    }
-    let query = request.uri().query().unwrap_or("");
-    let in_query =
-        form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "token" && same(&v, token));
-    if in_query || bearer(request.headers()).is_some_and(|t| same(t, token)) {
+    if matches!(endpoint, "page" | "asset") || holds_token(served, request) {
         return Ok(());
     }
     Err(Error::new(
         ErrorCode::ServeUnauthorized,
         "this server needs its token: open the URL `pchronicle serve` printed, or send `Authorization: Bearer TOKEN`",
     ))
+}
+
+/// Whether `request` brings the server's token (any request does, on a
+/// server without one).
+fn holds_token<B>(served: &Served, request: &axum::http::Request<B>) -> bool {
+    let Some(token) = &served.token else {
+        return true;
+    };
+    let query = request.uri().query().unwrap_or("");
+    let in_query =
+        form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "token" && same(&v, token));
+    in_query || bearer(request.headers()).is_some_and(|t| same(t, token))
+}
+
+/// Whether `request` makes its connection trusted (`connections.rs`): it
+/// asks the API with the token. Pages and scripts never do, so a client
+/// that only fetches those stays anonymous, token or not.
+pub fn trusts<B>(served: &Served, request: &axum::http::Request<B>) -> bool {
+    let endpoint = endpoint_name(request.uri().path());
+    !matches!(endpoint, "page" | "asset" | "other") && holds_token(served, request)
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {

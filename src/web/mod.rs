@@ -17,6 +17,7 @@
 mod api;
 mod assets;
 mod connections;
+mod cursor;
 mod guard;
 mod metrics;
 mod params;
@@ -35,9 +36,6 @@ use crate::error::{Error, ErrorCode, Result};
 pub use state::Limits;
 use state::Served;
 
-/// Connections open at once. When all are taken, the one idle the longest
-/// is closed for a new one; while all are busy, new ones wait.
-const MAX_CONNECTIONS: usize = 256;
 /// Time a client has to send a request's head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -137,10 +135,12 @@ async fn run(
     if let Some(n) = &notifier {
         n.ready(None, &format!("serving on {local}"));
     }
-    let connections = connections::Connections::new(MAX_CONNECTIONS);
+    let connections = connections::Connections::new(connections::Bounds::default());
     let mut stop = std::pin::pin!(stop_signal());
     loop {
-        let (stream, _peer) = tokio::select! {
+        // Accepting never waits for a place: every connection is taken in
+        // at once, as anonymous (see connections.rs).
+        let (stream, peer) = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -152,16 +152,12 @@ async fn run(
                 }
             },
         };
-        // A place for it: while every place is busy, it waits (and the
-        // next ones in the kernel's backlog).
-        let place = tokio::select! {
-            _ = &mut stop => break,
-            admitted = connections.admit() => admitted,
-        };
+        let held = connections.admit(peer.ip());
         tokio::spawn(serve_connection(
             stream,
             app.clone(),
-            place,
+            held,
+            Arc::clone(&connections),
             Arc::clone(&served),
         ));
     }
@@ -173,29 +169,40 @@ async fn run(
 }
 
 /// Serves one connection until it ends, or until it is told to make room
-/// while no request of it is being answered (see `connections.rs`).
+/// while nothing of it is being answered or written (see
+/// `connections.rs`): it is then dropped at once.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     app: axum::Router,
-    place: connections::Place,
+    held: connections::Held,
+    connections: Arc<connections::Connections>,
     served: Arc<Served>,
 ) {
     let inner = TowerToHyperService::new(app);
-    let slot = Arc::clone(&place.slot);
-    let service = hyper::service::service_fn(move |request| {
-        let busy = slot.busy();
-        let answer = hyper::service::Service::call(&inner, request);
-        async move {
-            answer
-                .await
-                .map(|response| response.map(|body| connections::Guarded::body(body, busy)))
-        }
-    });
+    let slot = Arc::clone(&held.slot);
+    let trusting = Arc::clone(&served);
+    let service =
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let busy = slot.busy();
+            let trusts = guard::trusts(&trusting, &request);
+            let connections = Arc::clone(&connections);
+            let slot = Arc::clone(&slot);
+            let inner = inner.clone();
+            async move {
+                if trusts {
+                    connections.trust(&slot).await;
+                }
+                hyper::service::Service::call(&inner, request)
+                    .await
+                    .map(|response| response.map(|body| connections::Guarded::body(body, busy)))
+            }
+        });
+    let io = connections::Watched::new(stream, Arc::clone(&held.slot));
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .max_buf_size(64 << 10)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(TokioIo::new(io), service);
     let mut connection = std::pin::pin!(connection);
     loop {
         tokio::select! {
@@ -205,33 +212,19 @@ async fn serve_connection(
                 }
                 return;
             }
-            () = place.slot.closing() => {
-                // A request that came in since this one was chosen keeps it.
-                if place.slot.is_idle() {
+            () = held.slot.closing() => {
+                // An anonymous connection goes whatever it is doing; a
+                // trusted one only while idle (a request that came in
+                // since it was chosen keeps it).
+                if !held.slot.is_trusted() || held.slot.is_idle() {
                     break;
                 }
+                held.slot.keep();
             }
         }
     }
-    // Closed to make room. One that never answered has nothing to finish:
-    // it goes at once. Otherwise what is still being written of its last
-    // answer is finished (hyper ends the connection after it); a client
-    // that does not take it gets the head's time, then the connection is
-    // dropped.
-    place.slot.mark_closing();
     served.metrics.connection_closed_idle();
-    log::debug!("closing an idle connection to make room for a new one");
-    if !place.slot.has_answered() {
-        return;
-    }
-    connection.as_mut().graceful_shutdown();
-    if tokio::time::timeout(HEAD_TIMEOUT, &mut connection)
-        .await
-        .is_err()
-    {
-        log::debug!("a connection closed to make room did not end in time");
-    }
-    drop(place);
+    log::debug!("closing a connection to make room for a new one");
 }
 
 /// `ip:port` as a URL's host (IPv6 in brackets).

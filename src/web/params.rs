@@ -70,6 +70,13 @@ impl Params {
         }
     }
 
+    /// Whether any filter is given.
+    pub fn has_filters(&self) -> bool {
+        self.pairs
+            .iter()
+            .any(|(k, _)| FILTERS.contains(&k.as_str()))
+    }
+
     /// Refuses the filters (for an endpoint that takes none).
     pub fn no_filters(&self) -> Result<()> {
         match self

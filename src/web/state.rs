@@ -25,8 +25,14 @@ pub struct Limits {
     pub max_requests: usize,
     /// Requests waiting for one of those before `503`.
     pub max_waiting: usize,
-    /// Longest one request's work may take before `503`.
+    /// Longest a request waits for its answer before `503`.
     pub request_time: Duration,
+    /// Longest a scan (runs, histograms) may go on: one that outlasts its
+    /// request goes on for the next request of the same filters to join.
+    pub scan_time: Duration,
+    /// Bytes of one answer made from records (a query's rows, runs,
+    /// histograms) at most.
+    pub answer_bytes: usize,
     /// Rows `POST /api/query` returns at most.
     pub query_rows: u64,
     /// Longest a query may run.
@@ -43,6 +49,8 @@ impl Default for Limits {
             max_requests: 16,
             max_waiting: 256,
             request_time: Duration::from_secs(60),
+            scan_time: Duration::from_secs(300),
+            answer_bytes: 64 << 20,
             query_rows: 10_000,
             query_time: Duration::from_secs(30),
             query_memory: 256 << 20,
@@ -185,8 +193,40 @@ pub struct Served {
     pub cursor_key: String,
     answers: Mutex<Kept<(Instant, Arc<Answer>)>>,
     tallies: Mutex<Kept<Arc<Answer>>>,
+    /// Answers made from the catalog's state.
+    state_pool: Pool,
+    /// Answers that read records.
+    scan_pool: Pool,
+    /// Scans being made, by request: a second request of the same joins.
+    pub making: Mutex<std::collections::HashMap<String, Making>>,
+}
+
+/// A scan being made, shared by every request waiting for it.
+pub type Making = futures::future::Shared<futures::future::BoxFuture<'static, Arc<Answer>>>;
+
+/// Which work a request's answer is: each kind has places of its own, so
+/// answers from the catalog's state never wait behind scans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Listings, counted stats, sources: the catalog's state.
+    State,
+    /// Runs, histograms, records, queries: reads of records.
+    Scan,
+}
+
+/// The places of one [`Lane`].
+struct Pool {
     running: Arc<tokio::sync::Semaphore>,
     waiting: AtomicUsize,
+}
+
+impl Pool {
+    fn new(places: usize) -> Pool {
+        Pool {
+            running: Arc::new(tokio::sync::Semaphore::new(places.max(1))),
+            waiting: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl Served {
@@ -227,8 +267,9 @@ impl Served {
             cursor_key,
             answers: Mutex::new(Kept::new(ANSWERS_KEPT)),
             tallies: Mutex::new(Kept::new(TALLIES_KEPT)),
-            running: Arc::new(tokio::sync::Semaphore::new(limits.max_requests.max(1))),
-            waiting: AtomicUsize::new(0),
+            state_pool: Pool::new(limits.max_requests),
+            scan_pool: Pool::new(limits.max_requests),
+            making: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -281,28 +322,45 @@ impl Served {
         }
     }
 
-    /// Runs `work` on a thread of its own, within the request budget,
-    /// once one of `max_requests` places is free (`PCHRONICLE_BUSY` when
-    /// too many already wait, `PCHRONICLE_ANSWER_LATE` past the budget:
-    /// the work is then stopped at its next read).
+    /// Runs `work` on a thread of its own, within the request's time,
+    /// once one of the lane's `max_requests` places is free
+    /// (`PCHRONICLE_BUSY` when too many already wait,
+    /// `PCHRONICLE_ANSWER_LATE` past the time: the work is then stopped at
+    /// its next read).
     pub async fn run<T: Send + 'static>(
         self: &Arc<Self>,
+        lane: Lane,
         what: &'static str,
         work: impl FnOnce(&Served) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let waiting = self.waiting.fetch_add(1, Ordering::SeqCst);
-        let _leave = Leave(&self.waiting);
+        self.run_for(lane, self.limits.request_time, what, work)
+            .await
+    }
+
+    /// [`Served::run`] within `budget`.
+    pub async fn run_for<T: Send + 'static>(
+        self: &Arc<Self>,
+        lane: Lane,
+        budget: Duration,
+        what: &'static str,
+        work: impl FnOnce(&Served) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let pool = match lane {
+            Lane::State => &self.state_pool,
+            Lane::Scan => &self.scan_pool,
+        };
+        let waiting = pool.waiting.fetch_add(1, Ordering::SeqCst);
+        let _leave = Leave(&pool.waiting);
         if waiting >= self.limits.max_waiting {
             return Err(Error::new(
                 ErrorCode::Busy,
                 format!("{waiting} requests are waiting already; try again shortly"),
             ));
         }
-        let budget = self.limits.request_time;
         // The place is held by the work, not by the request: work stopped
         // at the budget keeps it until it has really stopped, so no more
         // than `max_requests` pieces of work ever run.
-        let permit = tokio::time::timeout(budget, Arc::clone(&self.running).acquire_owned())
+        let permit = tokio::time::timeout(budget, Arc::clone(&pool.running).acquire_owned())
             .await
             .map_err(|_| late(what, budget))?
             .expect("the semaphore is never closed");
@@ -319,7 +377,7 @@ impl Served {
                 let _ = send.send(result);
             })
             .map_err(|e| Error::new(ErrorCode::Busy, format!("cannot start a thread: {e}")))?;
-        let result = match tokio::time::timeout(budget, receive).await {
+        match tokio::time::timeout(budget, receive).await {
             Ok(Ok(result)) => result.map_err(|e| self.shown(e)),
             Ok(Err(_)) => Err(Error::new(
                 ErrorCode::RequestFailed,
@@ -329,8 +387,7 @@ impl Served {
                 stop.cancel();
                 Err(late(what, budget))
             }
-        };
-        result
+        }
     }
 }
 
@@ -338,6 +395,7 @@ impl Served {
     /// `e` as a client is shown it: paths relative to the served root, as
     /// the client named them, not where the server keeps the warehouse.
     fn shown(&self, mut e: Error) -> Error {
+        e.message = crate::error::without_source_locations(&e.message);
         let root = if self.base.as_os_str() == "." {
             self.catalog.root().to_path_buf()
         } else {

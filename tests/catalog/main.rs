@@ -42,6 +42,8 @@ mod versions;
 mod watch;
 #[cfg(feature = "serve")]
 mod web;
+#[cfg(feature = "serve")]
+mod web_hostile;
 #[cfg(not(feature = "compact-jsonl"))]
 mod without_lance;
 

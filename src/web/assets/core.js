@@ -31,9 +31,6 @@
     history.replaceState(history.state, '', location.pathname + location.search);
   })();
   const token = () => { try { return localStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } };
-  // An API URL a person opens (the JSON twin) carries the token itself.
-  const withToken = (url) => url + (url.includes('?') ? '&' : '?') + 'token=' + encodeURIComponent(token());
-  PC.withToken = withToken;
 
   // ---------------------------------------------------------------- DOM
 
@@ -339,11 +336,32 @@
     clear($('#crumbs')).append(list);
   }
 
+  // The JSON twin of a view is its API URL, shown without the token: a
+  // link that carried it would leave it in the browser's history and in
+  // every copied link. A click fetches the answer with the token in a
+  // header and shows it as a document of its own, in a new tab.
   function setTwin(url) {
     const twin = $('#json-twin');
     twin.hidden = !url;
-    if (url) twin.setAttribute('href', withToken(url));
+    if (url) {
+      twin.setAttribute('href', url);
+      twin.setAttribute('data-twin', '');
+    }
   }
+  PC.twinLink = (url, label) => h('a', { href: url, 'data-twin': '' }, label);
+  document.addEventListener('click', (event) => {
+    const link = event.target instanceof Element ? event.target.closest('a[data-twin]') : null;
+    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    event.preventDefault();
+    const shown = window.open('', '_blank');
+    request(link.getAttribute('href')).then(({ text, headers }) => {
+      const type = headers.get('Content-Type') || 'application/json';
+      const blob = URL.createObjectURL(new Blob([text], { type }));
+      if (shown) shown.location.href = blob; else location.href = blob;
+    }, (e) => {
+      if (shown) shown.document.body.textContent = e.code + ': ' + e.message;
+    });
+  });
 
   function section(id, title, ...kids) {
     return h('section', { id, 'aria-labelledby': id + '-h' }, h('h2', { id: id + '-h' }, title), kids);

@@ -109,7 +109,7 @@
           arr(ix.key).join(', ') || '?', ': ', String(ix.state ?? ''), ', ', fmtInt(ix.rows), ' rows')))));
     }
     box.append(...drawWarnings(st.warnings, st.truncated, 'A traversal bound was hit: the totals cover only what was read.'),
-      h('p', { class: 'twin' }, h('a', { href: PC.withToken(url) }, 'These stats as JSON')));
+      h('p', { class: 'twin' }, PC.twinLink(url, 'These stats as JSON')));
   }
 
   PC.datasetsPage = datasetsPage;
