@@ -414,15 +414,46 @@ fn in_files(files: &[String]) -> Option<String> {
 }
 
 /// An exclusive lock on the leaf's directory for the sync's length.
-fn lock(dest: &Path) -> Result<File> {
+fn lock(dest: &Path) -> Result<SyncLock> {
     let dir = File::open(dest).map_err(|e| Error::io(dest, &e))?;
     match rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(dir),
+        Ok(()) => Ok(SyncLock(dir)),
         Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::at(
             ErrorCode::SyncBusy,
             dest,
             "another sync of this leaf is running",
         )),
         Err(e) => Err(Error::io(dest, &io::Error::from(e))),
+    }
+}
+
+/// A leaf's sync lock, released when dropped. It is unlocked, not only
+/// closed: a process forked by another thread holds a copy of the
+/// descriptor until it runs its program, and the lock would stay held
+/// with that copy, failing the next sync of the leaf with SYNC_BUSY.
+struct SyncLock(File);
+
+impl Drop for SyncLock {
+    fn drop(&mut self) {
+        let _ = rustix::fs::flock(&self.0, rustix::fs::FlockOperation::Unlock);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lock;
+
+    #[test]
+    fn a_lock_is_released_though_a_copy_of_its_descriptor_lives_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock(dir.path()).unwrap();
+        assert!(lock(dir.path()).is_err(), "held");
+        // What a fork by another thread leaves until its child runs its
+        // program: a second descriptor of the same open directory.
+        let copy = held.0.try_clone().unwrap();
+        drop(held);
+        let again = lock(dir.path());
+        assert!(again.is_ok(), "{:?}", again.err());
+        drop(copy);
     }
 }
