@@ -135,8 +135,5 @@ fn tag(
         digest.update((piece.len() as u64).to_le_bytes());
         digest.update(piece.as_bytes());
     }
-    digest.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::warehouse::hex(&digest.finalize()[..12])
 }
