@@ -403,26 +403,28 @@ impl RecordsStream {
                 pieces
             }
         };
-        Producer::new(pieces, spare, filling, work)
+        Producer::new(pieces, spare, filling, at, work)
     }
 }
 
 impl Producer {
-    /// The reader's end of a producer whose piece being filled is
-    /// `filling`: nothing received yet, the next byte at `filling`'s start.
+    /// The reader's end of a producer started at output offset `at`
+    /// (where `filling` started): nothing received yet. Not `filling`'s
+    /// start read now: the producer runs already, and may have sent
+    /// pieces from it, each moving it on.
     fn new(
         pieces: Receiver<Piece>,
         spare: SyncSender<Vec<u8>>,
         filling: Arc<Mutex<Filling>>,
+        at: u64,
         work: Arc<Work>,
     ) -> Producer {
-        let reached = filling.lock().at;
         Producer {
             pieces,
             spare,
             window: Window::default(),
             filling,
-            reached,
+            reached: at,
             done: false,
             work,
         }
@@ -486,7 +488,7 @@ mod tests {
         let (sender, pieces) = sync_channel(4);
         let (spare, spares) = sync_channel(2);
         let filling = Arc::new(Mutex::new(Filling::new(0, demand)));
-        let producer = Producer::new(pieces, spare, filling, Work::cancellable("a test"));
+        let producer = Producer::new(pieces, spare, filling, 0, Work::cancellable("a test"));
         (sender, spares, producer)
     }
 
@@ -538,5 +540,24 @@ mod tests {
         let second = bytes(producer.pieces.try_recv().ok()).unwrap();
         assert_eq!(second.0, b"xx");
         assert!(producer.pieces.try_recv().is_err());
+    }
+
+    /// The producer thread starts before its reader's end is made, and may
+    /// have sent pieces by then: the reader's end starts where the producer
+    /// did, so those pieces are the next ones, not skipped.
+    #[test]
+    fn a_reader_made_after_its_producer_sent_starts_where_the_producer_did() {
+        let (sender, pieces) = sync_channel(4);
+        let (spare, spares) = sync_channel(2);
+        let filling = Arc::new(Mutex::new(Filling::new(1000, Demand::new(1004, 4))));
+        let mut out = ChannelOutput::new(&sender, spares, Arc::clone(&filling));
+        out.write_all(b"{\"a\":1}\n").unwrap();
+        assert_eq!(filling.lock().at, 1004, "a piece went out");
+        let producer = Producer::new(pieces, spare, filling, 1000, Work::cancellable("a test"));
+        assert_eq!(producer.reached, 1000);
+        // The bytes still being filled follow the piece on its way.
+        assert!(producer.take_filled(1008, 4).is_none());
+        let sent = bytes(producer.pieces.try_recv().ok()).unwrap();
+        assert_eq!(sent.0, b"{\"a\"");
     }
 }
