@@ -115,6 +115,8 @@ fn a_remote_mount_shows_what_a_mount_of_its_local_copy_shows_and_survives_the_st
         "{:?}",
         started.elapsed()
     );
+    // Past the attribute TTL, so the root is asked of the daemon again.
+    std::thread::sleep(Duration::from_millis(2500));
     assert!(std::fs::metadata(remote.at(".")).is_ok(), "the mount left");
     // It comes back: the same read succeeds.
     server.set_fault(Fault::None);

@@ -489,7 +489,8 @@ impl WarehouseFs {
     /// [`Self::node`] for attributes: a remote mount's root, when the store
     /// cannot be reached, is described as it was last seen.
     fn path_node(&self, rel: &Path) -> Result<Node, FsError> {
-        let root = rel == Path::new(".") && self.is_remote();
+        // The root's path is empty (a path is the names below the root).
+        let root = rel.as_os_str().is_empty() && self.is_remote();
         match self.node(rel) {
             Ok(node) => {
                 if root {
