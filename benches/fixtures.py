@@ -13,6 +13,7 @@ python3 benches/fixtures.py poll MNT PID SECONDS    daemon CPU while polling
 python3 benches/fixtures.py cohort FILE N       N records of 100,000s of sessions (an index's input)
 python3 benches/fixtures.py read-leaves DIR     reads every leaf's manifest and CURRENT once (ms)
 python3 benches/fixtures.py peak CMD...         runs CMD; prints "<ms> <peak RSS KiB>"
+python3 benches/fixtures.py runs DIR N          N runs of two records: 3 agents x 20 days, a file each
 """
 
 import math
@@ -286,6 +287,17 @@ def peak(cmd):
     print("%.0f %d" % (ms, usage.ru_maxrss))
 
 
+def runs(root, n):
+    for i in range(n):
+        agent, day = i % 3, (i // 3) % 20
+        d = os.path.join(root, "agent=a%d" % agent, "day=2026-11-%02d" % (day + 1))
+        os.makedirs(d, exist_ok=True)
+        ts = "2026-11-%02dT%02d:%02d:00Z" % (day + 1, (i // 60) % 24, i % 60)
+        with open(os.path.join(d, "s-%06d.jsonl" % i), "w") as f:
+            f.write('{"role":"user","content":"task %d","ts":"%s"}\n' % (i, ts))
+            f.write('{"role":"assistant","content":"done","ts":"%s"}\n' % ts)
+
+
 def main():
     what, args = sys.argv[1], sys.argv[2:]
     if what == "leaves":
@@ -312,6 +324,8 @@ def main():
         read_leaves(args[0])
     elif what == "peak":
         peak(args)
+    elif what == "runs":
+        runs(args[0], int(args[1]))
     else:
         sys.exit(__doc__)
 

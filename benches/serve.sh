@@ -13,10 +13,14 @@
 #      large sparse file hold every scan place; the server's peak memory
 #      after a query whose function would make 2.2 GB and one of 600 MB
 #      of records
+#   6. the Runs page of a warehouse of PCHRONICLE_BENCH_PAGE_RUNS runs
+#      (100,000) in headless Chromium, the server warm: the first rows
+#      after navigation, the most rows the page holds as the reader
+#      scrolls on past its bound, and Chromium's JS heap
 #
 # Usage: bash benches/serve.sh            (after cargo build --release)
 # Sizes (environment): PCHRONICLE_BENCH_LEAVES (1000), _ENTRIES (10000),
-#   _SERVE_MIB (1024), _POLL_SECONDS (60), _CLIENTS (10),
+#   _SERVE_MIB (1024), _POLL_SECONDS (60), _CLIENTS (10), _PAGE_RUNS (100000),
 #   PCHRONICLE_BENCH_DIR (a temp dir).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,6 +32,7 @@ entries="${PCHRONICLE_BENCH_ENTRIES:-10000}"
 mib="${PCHRONICLE_BENCH_SERVE_MIB:-1024}"
 poll_seconds="${PCHRONICLE_BENCH_POLL_SECONDS:-60}"
 clients="${PCHRONICLE_BENCH_CLIENTS:-10}"
+page_runs="${PCHRONICLE_BENCH_PAGE_RUNS:-100000}"
 gen=benches/fixtures.py
 http=benches/serve.py
 
@@ -135,6 +140,28 @@ printf '  peak memory after the two queries (%s)                %8s MiB (bound 2
 goal "a token holder's stats under a connection flood" "$flood ms" "$flood" le 1000 "<= 1000 ms"
 goal "an unrelated tree while scans fill their places" "$scans ms" "$scans" le 1000 "<= 1000 ms"
 goal "peak RSS after a 2.2 GB function and 600 MB of rows" "$peak MiB ($codes)" "$peak" le 512 "<= 512 MiB (2x bound)"
+
+echo
+echo "== 6. the Runs page of $page_runs runs"
+python3 "$gen" runs "$work/runs" "$page_runs"
+serve "$work/runs" --no-watch --request-seconds 600
+tally_ms=$(python3 "$http" get-ms "$addr" "$token" "/api/runs/summary?path=")
+page_ms=$(python3 "$http" get-ms "$addr" "$token" "/api/runs?path=&limit=200&sort=newest")
+read -r first_ms most heap read_runs < <(python3 benches/runs_page.py "http://$addr" "$token")
+stop
+printf '  the first tally of %s runs (cold server)       %8s ms
+' "$page_runs" "$tally_ms"
+printf '  a page of 200 runs, newest first (warm)         %8s ms
+' "$page_ms"
+printf '  first rows after navigation (warm)              %8s ms
+' "$first_ms"
+printf '  most rows on the page (%s runs read)         %8s
+' "$read_runs" "$most"
+printf '  JS heap after scrolling past the bound          %8s MiB
+' "$heap"
+goal "Runs page of $page_runs runs: first rows" "$first_ms ms" "$first_ms" le 2000 "<= 2000 ms"
+goal "Runs page of $page_runs runs: rows held at most" "$most rows" "$most" le 5000 "<= 5000 rows"
+goal "Runs page of $page_runs runs: JS heap" "$heap MiB" "$heap" le 200 "<= 200 MiB"
 
 echo
 echo "== goals"

@@ -29,7 +29,7 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BIN = os.path.abspath(sys.argv[1])
 OUT = os.path.abspath(sys.argv[2])
@@ -208,6 +208,8 @@ def a_run_reads_as_a_conversation_with_tool_calls_and_results(ctx):
     toggle.click()
     raw = wait_for(b, "#conversation pre.raw")[0]
     assert "s-0001-0000" in raw.text, raw.text
+    # Every record is on the page: nothing more to load is offered.
+    assert not b.find_element(By.ID, "more").is_displayed()
     shot(b, "run-s-0001")
 
 
@@ -303,7 +305,7 @@ def a_list_the_api_cut_ends_in_an_other_line(ctx):
     b, server = ctx["browser"], ctx["many_server"]
     b.get(server.url)
     b.get(f"{server.base}/runs?path=")
-    request = urllib.request.Request(f"{server.base}/api/runs?path=",
+    request = urllib.request.Request(f"{server.base}/api/runs/summary?path=",
                                      headers={"Authorization": "Bearer " + server.url.split("#token=")[1]})
     with urllib.request.urlopen(request, timeout=20) as reply:
         answer = json.load(reply)
@@ -320,6 +322,75 @@ def a_list_the_api_cut_ends_in_an_other_line(ctx):
     assert values.get_attribute("data-values") == "30", values.get_attribute("outerHTML")
     assert "other (30 values)" in values.get_attribute("textContent"), values.get_attribute("textContent")
     shot(b, "runs-cut")
+
+
+def api(server, path):
+    request = urllib.request.Request(f"{server.base}{path}",
+                                     headers={"Authorization": "Bearer " + server.url.split("#token=")[1]})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.load(reply)
+
+
+def rows(browser):
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll('#runs tr.run'), r => r.getAttribute('data-run'))")
+
+
+@check
+def twenty_thousand_runs_are_drawn_a_page_at_a_time_as_the_reader_scrolls(ctx):
+    b, server = ctx["browser"], ctx["runs_server"]
+    b.get(server.url)
+    started = time.monotonic()
+    b.get(f"{server.base}/runs?path=")
+    wait_for(b, "#runs tr.run", 1, timeout=120)
+    first = rows(b)
+    assert len(first) == 200, len(first)
+    WebDriverWait(b, 60).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#runs-summary").get_attribute("data-runs") == str(RUNS))
+    assert first == sorted(first), "by name"
+    shot(b, "runs-20000")
+    # Scrolling to the end of the table draws the next pages, each once.
+    for _ in range(40):
+        b.execute_script("document.querySelector('#runs-more').scrollIntoView()")
+        time.sleep(0.3)
+        if len(rows(b)) >= 1000:
+            break
+    drawn = rows(b)
+    assert len(drawn) >= 1000, len(drawn)
+    assert len(drawn) == len(set(drawn)), "no run twice"
+    assert drawn == sorted(drawn), "pages join in order"
+    want = [r["run"] for r in api(server, "/api/runs?path=&limit=1000")["runs"]]
+    assert drawn[:1000] == want, "the server's order"
+    # Another order is the server's too.
+    Select(b.find_element(By.CSS_SELECTOR, "#sort")).select_by_value("newest")
+    WebDriverWait(b, 30).until(lambda b: "sort=newest" in b.current_url)
+    WebDriverWait(b, 60).until(lambda b: len(rows(b)) >= 200)
+    newest = [r["run"] for r in api(server, "/api/runs?path=&sort=newest&limit=200")["runs"]]
+    assert rows(b)[:200] == newest
+    print(f"     20,000 runs: first rows {time.monotonic() - started:.1f} s after navigation (cold server)")
+
+
+RUNS = 20_000
+
+
+@check
+def a_run_address_that_names_no_run_says_so(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    b.get(f"{server.base}/run?path=sessions")
+    note = wait_for(b, "#no-run")[0]
+    assert "names no run" in note.text, note.text
+    assert not b.find_elements(By.CSS_SELECTOR, "#conversation .turn")
+    note.find_element(By.TAG_NAME, "a").click()
+    WebDriverWait(b, 10).until(lambda b: "/runs?" in b.current_url and "sessions" in b.current_url)
+    wait_for(b, "#runs tr.run")
+
+
+def many_runs_warehouse(root):
+    """RUNS runs of two records (benches/fixtures.py makes them)."""
+    wh = os.path.join(root, "runs")
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches", "fixtures.py")
+    subprocess.run([sys.executable, fixtures, "runs", wh, str(RUNS)], check=True)
+    return wh
 
 
 def many_values_warehouse(root):
@@ -360,7 +431,8 @@ def main():
     demo = os.path.join(root, "demo")
     cli("demo", demo)
     ctx = {"demo": demo, "server": Server(demo), "hostile_server": Server(hostile_warehouse(root)),
-           "many_server": Server(many_values_warehouse(root))}
+           "many_server": Server(many_values_warehouse(root)),
+           "runs_server": Server(many_runs_warehouse(root))}
     passed = failed = 0
     browser = driver()
     ctx["browser"] = browser
@@ -380,6 +452,7 @@ def main():
         ctx["server"].stop()
         ctx["hostile_server"].stop()
         ctx["many_server"].stop()
+        ctx["runs_server"].stop()
         shutil.rmtree(root, ignore_errors=True)
     print(f"screenshots in {OUT}")
     print(f"{passed} passed, {failed} failed")

@@ -23,6 +23,7 @@ mod ingest;
 mod mount;
 mod out;
 mod records;
+mod runs;
 #[cfg(feature = "serve")]
 mod serve;
 mod table;
@@ -105,6 +106,15 @@ pchronicle query ./warehouse \"SELECT json_get_str(record, 'role') AS role, coun
 pchronicle query ./warehouse \"SELECT _file_, count(*) FROM records WHERE failed GROUP BY _file_ ORDER BY 2 DESC LIMIT 5\"\n  \
 pchronicle query ./warehouse --where session=abc \"SELECT timestamp, record FROM records WHERE timestamp >= '2026-01-01T00:00:00Z'\" --json")]
     Query(records::QueryArgs),
+    /// Print the runs of PATH: one line per `_file_` (a session's shards
+    /// together) with its records, failed records, first and last
+    /// timestamp, duration, steps and tokens, sorted as asked. The same
+    /// runs and figures as the Runs page and `GET /api/runs`.
+    #[command(after_help = "Examples:\n  \
+pchronicle runs ./warehouse --sort newest --limit 20\n  \
+pchronicle runs ./warehouse/team --where agent=codex --since 2026-01-01T00:00:00Z --sort failed\n  \
+pchronicle runs ./warehouse --sort tokens --limit 5 --json | jq '.runs[].run'")]
+    Runs(runs::RunsArgs),
     /// Import record files into a compact-jsonl leaf (a Lance dataset) and
     /// publish its chronicle.manifest. Prints the published version and the
     /// leaf's record and failed counts.
@@ -284,6 +294,7 @@ fn execute(command: Command) -> Result<ExitCode> {
         Command::Stats(args) => args.run(),
         Command::Cat(args) => args.run(),
         Command::Query(args) => args.run(),
+        Command::Runs(args) => args.run(),
         Command::Import(args) => args.run(),
         #[cfg(feature = "compact-jsonl")]
         Command::Sync(args) => args.run(),

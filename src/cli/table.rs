@@ -312,3 +312,33 @@ pub fn import(report: &ImportReport, dest: &std::path::Path) -> String {
         report.failed_count,
     )
 }
+
+/// A page of runs: one line each, in the page's order.
+pub fn runs(page: &crate::extract::runs::page::PageAnswer<'_>) -> String {
+    let rows: Vec<Vec<String>> = page
+        .runs
+        .iter()
+        .map(|run| {
+            vec![
+                run.run.clone(),
+                run.records.to_string(),
+                run.failed.to_string(),
+                time(run.first),
+                time(run.last),
+                run.duration_seconds
+                    .map_or_else(|| "-".into(), |s| format!("{s:.1}s")),
+                run.steps.to_string(),
+                opt(run.tokens.map(|t| t.total)),
+            ]
+        })
+        .collect();
+    let header = [
+        "RUN", "RECORDS", "FAILED", "FIRST", "LAST", "DURATION", "STEPS", "TOKENS",
+    ];
+    let right = [false, true, true, false, false, true, true, true];
+    let mut out = render(&header, &right, &rows);
+    if (page.runs.len() as u64) < page.total {
+        let _ = writeln!(out, "{} of {} runs (--limit)", page.runs.len(), page.total);
+    }
+    out
+}

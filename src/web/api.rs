@@ -37,7 +37,8 @@ pub fn router(served: Arc<Served>) -> Router {
         .route("/api/stats", get(stats))
         .route("/api/sources", get(sources))
         .route("/api/records", get(records))
-        .route("/api/runs", get(runs_of))
+        .route("/api/runs", get(super::runs::page_of_runs))
+        .route("/api/runs/summary", get(super::runs::summary_of_runs))
         .route("/api/histogram", get(histogram))
         .route("/api/query", post(query_of))
         .route("/metrics", get(metrics))
@@ -70,7 +71,7 @@ async fn not_found() -> Response {
 /// endpoint and parameters that comes while it runs: each waits for it up
 /// to the request's time, and a scan that takes longer goes on (up to the
 /// scan time) for the next request to join.
-async fn kept(
+pub(super) async fn kept(
     served: Arc<Served>,
     endpoint: &'static str,
     query: Option<String>,
@@ -187,7 +188,7 @@ fn state_unless_filtered(params: &Params) -> Lane {
     }
 }
 
-fn scan(_: &Params) -> Lane {
+pub(super) fn scan(_: &Params) -> Lane {
     Lane::Scan
 }
 
@@ -238,17 +239,6 @@ async fn sources(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderM
     .await
 }
 
-async fn runs_of(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
-    kept(s, "runs", q, h, scan, |served, params| {
-        params.only(&["path"])?;
-        tallied(served, params, "runs", |served, plan| {
-            let runs = runs::runs(&served.catalog, plan)?;
-            Ok(within_bytes(runs, served.limits.answer_bytes))
-        })
-    })
-    .await
-}
-
 async fn histogram(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {
     kept(s, "histogram", q, h, scan, |served, params| {
         params.only(&["path", "bucket"])?;
@@ -258,10 +248,7 @@ async fn histogram(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: Heade
         tallied(served, params, text, move |served, plan| {
             let histogram = runs::histogram(&served.catalog, plan, bucket)?;
             // Its buckets are cut at a count (see `runs::histogram`).
-            Ok((
-                serde_json::to_vec(&histogram).expect("a histogram serializes"),
-                false,
-            ))
+            Ok(serde_json::to_vec(&histogram).expect("a histogram serializes"))
         })
     })
     .await
@@ -273,11 +260,26 @@ fn tallied(
     served: &Served,
     params: &Params,
     what: &str,
-    tally: impl FnOnce(&Served, &mut Plan) -> Result<(Vec<u8>, bool)>,
+    tally: impl FnOnce(&Served, &mut Plan) -> Result<Vec<u8>>,
 ) -> Result<Answer> {
+    let (mut plan, key) = snapshot_key(served, params, what)?;
+    if let Some(kept) = served.tally(&key) {
+        return Ok((*kept).clone());
+    }
+    let mut body = tally(served, &mut plan)?;
+    body.push(b'\n');
+    let answer = Arc::new(Answer::ok(JSON, body));
+    served.keep_tally(key, &answer);
+    Ok((*answer).clone())
+}
+
+/// The plan of `params`, and the key of its Snapshot for the tally
+/// `what`: every selected source's `_file_` and fingerprint, with the
+/// filters.
+pub(super) fn snapshot_key(served: &Served, params: &Params, what: &str) -> Result<(Plan, String)> {
     let rel = served.rel(&params.path()?);
     let selection = params.selection()?;
-    let mut plan = Plan::new(&served.catalog, &rel, selection.clone(), Shape::Plain)?;
+    let plan = Plan::new(&served.catalog, &rel, selection.clone(), Shape::Plain)?;
     let mut key = Sha256::new();
     key.update(format!("{what}\0{}\0{selection:?}\0", rel.display()));
     for source in plan.sources() {
@@ -287,53 +289,7 @@ fn tallied(
         key.update(fingerprint.as_deref().unwrap_or("?"));
         key.update(b"\0");
     }
-    let key: String = key.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    if let Some(kept) = served.tally(&key) {
-        return Ok((*kept).clone());
-    }
-    let (mut body, cut) = tally(served, &mut plan)?;
-    body.push(b'\n');
-    let mut answer = Answer::ok(JSON, body);
-    if cut {
-        answer
-            .headers
-            .push(("x-byte-cap", served.limits.answer_bytes.to_string()));
-    }
-    let answer = Arc::new(answer);
-    served.keep_tally(key, &answer);
-    Ok((*answer).clone())
-}
-
-/// The JSON of `runs`, within `bound` bytes: past it only the runs that
-/// fit are kept (in their order), with a warning saying how many; `true`
-/// when some were cut.
-fn within_bytes(mut runs: runs::Runs, bound: usize) -> (Vec<u8>, bool) {
-    let body = serde_json::to_vec(&runs).expect("runs serialize");
-    if body.len() <= bound {
-        return (body, false);
-    }
-    let sizes: Vec<usize> = runs
-        .runs
-        .iter()
-        .map(|run| serde_json::to_vec(run).map_or(0, |b| b.len() + 1))
-        .collect();
-    // What is not a run, and room for the warning.
-    let mut used = body.len() - sizes.iter().sum::<usize>() + 512;
-    let total = runs.runs.len();
-    let kept = sizes
-        .iter()
-        .take_while(|size| {
-            used += **size;
-            used <= bound
-        })
-        .count();
-    runs.runs.truncate(kept);
-    runs.warnings.push(crate::catalog::Warning {
-        code: ErrorCode::AnswerCut,
-        path: ".".into(),
-        message: format!("{kept} of {total} runs shown: the answer reached {bound} bytes"),
-    });
-    (serde_json::to_vec(&runs).expect("runs serialize"), true)
+    Ok((plan, crate::warehouse::hex(&key.finalize())))
 }
 
 async fn records(State(s): State<Arc<Served>>, RawQuery(q): RawQuery, h: HeaderMap) -> Response {

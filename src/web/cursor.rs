@@ -1,11 +1,12 @@
-//! `after=` of `/api/records`: where a page ended, as text a client hands
-//! back unchanged.
+//! `after=` of `/api/records` and `/api/runs`: where a page ended, as
+//! text a client hands back unchanged.
 
 use sha2::{Digest, Sha256};
 
 use super::state::Served;
 use crate::catalog::Fingerprint;
 use crate::error::{Error, ErrorCode, Result};
+use crate::extract::runs::page::After;
 use crate::extract::{Plan, Position};
 use crate::records::read::Resume;
 
@@ -136,4 +137,100 @@ fn tag(
         digest.update(piece.as_bytes());
     }
     crate::warehouse::hex(&digest.finalize()[..12])
+}
+
+/// `FIGURE.NAME.TAG` of `/api/runs`: the last run's figure (the bits of
+/// its `f64` in hex, `-` for none) and name (hex), signed with the
+/// server's key and the request it answers (`asked`: path, filters and
+/// sort). A run's place names no file, so nothing else needs checking.
+pub fn format_after(after: &After, key: &str, asked: &str) -> String {
+    let figure = after
+        .figure
+        .map_or_else(|| "-".to_string(), |f| format!("{:x}", f.to_bits()));
+    let place = format!("{figure}.{}", crate::warehouse::hex(after.name.as_bytes()));
+    let tag = runs_tag(&place, key, asked);
+    format!("{place}.{tag}")
+}
+
+/// The place a [`format_after`] cursor names, if this server handed it
+/// out for `asked`.
+pub fn parse_after(text: &str, key: &str, asked: &str) -> Result<After> {
+    let bad = || {
+        Error::new(
+            ErrorCode::CursorInvalid,
+            format!(
+                "the cursor {text:?} is not one this server handed out for this path, these filters and this sort"
+            ),
+        )
+    };
+    let (place, given) = text.rsplit_once('.').ok_or_else(bad)?;
+    if runs_tag(place, key, asked) != given {
+        return Err(bad());
+    }
+    let (figure, name) = place.split_once('.').ok_or_else(bad)?;
+    let figure = match figure {
+        "-" => None,
+        bits => Some(f64::from_bits(
+            u64::from_str_radix(bits, 16).map_err(|_| bad())?,
+        )),
+    };
+    let name = unhex(name).and_then(|b| String::from_utf8(b).ok());
+    Ok(After {
+        figure,
+        name: name.ok_or_else(bad)?,
+    })
+}
+
+fn runs_tag(place: &str, key: &str, asked: &str) -> String {
+    let mut digest = Sha256::new();
+    for piece in ["runs", key, asked, place] {
+        digest.update((piece.len() as u64).to_le_bytes());
+        digest.update(piece.as_bytes());
+    }
+    crate::warehouse::hex(&digest.finalize()[..12])
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_cursor_reads_back_only_for_the_request_it_was_made_for() {
+        for figure in [None, Some(0.0), Some(-1.5), Some(1.7e15)] {
+            let after = After {
+                figure,
+                name: "a/b.c/é\u{202e}.jsonl".into(),
+            };
+            let text = format_after(&after, "k", "path=a&sort=newest");
+            assert_eq!(
+                parse_after(&text, "k", "path=a&sort=newest").unwrap(),
+                after
+            );
+            assert!(parse_after(&text, "k", "path=a&sort=tokens").is_err());
+            assert!(parse_after(&text, "other key", "path=a&sort=newest").is_err());
+        }
+        let text = format_after(
+            &After {
+                figure: Some(3.0),
+                name: "x".into(),
+            },
+            "k",
+            "q",
+        );
+        let forged = text.replacen("78", "79", 1);
+        assert!(parse_after(&forged, "k", "q").is_err());
+        for junk in ["", ".", "..", "-.zz.", "-.7.abc"] {
+            assert!(parse_after(junk, "k", "q").is_err(), "{junk:?}");
+        }
+    }
 }

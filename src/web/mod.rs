@@ -21,6 +21,7 @@ mod cursor;
 mod guard;
 mod metrics;
 mod params;
+mod runs;
 mod state;
 
 use std::net::SocketAddr;

@@ -63,9 +63,11 @@ impl Default for Limits {
 const ANSWERS_KEPT: usize = 1024;
 /// Runs and histograms kept, by Snapshot fingerprint.
 const TALLIES_KEPT: usize = 256;
+/// The runs of this many selections kept, by Snapshot fingerprint.
+const RUNS_KEPT: usize = 16;
 /// Larger answers are not kept.
 const KEEP_AT_MOST: usize = 8 << 20;
-/// Bytes of answers kept at most, in each of the two caches.
+/// Bytes of answers kept at most, in each of the caches.
 const KEPT_BYTES: usize = 128 << 20;
 
 /// One answer, ready to send.
@@ -193,6 +195,10 @@ pub struct Served {
     pub cursor_key: String,
     answers: Mutex<Kept<(Instant, Arc<Answer>)>>,
     tallies: Mutex<Kept<Arc<Answer>>>,
+    /// Every run of a selection, its pages cut from it.
+    runs: Mutex<Kept<Arc<crate::extract::runs::Runs>>>,
+    /// Runs being tallied, so a second request for them waits for them.
+    pub runs_gates: super::runs::Gates,
     /// Answers made from the catalog's state.
     state_pool: Pool,
     /// Answers that read records.
@@ -267,6 +273,8 @@ impl Served {
             cursor_key,
             answers: Mutex::new(Kept::new(ANSWERS_KEPT)),
             tallies: Mutex::new(Kept::new(TALLIES_KEPT)),
+            runs: Mutex::new(Kept::new(RUNS_KEPT)),
+            runs_gates: Default::default(),
             state_pool: Pool::new(limits.max_requests),
             scan_pool: Pool::new(limits.max_requests),
             making: Mutex::new(std::collections::HashMap::new()),
@@ -319,6 +327,21 @@ impl Served {
         if answer.body.len() <= KEEP_AT_MOST {
             let size = answer.body.len();
             self.tallies.lock().put(key, Arc::clone(answer), size);
+        }
+    }
+
+    /// The runs kept for a Snapshot fingerprint.
+    pub fn runs_kept(&self, key: &str) -> Option<Arc<crate::extract::runs::Runs>> {
+        let hit = self.runs.lock().lru.get(key).map(|(v, _)| Arc::clone(v));
+        self.metrics.tally_kept(hit.is_some());
+        hit
+    }
+
+    /// Keeps `runs` unless they alone would pass the bound of the cache.
+    pub fn keep_runs(&self, key: String, runs: &Arc<crate::extract::runs::Runs>) {
+        let size = runs.weight();
+        if size <= KEPT_BYTES {
+            self.runs.lock().put(key, Arc::clone(runs), size);
         }
     }
 

@@ -45,6 +45,13 @@ fn cli_doc_names_every_json_field() {
     for line in catalog.open(path).unwrap().sources_jsonl().lines() {
         values.push(serde_json::from_str(line).unwrap());
     }
+    // `runs --json`, with a run that carries usage.
+    w.file(
+        "u.jsonl",
+        "{\"role\":\"assistant\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}\n",
+    );
+    let runs = crate::support::pchronicle(&["runs", w.path().to_str().unwrap(), "--json"]);
+    values.push(serde_json::from_str(&crate::support::stdout(&runs)).unwrap());
     let mut keys = std::collections::BTreeSet::new();
     while let Some(value) = values.pop() {
         match value {

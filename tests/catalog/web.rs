@@ -391,9 +391,10 @@ fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
     let dir = demo();
     let wh = dir.path().join("wh");
     let server = Server::start(&wh, &["--ttl", "0"]);
-    let runs = server.get("/api/runs?path=");
+    let runs = server.get("/api/runs?path=&limit=1000");
     assert_eq!(runs.status, 200, "{}", runs.text());
     let runs = runs.json();
+    assert!(runs["next"].is_null(), "every demo run is on one page");
     // Count from `cat --annotate --failed`; the shards of a session
     // (`SESSION.TOKEN.jsonl|jsonseq`, an eight-character token) are one run.
     let all = cli(&["cat", wh.to_str().unwrap(), "--annotate", "--failed"]);
@@ -437,7 +438,16 @@ fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
         .filter(|r| !r["tokens"].is_null())
         .count();
     assert!(with_tokens > 5, "{runs}");
-    assert!(runs["roles"]["assistant"].as_u64().unwrap() > 0);
+    let summary = server.get("/api/runs/summary?path=").json();
+    assert!(summary["roles"]["assistant"].as_u64().unwrap() > 0);
+    assert_eq!(summary["runs"].as_u64().unwrap() as usize, expected.len());
+    assert_eq!(runs["total"], summary["runs"]);
+    let records: u64 = expected.values().map(|e| e.0).sum();
+    let failed: u64 = expected.values().map(|e| e.1).sum();
+    assert_eq!(
+        (summary["records"].as_u64(), summary["failed"].as_u64()),
+        (Some(records), Some(failed))
+    );
     // One source alone (read on one thread while another looks into the
     // records) adds up the same as among all.
     let s0001 = runs["runs"]
@@ -485,7 +495,7 @@ fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
         )
     };
     let before = tallied(&server);
-    let again = server.get("/api/runs?path=");
+    let again = server.get("/api/runs?path=&limit=1000");
     assert_eq!(again.json(), runs);
     let after = tallied(&server);
     assert_eq!(
@@ -495,7 +505,7 @@ fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
     );
     // A changed file makes a new tally.
     std::fs::write(wh.join("runs/new.jsonl"), jsonl(3, 1_700_000_000)).unwrap();
-    let changed = server.get("/api/runs?path=").json();
+    let changed = server.get("/api/runs?path=&limit=1000").json();
     assert!(
         changed["runs"]
             .as_array()
@@ -566,11 +576,11 @@ fn writer_controlled_lists_are_cut_at_their_count_and_the_rest_summed_beside_the
     }
     let server = Server::start(w.path(), &[]);
 
-    let reply = server.get("/api/runs?path=");
+    let reply = server.get("/api/runs/summary?path=");
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert!(
         reply.body.len() < 1 << 20,
-        "the runs answer is {} bytes",
+        "the runs summary is {} bytes",
         reply.body.len()
     );
     let runs = reply.json();
@@ -609,11 +619,10 @@ fn writer_controlled_lists_are_cut_at_their_count_and_the_rest_summed_beside_the
         runs["other"]["facet_keys"],
         serde_json::json!({"values": 51, "records": 51})
     );
-    assert!(
-        runs["other"].get("runs").is_none(),
-        "454 runs are all answered"
-    );
-    assert_eq!(runs["runs"].as_array().unwrap().len(), 454);
+    assert_eq!(runs["runs"], 454, "every run is counted");
+    let page = server.get("/api/runs?path=").json();
+    assert_eq!(page["runs"].as_array().unwrap().len(), 200, "a page");
+    assert_eq!(page["total"], 454);
 
     let reply = server.get("/api/histogram?path=&bucket=hour");
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -635,30 +644,114 @@ fn writer_controlled_lists_are_cut_at_their_count_and_the_rest_summed_beside_the
 }
 
 #[test]
-fn runs_past_the_cap_are_summed_with_their_records_and_failures() {
+fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
     let w = crate::support::Warehouse::new();
-    for i in 0..5010 {
-        w.file(&format!("n/{i:05}.jsonl"), "{\"n\":1}\n");
+    for i in 0..2510 {
+        let ts = 1_700_000_000 + (i * 7919) % 2510;
+        w.file(
+            &format!("n/{i:05}.jsonl"),
+            format!("{{\"n\":1,\"ts\":{ts}}}\n"),
+        );
     }
     w.file("n/a-big.jsonl", "{\"n\":1}\n".repeat(3));
     w.file("n/zz.jsonl", "not json\n");
     let server = Server::start(w.path(), &[]);
-    let runs = server.get("/api/runs?path=").json();
-    let names: Vec<&str> = runs["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["run"].as_str().unwrap())
-        .collect();
-    assert_eq!(names.len(), 5000);
-    // The most records first, then by name; answered by name.
-    assert!(names.contains(&"n/a-big.jsonl"));
-    assert_eq!(names[4998], "n/04998.jsonl");
-    assert!(!names.contains(&"n/04999.jsonl") && !names.contains(&"n/zz.jsonl"));
+    let summary = server.get("/api/runs/summary?path=").json();
     assert_eq!(
-        runs["other"]["runs"],
-        serde_json::json!({"values": 12, "records": 12, "failed": 1})
+        (&summary["runs"], &summary["records"], &summary["failed"]),
+        (&2512.into(), &2514.into(), &1.into())
     );
+    for sort in ["name", "newest", "longest", "failed", "tokens", "records"] {
+        let mut names: Vec<String> = Vec::new();
+        let mut pages = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let mut url = format!("/api/runs?path=&sort={sort}&limit=1000");
+            if let Some(after) = &after {
+                url.push_str(&format!("&after={}", enc(after)));
+            }
+            let reply = server.get(&url);
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            let page = reply.json();
+            assert_eq!(page["total"], 2512);
+            assert_eq!(page["sort"], sort);
+            let runs = page["runs"].as_array().unwrap();
+            assert!(runs.len() <= 1000);
+            names.extend(runs.iter().map(|r| r["run"].as_str().unwrap().to_string()));
+            pages += 1;
+            match page["next"].as_str() {
+                Some(next) => {
+                    assert_eq!(reply.headers["x-next-cursor"], next);
+                    after = Some(next.to_string());
+                }
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3, "{sort}");
+        let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!((names.len(), unique.len()), (2512, 2512), "{sort}");
+        match sort {
+            "name" => assert!(names.windows(2).all(|w| w[0] < w[1])),
+            "records" => assert_eq!(names[0], "n/a-big.jsonl"),
+            "failed" => assert_eq!(names[0], "n/zz.jsonl"),
+            // The latest record is the 2509th's (7919 * i mod 2510).
+            "newest" => {
+                let last = (0..2510u64).max_by_key(|i| (i * 7919) % 2510).unwrap();
+                assert_eq!(names[0], format!("n/{last:05}.jsonl"));
+                // Runs without a timestamp come last.
+                assert!(names[2510..].contains(&"n/a-big.jsonl".to_string()));
+            }
+            _ => {}
+        }
+    }
+    // A cursor is bound to its sort and filters, and cannot be forged.
+    let first = server.get("/api/runs?path=&sort=newest&limit=10").json();
+    let next = first["next"].as_str().unwrap();
+    for url in [
+        format!("/api/runs?path=&sort=records&limit=10&after={}", enc(next)),
+        format!("/api/runs?path=&sort=newest&file=n/0*&after={}", enc(next)),
+        format!(
+            "/api/runs?path=&sort=newest&after={}",
+            enc(&next.replace('.', ".0"))
+        ),
+        "/api/runs?path=&after=x".to_string(),
+    ] {
+        let reply = server.get(&url);
+        assert_eq!(reply.status, 409, "{url}: {}", reply.text());
+        assert!(
+            reply.text().contains("PCHRONICLE_CURSOR_INVALID"),
+            "{}",
+            reply.text()
+        );
+    }
+    let size_changed = server.get(&format!(
+        "/api/runs?path=&sort=newest&limit=5&after={}",
+        enc(next)
+    ));
+    assert_eq!(size_changed.status, 200, "the page size may change");
+    for url in [
+        "/api/runs?path=&limit=0",
+        "/api/runs?path=&limit=1001",
+        "/api/runs?path=&sort=errors!",
+    ] {
+        let reply = server.get(url);
+        assert_eq!(reply.status, 400, "{url}: {}", reply.text());
+    }
+    // The CLI prints the same page, with no cursor.
+    let api = server.get("/api/runs?path=&sort=records&limit=7").json();
+    let printed = cli(&[
+        "runs",
+        w.path().to_str().unwrap(),
+        "--sort",
+        "records",
+        "--limit",
+        "7",
+        "--json",
+    ]);
+    let mut printed: serde_json::Value = serde_json::from_slice(&printed).unwrap();
+    assert!(printed["next"].is_null());
+    printed["next"] = api["next"].clone();
+    assert_eq!(printed, api);
 }
 
 #[test]

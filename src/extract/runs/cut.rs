@@ -1,9 +1,10 @@
 //! Caps on the lists a writer decides the length of.
 //!
 //! Roles come from record contents, facet keys and values from directory
-//! names, runs from file names (or a leaf's `_file_` values), histogram
-//! buckets from timestamps: a writer can make any of them as long as it
-//! likes, and one answer drawn by a page must not grow with it. Each is
+//! names, histogram buckets from timestamps: a writer can make any of them
+//! as long as it likes, and one answer drawn by a page must not grow with
+//! it (runs, as many as a writer makes files, are answered a page at a
+//! time instead: [`super::page`]). Each is
 //! cut at a count, keeping the largest counts (ties: the earlier in the
 //! list's own order, so an answer is the same on every read), and what was
 //! cut is summed into one [`Other`], which a client reads beside the list,
@@ -17,12 +18,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::RunSummary;
-
 /// Roles, facet keys, and the values of one facet kept at most.
 pub const VALUES_AT_MOST: usize = 100;
-/// Runs kept at most.
-pub const RUNS_AT_MOST: usize = 5_000;
 /// Histogram buckets kept at most (83 days of hours, 5 years of days).
 pub const BUCKETS_AT_MOST: usize = 2_000;
 /// Characters of a role, facet key or facet value kept; a longer one is
@@ -38,7 +35,7 @@ pub struct Other {
     pub values: u64,
     /// Their records.
     pub records: u64,
-    /// Their failed records (runs and buckets only).
+    /// Their failed records (buckets only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<u64>,
 }
@@ -102,9 +99,6 @@ pub fn keep_largest_counts(counts: &mut BTreeMap<String, u64>, at_most: usize) -
 /// when its list was cut.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RunsOther {
-    /// Runs left out (the runs with the fewest records).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runs: Option<Other>,
     /// Roles left out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roles: Option<Other>,
@@ -117,10 +111,9 @@ pub struct RunsOther {
 }
 
 impl RunsOther {
-    /// Cuts each list of a runs answer; facets and roles are counted over
-    /// every run before the runs are cut.
+    /// Cuts the facets and roles of a runs summary (the runs themselves
+    /// are answered a page at a time, never cut).
     pub fn cut(
-        runs: &mut Vec<RunSummary>,
         facets: &mut BTreeMap<String, BTreeMap<String, u64>>,
         roles: &mut BTreeMap<String, u64>,
     ) -> RunsOther {
@@ -150,14 +143,6 @@ impl RunsOther {
                 values: left_out.len() as u64,
                 records: left_out.iter().map(|k| k.1).sum(),
                 failed: None,
-            });
-        }
-        let left_out = keep_largest(runs, RUNS_AT_MOST, |r| r.records);
-        if !left_out.is_empty() {
-            other.runs = Some(Other {
-                values: left_out.len() as u64,
-                records: left_out.iter().map(|r| r.records).sum(),
-                failed: Some(left_out.iter().map(|r| r.failed).sum()),
             });
         }
         other

@@ -10,6 +10,7 @@
 
 mod cut;
 mod histogram;
+pub mod page;
 mod peek;
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,9 +26,7 @@ use crate::records::read::{Body, Record};
 use crate::records::scan::Landmarks;
 use crate::records::timestamp::Micros;
 use crate::shards::ShardName;
-pub use cut::{
-    BUCKETS_AT_MOST, CUT_MARK, KEY_CHARS_AT_MOST, Other, RUNS_AT_MOST, RunsOther, VALUES_AT_MOST,
-};
+pub use cut::{BUCKETS_AT_MOST, CUT_MARK, KEY_CHARS_AT_MOST, Other, RunsOther, VALUES_AT_MOST};
 pub use histogram::{Bucket, BucketCount, Histogram, histogram};
 
 /// Records larger than this are counted but not looked into.
@@ -77,12 +76,24 @@ impl Tokens {
     }
 }
 
-/// The runs of a plan: `GET /api/runs`. Each list a writer decides the
-/// length of is cut; `other` says what was left out of which.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The runs of a plan: every run (answered a page at a time, see
+/// [`page`]) and their [`Summary`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct Runs {
-    /// The runs with the most records, by name.
+    /// Every run, by name.
     pub runs: Vec<RunSummary>,
+    pub summary: Summary,
+}
+
+/// What a plan's runs add up to, without listing them: `GET
+/// /api/runs/summary`. Each list a writer decides the length of is cut;
+/// `other` says what was left out of which.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Runs, records and failed records in all.
+    pub runs: u64,
+    pub records: u64,
+    pub failed: u64,
     /// Records by the value of each hive path attribute.
     pub facets: BTreeMap<String, BTreeMap<String, u64>>,
     /// Records by role (`role`, `message.role`, else `type`).
@@ -113,17 +124,35 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
     } else {
         vec![with_looker(catalog, plan)?]
     };
-    let (mut runs, mut roles) = merged(tallies);
+    let (runs, mut roles) = merged(tallies);
     let mut facets = facets(&runs);
-    let other = RunsOther::cut(&mut runs, &mut facets, &mut roles);
-    Ok(Runs {
-        runs,
+    let other = RunsOther::cut(&mut facets, &mut roles);
+    let summary = Summary {
+        runs: runs.len() as u64,
+        records: runs.iter().map(|r| r.records).sum(),
+        failed: runs.iter().map(|r| r.failed).sum(),
         facets,
         roles,
         other,
         truncated: plan.truncated(),
         warnings: plan.warnings().to_vec(),
-    })
+    };
+    Ok(Runs { runs, summary })
+}
+
+impl Runs {
+    /// Bytes it holds, about: what keeping it costs.
+    pub fn weight(&self) -> usize {
+        let run = |r: &RunSummary| {
+            let attrs: usize = r
+                .path_attrs
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 64)
+                .sum();
+            std::mem::size_of::<RunSummary>() + r.run.len() + r.file.len() + attrs
+        };
+        self.runs.iter().map(run).sum::<usize>() + (64 << 10)
+    }
 }
 
 /// Records by the value of each hive attribute of `runs`: a run's records
@@ -239,9 +268,13 @@ fn tallied(
     let _ = visited?;
     let mut runs = tally.runs;
     for (at, seen) in looked.runs.into_iter().enumerate() {
-        let summary = &mut runs[at].summary;
-        summary.steps = seen.steps;
-        summary.tokens = seen.tokens;
+        let run = &mut runs[at];
+        run.summary.steps = seen.steps;
+        run.summary.tokens = seen.tokens();
+        if let Some((first, last)) = seen.span {
+            run.first = Some(run.first.map_or(first, |f| f.min(first)));
+            run.last = Some(run.last.map_or(last, |l| l.max(last)));
+        }
     }
     Ok(Tallied {
         runs,
@@ -370,6 +403,37 @@ struct Looked {
 struct RunLooked {
     steps: u64,
     tokens: Option<Tokens>,
+    /// The largest count of the run's tokens so far a record carried.
+    so_far: Option<Tokens>,
+    /// The earliest and latest time inside its records.
+    span: Option<(Micros, Micros)>,
+}
+
+impl RunLooked {
+    fn absorb(
+        &mut self,
+        steps: u64,
+        tokens: Option<Tokens>,
+        so_far: Option<Tokens>,
+        span: Option<(Micros, Micros)>,
+    ) {
+        self.steps += steps;
+        self.tokens = Tokens::sum(self.tokens, tokens);
+        self.so_far = match (self.so_far, so_far) {
+            (Some(a), Some(b)) => Some(if b.total > a.total { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        self.span = match (self.span, span) {
+            (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// The run's tokens: those its records carried, and the most any
+    /// record counted so far.
+    fn tokens(&self) -> Option<Tokens> {
+        Tokens::sum(self.tokens, self.so_far)
+    }
 }
 
 impl Looked {
@@ -382,8 +446,7 @@ impl Looked {
             self.runs.resize(other.runs.len(), RunLooked::default());
         }
         for (mine, theirs) in self.runs.iter_mut().zip(other.runs) {
-            mine.steps += theirs.steps;
-            mine.tokens = Tokens::sum(mine.tokens, theirs.tokens);
+            mine.absorb(theirs.steps, theirs.tokens, theirs.so_far, theirs.span);
         }
     }
 
@@ -419,9 +482,7 @@ impl Looked {
         if self.runs.len() <= at {
             self.runs.resize(at + 1, RunLooked::default());
         }
-        let run = &mut self.runs[at];
-        run.steps += seen.steps;
-        run.tokens = Tokens::sum(run.tokens, seen.tokens);
+        self.runs[at].absorb(seen.steps, seen.tokens, seen.so_far, seen.span);
     }
 }
 

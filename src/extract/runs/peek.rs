@@ -15,12 +15,19 @@ use serde::Deserialize;
 
 use super::Tokens;
 use crate::records::scan::Landmarks;
+use crate::records::timestamp::{Micros, parse_rfc3339};
 
 /// What one record adds to its run.
 pub(super) struct Seen<'a> {
     pub role: Option<Cow<'a, str>>,
     pub steps: u64,
     pub tokens: Option<Tokens>,
+    /// The run's tokens so far, as a Codex `token_count` event counts
+    /// them (`payload.info.total_token_usage`): the largest is the run's.
+    pub so_far: Option<Tokens>,
+    /// The earliest and latest time inside the record (an ATIF
+    /// trajectory's steps), beside its own timestamp.
+    pub span: Option<(Micros, Micros)>,
 }
 
 /// What `record` adds to its run; `None` for a record that is not an
@@ -72,6 +79,8 @@ struct Fields<'a> {
     role: Option<Cow<'a, str>>,
     kind: Option<Cow<'a, str>>,
     usage: Option<Tokens>,
+    /// `info.total_token_usage` (a Codex `token_count` event's payload).
+    so_far: Option<Tokens>,
     /// `message` (chat lines) or `payload` (Codex rollout lines).
     inner: Option<Box<Fields<'a>>>,
     atif: bool,
@@ -83,12 +92,18 @@ impl<'a> Fields<'a> {
     fn seen(mut self) -> Seen<'a> {
         let inner = self.inner.take().unwrap_or_default();
         let assistant = self.kind.as_deref() == Some("assistant");
+        let so_far = match inner.kind.as_deref() {
+            Some("token_count") => inner.so_far,
+            _ => None,
+        };
         let role = self.role.or(inner.role).or(self.kind).or(inner.kind);
         let assistant = assistant || role.as_deref() == Some("assistant");
         Seen {
             role,
             steps: u64::from(assistant),
             tokens: self.usage.or(inner.usage),
+            so_far,
+            span: None,
         }
     }
 
@@ -111,6 +126,15 @@ impl<'a> Fields<'a> {
                 let mut inner = Fields::default();
                 scan.object(&mut |key, scan| inner.take(key, scan, false))?;
                 self.inner = Some(Box::new(inner));
+            }
+            b"info" if !top && scan.at(b'{') => {
+                scan.object(&mut |key, scan| {
+                    match key {
+                        b"total_token_usage" => self.so_far = usage(scan),
+                        _ => scan.skip()?,
+                    }
+                    Some(())
+                })?;
             }
             b"schema_version" if top => {
                 self.atif = scan.text().is_some_and(|v| v.starts_with("ATIF-"));
@@ -298,6 +322,9 @@ struct AtifStep {
     source: Option<String>,
     #[serde(default)]
     metrics: Option<AtifMetrics>,
+    /// Any JSON value: a step whose time is not an RFC 3339 text has none.
+    #[serde(default)]
+    timestamp: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -312,8 +339,17 @@ impl Atif {
     fn seen(self) -> Seen<'static> {
         let mut tokens: Option<Tokens> = None;
         let mut agent = 0;
+        let mut span: Option<(Micros, Micros)> = None;
         for step in self.steps {
             agent += u64::from(step.source.as_deref() == Some("agent"));
+            let at = step
+                .timestamp
+                .as_ref()
+                .and_then(|t| t.as_str())
+                .and_then(parse_rfc3339);
+            if let Some(at) = at {
+                span = Some(span.map_or((at, at), |(a, b)| (a.min(at), b.max(at))));
+            }
             if let Some(m) = step.metrics {
                 let (input, output) = (
                     m.prompt_tokens.unwrap_or(0),
@@ -329,6 +365,8 @@ impl Atif {
             role: Some(Cow::Borrowed("trajectory")),
             steps: agent,
             tokens,
+            so_far: None,
+            span,
         }
     }
 }
@@ -340,6 +378,28 @@ mod tests {
     fn look(json: &str) -> (Option<String>, u64, Option<Tokens>) {
         let s = seen(json.as_bytes()).unwrap();
         (s.role.map(Cow::into_owned), s.steps, s.tokens)
+    }
+
+    #[test]
+    fn a_codex_token_count_is_the_runs_tokens_so_far_and_atif_steps_carry_times() {
+        let event = r#"{"timestamp":"2026-01-01T00:00:05Z","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":120,"cached_input_tokens":100,"output_tokens":30,"reasoning_output_tokens":4,"total_tokens":150},"last_token_usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}},"rate_limits":null}}"#;
+        let s = seen(event.as_bytes()).unwrap();
+        let want = Tokens {
+            input: 120,
+            output: 30,
+            total: 150,
+        };
+        assert_eq!((s.tokens, s.so_far), (None, Some(want)));
+        // Only a token_count event's info counts.
+        let other = r#"{"type":"event_msg","payload":{"type":"agent_message","info":{"total_token_usage":{"total_tokens":9}}}}"#;
+        assert_eq!(seen(other.as_bytes()).unwrap().so_far, None);
+        let atif = r#"{"schema_version":"ATIF-v1.2","steps":[{"source":"user","timestamp":"2026-01-01T00:00:10Z"},{"source":"agent","timestamp":"2026-01-01T00:00:04Z"},{"source":"agent","timestamp":7},{"source":"agent"}]}"#;
+        let span = seen(atif.as_bytes()).unwrap().span.unwrap();
+        let at = |t| parse_rfc3339(t).unwrap();
+        assert_eq!(
+            span,
+            (at("2026-01-01T00:00:04Z"), at("2026-01-01T00:00:10Z"))
+        );
     }
 
     #[test]
@@ -385,10 +445,12 @@ mod tests {
         assert_eq!((role, tokens), (None, None));
     }
 
+    type Effect = (Option<String>, u64, Option<Tokens>, Option<Tokens>);
+
     /// What a record adds, however it was found.
-    fn effect(seen: Option<Seen<'_>>) -> (Option<String>, u64, Option<Tokens>) {
-        seen.map_or((None, 0, None), |s| {
-            (s.role.map(Cow::into_owned), s.steps, s.tokens)
+    fn effect(seen: Option<Seen<'_>>) -> Effect {
+        seen.map_or((None, 0, None, None), |s| {
+            (s.role.map(Cow::into_owned), s.steps, s.tokens, s.so_far)
         })
     }
 
@@ -413,6 +475,9 @@ mod tests {
             r#"{"rol\u0065":"assistant","mess\u0061ge":{"usage":{"total_tokens":3}}}"#,
             r#""a string""#,
             r#"{}"#,
+            r#"{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":5,"output_tokens":2}}}}"#,
+            r#"{"payload":{"info":{"total_token_usage":{"total_tokens":3}},"type":"token_count"},"type":"event_msg"}"#,
+            r#"{"info":{"total_token_usage":{"total_tokens":3}},"type":"token_count"}"#,
         ];
         let deep = format!(
             r#"{{"deep":{}1{},"role":"user"}}"#,

@@ -18,6 +18,13 @@
     const path = pathOf(params);
     const run = params.get('run') || '';
     const file = params.get('file') || (run ? globLiteral(run) : '');
+    if (!file) {
+      // A link cut short, or typed: it names no run to read.
+      main.append(h('p', { id: 'no-run', class: 'empty' }, 'This address names no run (it has neither ',
+        h('code', null, 'run='), ' nor ', h('code', null, 'file='), '). ',
+        h('a', { href: pageHref('runs', onlyPath(path)), 'data-nav': '' }, 'Pick one from the runs here'), '.'));
+      return;
+    }
     const base = onlyPath(path);
     if (file) base.set('file', file);
     base.set('annotate', '1');

@@ -1,37 +1,28 @@
 // The Runs page: the filters (kept in the URL), the hive attributes as
-// facets, records per day as a histogram, and the runs as a tree of their
-// directories, sorted as asked.
+// facets, records per day as a histogram, and the runs in the server's
+// order, a page at a time as the reader scrolls.
 'use strict';
 
 (() => {
   const PC = window.PC;
   const { arr, isObj, h, svg, clear, visible, nameNode, fmtInt, fmtTs, fmtDuration, tsKey, pathOf,
-    joinPath, onlyPath, filtersOf, pageHref, apiHref, globLiteral, parseJson, load, settle, setTwin,
+    onlyPath, filtersOf, pageHref, apiHref, globLiteral, parseJson, load, settle, setTwin,
     section, loading, drawWarnings } = PC;
   // app.js, loaded last, defines it: looked up when a link is followed.
   const navigate = (href, scroll) => PC.navigate(href, scroll);
 
-  const SORTS = {
-    newest: (r) => tsKey(r.last),
-    longest: (r) => (typeof r.duration_seconds === 'number' ? r.duration_seconds : null),
-    failed: (r) => (typeof r.failed === 'number' ? r.failed : null),
-    tokens: (r) => (isObj(r.tokens) && typeof r.tokens.total === 'number' ? r.tokens.total : null),
-  };
-
-  // Descending; runs without the value go last.
-  function byKey(key) {
-    return (a, b) => {
-      const x = key(a);
-      const y = key(b);
-      if (x === null || y === null) return (x === null) - (y === null);
-      return y - x;
-    };
-  }
+  // The server's orders (`sort=`); by name when none is given.
+  const SORTS = [['', 'by name'], ['newest', 'newest'], ['longest', 'longest'], ['failed', 'most failed'],
+    ['tokens', 'most tokens'], ['records', 'most records']];
 
   function runsPage(v, params, main) {
-    const sort = SORTS[params.get('sort')] ? params.get('sort') : '';
+    const sort = SORTS.some(([value]) => value && value === params.get('sort')) ? params.get('sort') : '';
     const api = filtersOf(params);
-    const runsUrl = apiHref('runs', api);
+    const first = new URLSearchParams(api);
+    if (sort) first.set('sort', sort);
+    first.set('limit', String(PAGE));
+    const runsUrl = apiHref('runs', first);
+    const summaryUrl = apiHref('runs/summary', api);
     const hist = new URLSearchParams(api);
     hist.set('bucket', 'day');
     const histUrl = apiHref('histogram', hist);
@@ -39,16 +30,19 @@
     const facets = section('facets', 'Facets', loading());
     const chart = section('activity', 'Records per day', loading());
     const runs = section('runs-section', 'Runs', loading());
-    const closed = new Set(); // directories folded by the user survive a redraw
     main.append(filterForm(params, sort),
       h('div', { class: 'runs-layout' }, h('aside', null, facets), h('div', null, chart, runs)));
+    let summary = null;
+    // A poll redraws only what changed: an unchanged answer is a 304.
     v.refresh = async () => {
-      const [[r, hg], failed] = await settle([load(v, 'runs', runsUrl), load(v, 'hist', histUrl)]);
-      if (r) {
-        const data = parseJson(r.text);
-        drawFacets(facets, data, params);
-        drawRuns(runs, data, params, sort, closed);
+      const [[s, r, hg], failed] = await settle([load(v, 'summary', summaryUrl), load(v, 'runs', runsUrl),
+        load(v, 'hist', histUrl)]);
+      if (s) {
+        summary = parseJson(s.text);
+        drawFacets(facets, summary, params);
       }
+      if (r) drawRuns(runs, parseJson(r.text), params, sort);
+      if (s || r) drawTotals(runs, summary);
       if (hg) drawHistogram(chart, parseJson(hg.text), params);
       if (failed) throw failed;
     };
@@ -66,8 +60,7 @@
       field('since', 'Since', params.get('since'), '2026-01-02T00:00:00Z'),
       field('until', 'Until', params.get('until'), '2026-01-03T00:00:00Z'),
       h('div', { class: 'field' }, h('label', { for: 'sort' }, 'Sort'),
-        h('select', { id: 'sort', name: 'sort' }, [['', 'by name'], ['newest', 'newest'], ['longest', 'longest'],
-          ['failed', 'most failed'], ['tokens', 'most tokens']].map(([value, text]) =>
+        h('select', { id: 'sort', name: 'sort' }, SORTS.map(([value, text]) =>
           h('option', { value, selected: value === sort }, text)))),
       h('div', { class: 'field buttons' }, h('button', { type: 'submit' }, 'Apply'),
         h('button', { type: 'button', id: 'clear-filters', onclick: () => navigate(pageHref('runs', onlyPath(pathOf(params)))) }, 'Clear')),
@@ -223,110 +216,111 @@
     box.append(...drawWarnings(data.warnings, data.truncated, 'A traversal bound was hit: not every source is counted.'));
   }
 
-  // Runs grouped by the directories of their names.
-  function runTree(runs) {
-    const root = { name: '', path: '', dirs: new Map(), runs: [] };
-    for (const run of runs) {
-      const parts = String(run.run ?? '').split('/');
-      let node = root;
-      for (const part of parts.slice(0, -1)) {
-        if (!node.dirs.has(part)) node.dirs.set(part, { name: part, path: joinPath(node.path, part), dirs: new Map(), runs: [] });
-        node = node.dirs.get(part);
-      }
-      node.runs.push(run);
-    }
-    return root;
+  // Rows drawn at most: past them the reader moves on to the next runs
+  // (the rows drawn so far go), so a page of 100,000 runs stays light.
+  const ROWS_AT_MOST = 5000;
+  const PAGE = 200;
+
+  // The runs come a page at a time, in the server's order; more are asked
+  // for as the end of the table comes into view.
+  function drawRuns(box, first, params, sort) {
+    const runs = arr(first.runs);
+    const total = Number(first.total) || 0;
+    const state = { params, sort, next: typeof first.next === 'string' ? first.next : null, drawn: 0, loading: false };
+    const tbody = h('tbody');
+    const more = h('p', { id: 'runs-more', class: 'note' });
+    clear(box).append(h('h2', { id: 'runs-section-h' }, 'Runs'), h('p', { id: 'runs-summary' }),
+      h('div', { id: 'runs' }, runsTable(tbody)), more);
+    if (!runs.length) box.append(h('p', { class: 'empty' }, 'No runs match.'));
+    box.append(...drawWarnings(first.warnings, first.truncated, 'A traversal bound was hit: not every run is shown.'));
+    appendRows(tbody, runs, state);
+    const observer = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) loadMore(tbody, more, state, observer);
+    }, { rootMargin: '800px' });
+    state.observer = observer;
+    showMore(tbody, more, state, total);
+    observer.observe(more);
   }
 
-  // Sums each directory's runs, and keeps its best sort value so whole
-  // directories can be ordered like the runs in them.
-  function summarize(node, key) {
-    node.count = node.runs.length;
-    node.records = node.runs.reduce((s, r) => s + (Number(r.records) || 0), 0);
-    node.failed = node.runs.reduce((s, r) => s + (Number(r.failed) || 0), 0);
-    node.best = null;
-    for (const run of node.runs) node.best = maxKey(node.best, key(run));
-    for (const child of node.dirs.values()) {
-      summarize(child, key);
-      node.count += child.count;
-      node.records += child.records;
-      node.failed += child.failed;
-      node.best = maxKey(node.best, child.best);
-    }
+  // The selection's totals, from its summary (which lists no run).
+  function drawTotals(box, summary) {
+    const line = box.querySelector('#runs-summary');
+    if (!line || !isObj(summary)) return;
+    line.setAttribute('data-runs', String(summary.runs));
+    clear(line).append(fmtInt(summary.runs), ' runs · ', fmtInt(summary.records), ' records · ',
+      fmtInt(summary.failed), ' failed');
   }
 
-  const maxKey = (a, b) => (a === null ? b : b === null ? a : Math.max(a, b));
-
-  function drawRuns(box, data, params, sort, closed) {
-    const runs = arr(data.runs);
-    const key = SORTS[sort] || (() => null);
-    const tree = runTree(runs);
-    summarize(tree, key);
-    const ctx = { path: pathOf(params), sort, key, closed };
-    // Runs left out still count in the totals.
-    const rest = otherOf(data).runs;
-    const left = isOther(rest) ? rest : { values: 0, records: 0, failed: 0 };
-    clear(box).append(h('h2', { id: 'runs-section-h' }, 'Runs'),
-      h('p', { id: 'runs-summary' }, fmtInt(runs.length + left.values), ' runs · ',
-        fmtInt(tree.records + (Number(left.records) || 0)), ' records · ',
-        fmtInt(tree.failed + (Number(left.failed) || 0)), ' failed'),
-      h('div', { id: 'runs' }, dirContents(tree, ctx)));
-    if (isOther(rest)) {
-      box.append(h('p', { id: 'runs-other', class: 'note', 'data-values': rest.values, 'data-records': rest.records },
-        `other (${fmtInt(rest.values)} runs, ${fmtInt(rest.records)} records) not shown: only the `,
-        `${fmtInt(runs.length)} runs with the most records are. Open a directory or filter to see the rest.`));
-    }
-    if (!runs.length && !isOther(rest)) box.append(h('p', { class: 'empty' }, 'No runs match.'));
-    box.append(...drawWarnings(data.warnings, data.truncated, 'A traversal bound was hit: not every run is shown.'));
+  function appendRows(tbody, runs, state) {
+    const rows = runs.map((run) => runRow(run, state));
+    tbody.append(...rows);
+    state.drawn += rows.length;
   }
 
-  function dirContents(node, ctx) {
-    const runs = [...node.runs];
-    const dirs = [...node.dirs.values()];
-    if (ctx.sort) {
-      runs.sort(byKey(ctx.key));
-      dirs.sort(byKey((d) => d.best));
+  // What follows the rows: how many are drawn, and what comes next.
+  function showMore(tbody, more, state, total) {
+    state.total = total === undefined ? state.total : total;
+    const shown = tbody.rows.length;
+    clear(more).setAttribute('data-drawn', String(shown));
+    more.setAttribute('data-read', String(state.drawn));
+    if (!state.next) {
+      if (state.drawn > shown) more.append(`the last ${fmtInt(shown)} of ${fmtInt(state.total)} runs`);
+      return;
     }
-    return [runs.length ? runsTable(runs, ctx) : null, dirs.map((d) => dirElement(d, ctx))];
+    if (shown >= ROWS_AT_MOST) {
+      more.append(`${fmtInt(state.drawn)} of ${fmtInt(state.total)} runs read. `,
+        h('button', { type: 'button', id: 'runs-next', onclick: () => {
+          clear(tbody);
+          window.scrollTo(0, tbody.closest('section').offsetTop);
+          loadMore(tbody, more, state, state.observer);
+        } }, `Next ${fmtInt(ROWS_AT_MOST)} runs`));
+      return;
+    }
+    more.append(`${fmtInt(state.drawn)} of ${fmtInt(state.total)} runs · more as you scroll`);
   }
 
-  // A chain of directories with nothing else in them shows as one
-  // (date=…/agent=…), so deep hive layouts stay shallow on screen.
-  function dirElement(node, ctx) {
-    let label = node.name;
-    while (node.runs.length === 0 && node.dirs.size === 1) {
-      node = node.dirs.values().next().value;
-      label += '/' + node.name;
+  async function loadMore(tbody, more, state, observer) {
+    if (state.loading || !state.next || tbody.rows.length >= ROWS_AT_MOST) return;
+    state.loading = true;
+    const v = PC.currentView();
+    try {
+      const p = new URLSearchParams(filtersOf(state.params));
+      if (state.sort) p.set('sort', state.sort);
+      p.set('limit', String(PAGE));
+      p.set('after', state.next);
+      const answer = parseJson((await PC.request(apiHref('runs', p))).text);
+      if (v !== PC.currentView()) return;
+      appendRows(tbody, arr(answer.runs), state);
+      state.next = typeof answer.next === 'string' ? answer.next : null;
+      showMore(tbody, more, state);
+    } catch (e) {
+      PC.showError(e);
+    } finally {
+      state.loading = false;
     }
-    const path = node.path;
-    const details = h('details', { class: 'dir', 'data-dir': path, open: !ctx.closed.has(path) },
-      h('summary', null, nameNode(label + '/'), h('span', { class: 'dir-counts' },
-        fmtInt(node.count), ' runs · ', fmtInt(node.records), ' records',
-        node.failed ? ' · ' + fmtInt(node.failed) + ' failed' : '')),
-      dirContents(node, ctx));
-    details.addEventListener('toggle', () => {
-      if (details.open) ctx.closed.delete(path); else ctx.closed.add(path);
-    });
-    return details;
+    // Still in view (a tall window): the next page too.
+    const r = more.getBoundingClientRect();
+    if (state.next && r.top < window.innerHeight + 800) loadMore(tbody, more, state, observer);
   }
 
-  function runsTable(runs, ctx) {
+  function runsTable(tbody) {
     const head = ['Run', 'Records', 'Failed', 'First', 'Last', 'Duration', 'Steps', 'Tokens'];
     return h('table', { class: 'grid runs-table' },
-      h('thead', null, h('tr', null, head.map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', null, runs.map((run) => runRow(run, ctx))));
+      h('thead', null, h('tr', null, head.map((t) => h('th', { scope: 'col' }, t)))), tbody);
   }
 
-  function runRow(run, ctx) {
+  function runRow(run, state) {
     const name = String(run.run ?? '');
     // The run page gets the path and this run only, never the filters.
-    const p = onlyPath(ctx.path);
+    const p = onlyPath(pathOf(state.params));
     p.set('run', name);
     p.set('file', typeof run.file === 'string' ? run.file : globLiteral(name));
     const tokens = isObj(run.tokens) ? run.tokens : null;
+    const cut = name.lastIndexOf('/');
     return h('tr', { class: 'run', 'data-run': name },
       h('td', { class: 'run-name' }, h('a', { href: pageHref('run', p), 'data-nav': '', title: visible(name) },
-        nameNode(name.split('/').pop()))),
+        cut >= 0 ? h('span', { class: 'run-dir' }, nameNode(name.slice(0, cut + 1))) : null,
+        nameNode(name.slice(cut + 1)))),
       h('td', { class: 'num records' }, fmtInt(run.records)),
       h('td', { class: 'num failed' + (run.failed > 0 ? ' nonzero' : '') }, fmtInt(run.failed)),
       h('td', { class: 'time' }, fmtTs(run.first)),

@@ -1,0 +1,57 @@
+"""The Runs page of a warehouse of many runs, in headless Chromium: how
+long after navigation the first rows are drawn (the server warm), how
+many rows the page holds after the reader scrolled to the end again and
+again, and Chromium's JS heap then.
+
+Usage: runs_page.py BASE_URL TOKEN
+Prints one line: "<first rows ms> <most rows> <JS heap MiB> <runs read>".
+"""
+
+import shutil
+import sys
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+base, token = sys.argv[1], sys.argv[2]
+options = webdriver.ChromeOptions()
+for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--window-size=1400,1000", "--enable-precise-memory-info", "--js-flags=--expose-gc"):
+    options.add_argument(flag)
+chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+if chromium:
+    options.binary_location = chromium
+browser = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
+count_rows = "return document.querySelectorAll('#runs tr.run').length"
+try:
+    browser.get(f"{base}/datasets?path=#token={token}")
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#entries tr.entry"))
+    started = time.monotonic()
+    browser.get(f"{base}/runs?path=")
+    WebDriverWait(browser, 120, poll_frequency=0.01).until(lambda b: b.execute_script(count_rows) > 0)
+    first_ms = (time.monotonic() - started) * 1000
+    most = 0
+    read = 0
+    # Scroll to the end until the page stops at its bound, then go on
+    # past it once: the rows drawn must stay within it.
+    for moved_on in range(2):
+        for _ in range(200):
+            browser.execute_script("document.querySelector('#runs-more').scrollIntoView()")
+            time.sleep(0.05)
+            rows = browser.execute_script(count_rows)
+            most = max(most, rows)
+            if browser.find_elements(By.CSS_SELECTOR, "#runs-next"):
+                break
+        read = int(browser.find_element(By.CSS_SELECTOR, "#runs-more").get_attribute("data-read") or 0)
+        nexts = browser.find_elements(By.CSS_SELECTOR, "#runs-next")
+        if moved_on == 0 and nexts:
+            nexts[0].click()
+            time.sleep(0.5)
+    browser.execute_script("window.gc && window.gc()")
+    heap = browser.execute_script("return performance.memory.usedJSHeapSize") / (1 << 20)
+    print(f"{first_ms:.0f} {most} {heap:.1f} {read}")
+finally:
+    browser.quit()

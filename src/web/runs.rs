@@ -1,0 +1,111 @@
+//! `/api/runs` and `/api/runs/summary`: a selection's runs a page at a
+//! time, in the order asked for, and what they add up to.
+//!
+//! Both are cut from one tally of the selection, made once per Snapshot
+//! (its key is every selected source's `_file_` and fingerprint, with the
+//! filters) and kept: a reader scrolling through 100,000 runs reads the
+//! records once, and each page after the first costs one pass over the
+//! runs kept, not over their records.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use parking_lot::Mutex;
+
+use super::api::{kept, scan, snapshot_key};
+use super::cursor;
+use super::params::{Params, invalid};
+use super::state::{Answer, JSON, Served};
+use crate::error::Result;
+use crate::extract::runs::page::{self, PAGE_AT_MOST, PAGE_DEFAULT, PageAnswer, Sort};
+use crate::extract::runs::{self, Runs};
+
+pub async fn page_of_runs(
+    State(s): State<Arc<Served>>,
+    RawQuery(q): RawQuery,
+    h: HeaderMap,
+) -> Response {
+    kept(s, "runs", q, h, scan, |served, params| {
+        params.only(&["path", "sort", "limit", "after"])?;
+        let sort = match params.one("sort")? {
+            None => Sort::default(),
+            Some(text) => Sort::parse(text).ok_or_else(|| {
+                invalid(format!("`sort={text}`: expected one of {}", Sort::names()))
+            })?,
+        };
+        let limit = params.number("limit", PAGE_DEFAULT as u64, PAGE_AT_MOST as u64)? as usize;
+        // A cursor is good only for the request that handed it out: the
+        // same path, filters and sort (the page size may change).
+        let asked = params.canonical(&["after", "limit", "token"]);
+        let after = match params.one("after")? {
+            Some(text) => Some(cursor::parse_after(text, &served.cursor_key, &asked)?),
+            None => None,
+        };
+        let all = all_runs(served, params)?;
+        let page = page::page(&all.runs, sort, after.as_ref(), limit);
+        let next = page
+            .next
+            .as_ref()
+            .map(|after| cursor::format_after(after, &served.cursor_key, &asked));
+        let body = PageAnswer::of(&all, page, sort, next.clone()).to_json();
+        let mut answer = Answer::ok(JSON, body.into_bytes());
+        if let Some(next) = next {
+            answer.headers.push(("x-next-cursor", next));
+        }
+        Ok(answer)
+    })
+    .await
+}
+
+pub async fn summary_of_runs(
+    State(s): State<Arc<Served>>,
+    RawQuery(q): RawQuery,
+    h: HeaderMap,
+) -> Response {
+    kept(s, "runs-summary", q, h, scan, |served, params| {
+        params.only(&["path"])?;
+        let all = all_runs(served, params)?;
+        let mut body = serde_json::to_vec(&all.summary).expect("a summary serializes");
+        body.push(b'\n');
+        Ok(Answer::ok(JSON, body))
+    })
+    .await
+}
+
+/// Every run of the selection `params` names: kept from an earlier
+/// request of the same Snapshot, or tallied now. Requests for the same
+/// Snapshot that come while it is tallied (a page and the summary, asked
+/// at once by the Runs page) wait for that tally instead of making their
+/// own.
+fn all_runs(served: &Served, params: &Params) -> Result<Arc<Runs>> {
+    let (mut plan, key) = snapshot_key(served, params, "runs")?;
+    if let Some(kept) = served.runs_kept(&key) {
+        return Ok(kept);
+    }
+    let gate = gate(&served.runs_gates, &key);
+    let _tallying = gate.lock();
+    if let Some(kept) = served.runs_kept(&key) {
+        return Ok(kept);
+    }
+    let all = Arc::new(runs::runs(&served.catalog, &mut plan)?);
+    served.keep_runs(key, &all);
+    Ok(all)
+}
+
+/// Tallies being made, by Snapshot key: one lock each, alive while
+/// someone holds or waits for it.
+pub type Gates = Mutex<HashMap<String, Weak<Mutex<()>>>>;
+
+fn gate(gates: &Gates, key: &str) -> Arc<Mutex<()>> {
+    let mut gates = gates.lock();
+    if let Some(gate) = gates.get(key).and_then(Weak::upgrade) {
+        return gate;
+    }
+    gates.retain(|_, gate| gate.strong_count() > 0);
+    let gate = Arc::new(Mutex::new(()));
+    gates.insert(key.to_string(), Arc::downgrade(&gate));
+    gate
+}
