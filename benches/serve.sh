@@ -146,19 +146,20 @@ echo "== 6. the Runs page of $page_runs runs"
 python3 "$gen" runs "$work/runs" "$page_runs"
 serve "$work/runs" --no-watch --request-seconds 600
 tally_ms=$(python3 "$http" get-ms "$addr" "$token" "/api/runs/summary?path=")
+# Past the 2 s TTL a page plans the selection again (the tally is kept);
+# within it, another page is cut from the runs kept without a plan.
+sleep 2.5
 page_ms=$(python3 "$http" get-ms "$addr" "$token" "/api/runs?path=&limit=200&sort=newest")
-read -r first_ms most heap read_runs < <(python3 benches/runs_page.py "http://$addr" "$token")
+page_again_ms=$(python3 "$http" get-ms "$addr" "$token" "/api/runs?path=&limit=200&sort=records")
+# The system's Python: selenium comes from apt (python3-selenium).
+read -r first_ms most heap read_runs < <(/usr/bin/python3 benches/runs_page.py "http://$addr" "$token")
 stop
-printf '  the first tally of %s runs (cold server)       %8s ms
-' "$page_runs" "$tally_ms"
-printf '  a page of 200 runs, newest first (warm)         %8s ms
-' "$page_ms"
-printf '  first rows after navigation (warm)              %8s ms
-' "$first_ms"
-printf '  most rows on the page (%s runs read)         %8s
-' "$read_runs" "$most"
-printf '  JS heap after scrolling past the bound          %8s MiB
-' "$heap"
+printf '  the first tally of %s runs (cold server)     %8s ms\n' "$page_runs" "$tally_ms"
+printf '  a page of 200 runs, past the TTL (tally kept)   %8s ms\n' "$page_ms"
+printf '  another page within the TTL                     %8s ms\n' "$page_again_ms"
+printf '  first rows after navigation (warm)              %8s ms\n' "$first_ms"
+printf '  most rows on the page (%s runs read)         %8s\n' "$read_runs" "$most"
+printf '  JS heap after scrolling past the bound          %8s MiB\n' "$heap"
 goal "Runs page of $page_runs runs: first rows" "$first_ms ms" "$first_ms" le 2000 "<= 2000 ms"
 goal "Runs page of $page_runs runs: rows held at most" "$most rows" "$most" le 5000 "<= 5000 rows"
 goal "Runs page of $page_runs runs: JS heap" "$heap MiB" "$heap" le 200 "<= 200 MiB"

@@ -239,9 +239,6 @@ error_codes! {
     QueryMemory => "PCHRONICLE_QUERY_MEMORY",
         "a query of `POST /api/query` needed more memory than the server lets one query hold (`serve --query-memory-mib`): a sort, a grouping or a join over more rows than fit, or one function's result over a batch of rows (`repeat`, `lpad`, … past a quarter of that bound)",
         "Narrow it (`WHERE`, the filters, a smaller `path`), group by fewer values or add a `LIMIT` under `ORDER BY`; run it with `pchronicle query` (no such bound), or serve with a larger `--query-memory-mib`.";
-    AnswerCut => "PCHRONICLE_ANSWER_CUT",
-        "an answer of `pchronicle serve` made from records (a query's rows, the runs of a path) reached the server's byte bound (`serve --answer-mib`) and was cut at a whole row or run; header X-Byte-Cap names the bound",
-        "Narrow the request (a smaller `path`, the filters, a `LIMIT`), page through records with `/api/records`, or run the same with the CLI (`pchronicle query`, `pchronicle cat`), which has no such bound.";
     TagInvalid => "PCHRONICLE_TAG_INVALID",
         "a tag name given to `pchronicle tag` is not a plain word: tag names are letters, digits, `.`, `-` and `_`, at most 100 bytes, neither starting nor ending with `.`, without `..` (a name becomes a file name, and a name under a leaf's `.tags/`)",
         "Pick a name such as `trained-2026-11-30` or `eval.v2`.";

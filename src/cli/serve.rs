@@ -42,9 +42,8 @@ pub(super) struct ServeArgs {
     /// of the same path and filters joins it instead of starting over.
     #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().scan_time.as_secs())]
     scan_seconds: u64,
-    /// Bytes one answer made from records may hold (a query's rows, the
-    /// runs): past it the answer is cut at a whole row or run and says so
-    /// (header X-Byte-Cap, warning PCHRONICLE_ANSWER_CUT).
+    /// Bytes one answer of `POST /api/query` may hold: past it the rows
+    /// are cut at a whole row and the answer says so (header X-Byte-Cap).
     #[arg(long, value_name = "MIB", default_value_t = Limits::default().answer_bytes >> 20)]
     answer_mib: usize,
     /// Rows `POST /api/query` returns at most (the answer says when it

@@ -75,27 +75,41 @@ pub async fn summary_of_runs(
     .await
 }
 
-/// Every run of the selection `params` names: kept from an earlier
+/// Every run of the selection `params` names: within the TTL of its last
+/// plan, the runs kept for that plan's Snapshot (no plan is made: at
+/// 100,000 runs one costs most of a second); else kept from an earlier
 /// request of the same Snapshot, or tallied now. Requests for the same
-/// Snapshot that come while it is tallied (a page and the summary, asked
-/// at once by the Runs page) wait for that tally instead of making their
-/// own.
+/// selection that come while it is planned or tallied (a page and the
+/// summary, asked at once by the Runs page) wait for that instead of
+/// making their own.
 fn all_runs(served: &Served, params: &Params) -> Result<Arc<Runs>> {
+    let selection = format!("{}\0{:?}", params.path()?.display(), params.selection()?);
+    let recent = |served: &Served| {
+        let key = served.runs_key_recent(&selection)?;
+        served.runs_kept(&key)
+    };
+    if let Some(kept) = recent(served) {
+        return Ok(kept);
+    }
+    let gate = gate(&served.runs_gates, &selection);
+    let _planning = gate.lock();
+    if let Some(kept) = recent(served) {
+        return Ok(kept);
+    }
     let (mut plan, key) = snapshot_key(served, params, "runs")?;
-    if let Some(kept) = served.runs_kept(&key) {
-        return Ok(kept);
-    }
-    let gate = gate(&served.runs_gates, &key);
-    let _tallying = gate.lock();
-    if let Some(kept) = served.runs_kept(&key) {
-        return Ok(kept);
-    }
-    let all = Arc::new(runs::runs(&served.catalog, &mut plan)?);
-    served.keep_runs(key, &all);
+    let all = match served.runs_kept(&key) {
+        Some(kept) => kept,
+        None => {
+            let all = Arc::new(runs::runs(&served.catalog, &mut plan)?);
+            served.keep_runs(key.clone(), &all);
+            all
+        }
+    };
+    served.note_runs_key(selection, key);
     Ok(all)
 }
 
-/// Tallies being made, by Snapshot key: one lock each, alive while
+/// Selections being planned or tallied: one lock each, alive while
 /// someone holds or waits for it.
 pub type Gates = Mutex<HashMap<String, Weak<Mutex<()>>>>;
 

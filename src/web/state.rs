@@ -199,6 +199,9 @@ pub struct Served {
     runs: Mutex<Kept<Arc<crate::extract::runs::Runs>>>,
     /// Runs being tallied, so a second request for them waits for them.
     pub runs_gates: super::runs::Gates,
+    /// The Snapshot key each selection had when last planned, and when:
+    /// within the TTL, a page is cut from its runs without planning again.
+    runs_keys: Mutex<lru::LruCache<String, (Instant, String)>>,
     /// Answers made from the catalog's state.
     state_pool: Pool,
     /// Answers that read records.
@@ -275,6 +278,9 @@ impl Served {
             tallies: Mutex::new(Kept::new(TALLIES_KEPT)),
             runs: Mutex::new(Kept::new(RUNS_KEPT)),
             runs_gates: Default::default(),
+            runs_keys: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(TALLIES_KEPT).expect("non-zero"),
+            )),
             state_pool: Pool::new(limits.max_requests),
             scan_pool: Pool::new(limits.max_requests),
             making: Mutex::new(std::collections::HashMap::new()),
@@ -335,6 +341,20 @@ impl Served {
         let hit = self.runs.lock().lru.get(key).map(|(v, _)| Arc::clone(v));
         self.metrics.tally_kept(hit.is_some());
         hit
+    }
+
+    /// The Snapshot key `selection` had within the TTL, if it was planned
+    /// then.
+    pub fn runs_key_recent(&self, selection: &str) -> Option<String> {
+        let mut keys = self.runs_keys.lock();
+        match keys.get(selection) {
+            Some((at, key)) if at.elapsed() < self.limits.ttl => Some(key.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn note_runs_key(&self, selection: String, key: String) {
+        self.runs_keys.lock().put(selection, (Instant::now(), key));
     }
 
     /// Keeps `runs` unless they alone would pass the bound of the cache.

@@ -33,17 +33,24 @@
     main.append(filterForm(params, sort),
       h('div', { class: 'runs-layout' }, h('aside', null, facets), h('div', null, chart, runs)));
     let summary = null;
-    // A poll redraws only what changed: an unchanged answer is a 304.
+    // Each answer is drawn as it arrives (the first rows do not wait for
+    // the histogram); a poll redraws only what changed: an unchanged
+    // answer is a 304.
     v.refresh = async () => {
-      const [[s, r, hg], failed] = await settle([load(v, 'summary', summaryUrl), load(v, 'runs', runsUrl),
-        load(v, 'hist', histUrl)]);
-      if (s) {
-        summary = parseJson(s.text);
-        drawFacets(facets, summary, params);
-      }
-      if (r) drawRuns(runs, parseJson(r.text), params, sort);
-      if (s || r) drawTotals(runs, summary);
-      if (hg) drawHistogram(chart, parseJson(hg.text), params);
+      const [, failed] = await settle([
+        load(v, 'summary', summaryUrl).then((s) => {
+          if (!s) return;
+          summary = parseJson(s.text);
+          drawFacets(facets, summary, params);
+          drawTotals(runs, summary);
+        }),
+        load(v, 'runs', runsUrl).then((r) => {
+          if (!r) return;
+          drawRuns(runs, parseJson(r.text), params, sort);
+          drawTotals(runs, summary);
+        }),
+        load(v, 'hist', histUrl).then((hg) => { if (hg) drawHistogram(chart, parseJson(hg.text), params); }),
+      ]);
       if (failed) throw failed;
     };
   }
@@ -263,6 +270,7 @@
     const shown = tbody.rows.length;
     clear(more).setAttribute('data-drawn', String(shown));
     more.setAttribute('data-read', String(state.drawn));
+    more.setAttribute('data-state', !state.next ? 'end' : shown >= ROWS_AT_MOST ? 'bound' : 'scroll');
     if (!state.next) {
       if (state.drawn > shown) more.append(`the last ${fmtInt(shown)} of ${fmtInt(state.total)} runs`);
       return;
