@@ -57,10 +57,15 @@ try:
         return False
 
     # To the bound, then on past it once: the rows drawn stay within it.
+    def runs_read():
+        return int(browser.find_element(By.CSS_SELECTOR, "#runs-more").get_attribute("data-read") or 0)
+
     if to_the_bound(300):
+        before = runs_read()
         browser.find_element(By.CSS_SELECTOR, "#runs-next").click()
+        WebDriverWait(browser, 60).until(lambda b: runs_read() > before)
         to_the_bound(300)
-    read = int(browser.find_element(By.CSS_SELECTOR, "#runs-more").get_attribute("data-read") or 0)
+    read = runs_read()
     browser.execute_script("window.gc && window.gc()")
     heap = browser.execute_script("return performance.memory.usedJSHeapSize") / (1 << 20)
     print(f"{first_ms:.0f} {most} {heap:.1f} {read}")
