@@ -96,6 +96,8 @@ fn all_runs(served: &Served, params: &Params) -> Result<Arc<Runs>> {
     if let Some(kept) = recent(served) {
         return Ok(kept);
     }
+    // The runs are as fresh as the plan: the TTL counts from it.
+    let planned = std::time::Instant::now();
     let (mut plan, key) = snapshot_key(served, params, "runs")?;
     let all = match served.runs_kept(&key) {
         Some(kept) => kept,
@@ -105,7 +107,7 @@ fn all_runs(served: &Served, params: &Params) -> Result<Arc<Runs>> {
             all
         }
     };
-    served.note_runs_key(selection, key);
+    served.note_runs_key(selection, key, planned);
     Ok(all)
 }
 

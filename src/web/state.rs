@@ -353,8 +353,9 @@ impl Served {
         }
     }
 
-    pub fn note_runs_key(&self, selection: String, key: String) {
-        self.runs_keys.lock().put(selection, (Instant::now(), key));
+    /// Notes the Snapshot key `selection` had when planned at `planned`.
+    pub fn note_runs_key(&self, selection: String, key: String, planned: Instant) {
+        self.runs_keys.lock().put(selection, (planned, key));
     }
 
     /// Keeps `runs` unless they alone would pass the bound of the cache.

@@ -646,12 +646,18 @@ fn writer_controlled_lists_are_cut_at_their_count_and_the_rest_summed_beside_the
 #[test]
 fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
     let w = crate::support::Warehouse::new();
+    // Every third run has a second record: a duration, and tokens.
     for i in 0..2510 {
         let ts = 1_700_000_000 + (i * 7919) % 2510;
-        w.file(
-            &format!("n/{i:05}.jsonl"),
-            format!("{{\"n\":1,\"ts\":{ts}}}\n"),
-        );
+        let mut text = format!("{{\"n\":1,\"ts\":{ts}}}\n");
+        if i % 3 == 1 {
+            text.push_str(&format!(
+                "{{\"n\":2,\"ts\":{},\"usage\":{{\"input_tokens\":{},\"output_tokens\":1}}}}\n",
+                ts + i % 97,
+                i % 53
+            ));
+        }
+        w.file(&format!("n/{i:05}.jsonl"), text);
     }
     w.file("n/a-big.jsonl", "{\"n\":1}\n".repeat(3));
     w.file("n/zz.jsonl", "not json\n");
@@ -659,10 +665,24 @@ fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
     let summary = server.get("/api/runs/summary?path=").json();
     assert_eq!(
         (&summary["runs"], &summary["records"], &summary["failed"]),
-        (&2512.into(), &2514.into(), &1.into())
+        (&2512.into(), &3351.into(), &1.into())
     );
+    // Each order, from the figures the runs are answered with: largest
+    // first, runs without one last, ties by name.
+    let figure = |sort: &str, run: &serde_json::Value| -> Option<String> {
+        let number = |v: &serde_json::Value| v.as_f64().map(|f| format!("{f:020.6}"));
+        match sort {
+            "newest" => run["last"].as_str().map(String::from),
+            "longest" => number(&run["duration_seconds"]),
+            "failed" => number(&run["failed"]),
+            "records" => number(&run["records"]),
+            "tokens" => number(&run["tokens"]["total"]),
+            _ => None,
+        }
+    };
     for sort in ["name", "newest", "longest", "failed", "tokens", "records"] {
         let mut names: Vec<String> = Vec::new();
+        let mut keys: Vec<(Option<String>, String)> = Vec::new();
         let mut pages = 0;
         let mut after: Option<String> = None;
         loop {
@@ -678,6 +698,10 @@ fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
             let runs = page["runs"].as_array().unwrap();
             assert!(runs.len() <= 1000);
             names.extend(runs.iter().map(|r| r["run"].as_str().unwrap().to_string()));
+            keys.extend(
+                runs.iter()
+                    .map(|r| (figure(sort, r), r["run"].as_str().unwrap().to_string())),
+            );
             pages += 1;
             match page["next"].as_str() {
                 Some(next) => {
@@ -690,17 +714,27 @@ fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
         assert_eq!(pages, 3, "{sort}");
         let unique: std::collections::BTreeSet<&String> = names.iter().collect();
         assert_eq!((names.len(), unique.len()), (2512, 2512), "{sort}");
+        let mut want = keys.clone();
+        want.sort_by(|a, b| match (&a.0, &b.0) {
+            (Some(x), Some(y)) => y.cmp(x).then_with(|| a.1.cmp(&b.1)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.1.cmp(&b.1),
+        });
+        assert!(keys == want, "{sort}: the pages are not in its order");
+        let with_figure = keys.iter().filter(|k| k.0.is_some()).count();
+        match sort {
+            "tokens" => assert_eq!(with_figure, 837),
+            "longest" | "newest" => assert_eq!(with_figure, 2510),
+            _ => {}
+        }
         match sort {
             "name" => assert!(names.windows(2).all(|w| w[0] < w[1])),
             "records" => assert_eq!(names[0], "n/a-big.jsonl"),
             "failed" => assert_eq!(names[0], "n/zz.jsonl"),
             // The latest record is the 2509th's (7919 * i mod 2510).
-            "newest" => {
-                let last = (0..2510u64).max_by_key(|i| (i * 7919) % 2510).unwrap();
-                assert_eq!(names[0], format!("n/{last:05}.jsonl"));
-                // Runs without a timestamp come last.
-                assert!(names[2510..].contains(&"n/a-big.jsonl".to_string()));
-            }
+            // Runs without a timestamp come last.
+            "newest" => assert!(names[2510..].contains(&"n/a-big.jsonl".to_string())),
             _ => {}
         }
     }

@@ -67,9 +67,9 @@ impl Tokens {
     fn sum(a: Option<Tokens>, b: Option<Tokens>) -> Option<Tokens> {
         match (a, b) {
             (Some(x), Some(y)) => Some(Tokens {
-                input: x.input + y.input,
-                output: x.output + y.output,
-                total: x.total + y.total,
+                input: x.input.saturating_add(y.input),
+                output: x.output.saturating_add(y.output),
+                total: x.total.saturating_add(y.total),
             }),
             (x, y) => x.or(y),
         }
@@ -141,15 +141,22 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
 }
 
 impl Runs {
-    /// Bytes it holds, about: what keeping it costs.
+    /// Bytes it holds, about: what keeping it costs (a map of attributes
+    /// is a node of about 550 bytes; each string has the allocator's
+    /// overhead too).
     pub fn weight(&self) -> usize {
         let run = |r: &RunSummary| {
-            let attrs: usize = r
-                .path_attrs
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 64)
-                .sum();
-            std::mem::size_of::<RunSummary>() + r.run.len() + r.file.len() + attrs
+            let attrs: usize = match r.path_attrs.len() {
+                0 => 0,
+                _ => {
+                    560 + r
+                        .path_attrs
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len() + 32)
+                        .sum::<usize>()
+                }
+            };
+            std::mem::size_of::<RunSummary>() + r.run.len() + r.file.len() + 32 + attrs
         };
         self.runs.iter().map(run).sum::<usize>() + (64 << 10)
     }

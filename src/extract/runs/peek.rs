@@ -167,7 +167,7 @@ fn usage(scan: &mut Scan<'_>) -> Option<Tokens> {
     Some(Tokens {
         input,
         output,
-        total: total.unwrap_or(input + output),
+        total: total.unwrap_or(input.saturating_add(output)),
     })
 }
 
@@ -356,9 +356,9 @@ impl Atif {
                     m.completion_tokens.unwrap_or(0),
                 );
                 let sum = tokens.get_or_insert_with(Tokens::default);
-                sum.input += input;
-                sum.output += output;
-                sum.total += input + output;
+                sum.input = sum.input.saturating_add(input);
+                sum.output = sum.output.saturating_add(output);
+                sum.total = sum.total.saturating_add(input.saturating_add(output));
             }
         }
         Seen {

@@ -33,6 +33,7 @@
     main.append(filterForm(params, sort),
       h('div', { class: 'runs-layout' }, h('aside', null, facets), h('div', null, chart, runs)));
     let summary = null;
+    let shown = null; // the runs drawn: their paging state
     // Each answer is drawn as it arrives (the first rows do not wait for
     // the histogram); a poll redraws only what changed: an unchanged
     // answer is a 304.
@@ -46,7 +47,14 @@
         }),
         load(v, 'runs', runsUrl).then((r) => {
           if (!r) return;
-          drawRuns(runs, parseJson(r.text), params, sort);
+          // A reader who scrolled past the first page keeps the rows read;
+          // the change is offered, not forced on them.
+          if (shown && shown.drawn > PAGE && !shown.gone) {
+            changed(shown);
+            return;
+          }
+          if (shown) stop(shown);
+          shown = drawRuns(runs, parseJson(r.text), params, sort);
           drawTotals(runs, summary);
         }),
         load(v, 'hist', histUrl).then((hg) => { if (hg) drawHistogram(chart, parseJson(hg.text), params); }),
@@ -245,8 +253,26 @@
       if (entries.some((e) => e.isIntersecting)) loadMore(tbody, more, state, observer);
     }, { rootMargin: '800px' });
     state.observer = observer;
+    state.more = more;
     showMore(tbody, more, state, total);
     observer.observe(more);
+    return state;
+  }
+
+  // Rows drawn over: their paging stops (a page on its way is dropped).
+  function stop(state) {
+    state.gone = true;
+    state.observer.disconnect();
+  }
+
+  // The first runs changed under rows the reader scrolled to: paging
+  // stops, and a button draws the runs again from the first.
+  function changed(state) {
+    if (state.changedNote) return;
+    stop(state);
+    state.changedNote = h('p', { id: 'runs-changed', class: 'note' }, 'The runs here changed. ',
+      h('button', { type: 'button', onclick: () => navigate(location.pathname + location.search, true) }, 'Show them again'));
+    state.more.before(state.changedNote);
   }
 
   // The selection's totals, from its summary (which lists no run).
@@ -288,7 +314,7 @@
   }
 
   async function loadMore(tbody, more, state, observer) {
-    if (state.loading || !state.next || tbody.rows.length >= ROWS_AT_MOST) return;
+    if (state.loading || state.gone || state.failed || !state.next || tbody.rows.length >= ROWS_AT_MOST) return;
     state.loading = true;
     const v = PC.currentView();
     try {
@@ -297,16 +323,28 @@
       p.set('limit', String(PAGE));
       p.set('after', state.next);
       const answer = parseJson((await PC.request(apiHref('runs', p))).text);
-      if (v !== PC.currentView()) return;
+      if (v !== PC.currentView() || state.gone) return;
       appendRows(tbody, arr(answer.runs), state);
       state.next = typeof answer.next === 'string' ? answer.next : null;
       showMore(tbody, more, state);
     } catch (e) {
+      if (v !== PC.currentView() || state.gone) return;
+      // Not asked again by itself (a server restarted since refuses the
+      // cursor every time): the reader retries, or starts over.
+      state.failed = true;
       PC.showError(e);
+      clear(more).setAttribute('data-state', 'failed');
+      more.append('The next runs could not be read. ', h('button', { type: 'button', id: 'runs-retry', onclick: () => {
+        state.failed = false;
+        showMore(tbody, more, state);
+        loadMore(tbody, more, state, observer);
+      } }, 'Try again'));
+      return;
     } finally {
       state.loading = false;
     }
     // Still in view (a tall window): the next page too.
+    if (!more.isConnected || v !== PC.currentView()) return;
     const r = more.getBoundingClientRect();
     if (state.next && r.top < window.innerHeight + 800) loadMore(tbody, more, state, observer);
   }
