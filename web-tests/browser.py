@@ -240,6 +240,37 @@ def claude_code_codex_and_atif_runs_read_as_conversations(ctx):
 
 
 @check
+def a_reviewer_reads_each_runs_task_model_and_tool_figures_and_sorts_and_filters_on_them(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    b.get(f"{server.base}/runs?path=")
+    wait_for(b, "#runs .run[data-run]")
+    want = {r["run"]: r for r in api(server, "/api/runs?path=&limit=1000")["runs"]}
+    for row in b.find_elements(By.CSS_SELECTOR, "#runs tr.run"):
+        run = want[row.get_attribute("data-run")]
+        cell = lambda cls: row.find_element(By.CSS_SELECTOR, f"td.{cls}").text
+        assert (cell("steps"), cell("calls"), cell("errors")) == \
+            (str(run["steps"]), str(run["tool_calls"]), str(run["tool_errors"])), run["run"]
+        assert cell("model") == (run["model"] or "–"), (cell("model"), run["run"])
+        task = row.find_elements(By.CSS_SELECTOR, ".run-task")
+        assert (task[0].text if task else None) == run["task"], run["run"]
+    atif = b.find_element(By.CSS_SELECTOR, '#runs tr.run[data-run="exports/highlights.json"]')
+    assert atif.find_element(By.CSS_SELECTOR, "td.model").text == "gpt-5"
+    shot(b, "runs-reviewer")
+    # A model facet chooses the runs of that model; its chip undoes it.
+    wait_for(b, '.facet[data-key="model"] button[data-value="gpt-5"]')[0].click()
+    WebDriverWait(b, 20).until(lambda b: "model=gpt-5" in b.current_url)
+    WebDriverWait(b, 20).until(lambda b: rows(b) == ["exports/highlights.json"])
+    chip = wait_for(b, '#chips .chip[data-run-filter="model"]')[0]
+    chip.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(b, 20).until(lambda b: "model=" not in b.current_url and len(rows(b)) == len(want))
+    # A column's heading sorts by it, in the server's order.
+    b.find_element(By.CSS_SELECTOR, '#runs th a[data-sort="calls"]').click()
+    WebDriverWait(b, 20).until(lambda b: "sort=calls" in b.current_url)
+    by_calls = [r["run"] for r in api(server, "/api/runs?path=&sort=calls&limit=1000")["runs"]]
+    WebDriverWait(b, 20).until(lambda b: rows(b) == by_calls)
+
+
+@check
 def a_failed_record_is_marked_with_its_raw_text(ctx):
     b, server = ctx["browser"], ctx["server"]
     b.get(f"{server.base}/runs?path=runs")
@@ -284,6 +315,13 @@ def a_hostile_warehouse_renders_as_text_and_runs_nothing(ctx):
             assert "<script>" in body, "the markup shows as text"
         else:
             wait_for(b, "#runs .run[data-run]")
+            # The task, model and outcome a writer chose are text too.
+            tasks = [t.text for t in b.find_elements(By.CSS_SELECTOR, "#runs .run-task")]
+            models = [t.text for t in b.find_elements(By.CSS_SELECTOR, "#runs td.model")]
+            assert any("<script>" in t for t in tasks), tasks
+            assert any("<script>" in t for t in models), models
+            facet = wait_for(b, '.facet[data-key="model"] button.facet-value')
+            assert any("<img" in f.text for f in facet), [f.text for f in facet]
         links = [a.get_attribute("href") or "" for a in b.find_elements(By.TAG_NAME, "a")]
         assert not any(h.lower().startswith(("javascript:", "data:")) for h in links), links
         time.sleep(0.5)
@@ -365,11 +403,14 @@ def twenty_thousand_runs_are_drawn_a_page_at_a_time_as_the_reader_scrolls(ctx):
     # At 5,000 rows the page stops; moving on draws the next runs in place
     # of those.
     more = b.find_element(By.CSS_SELECTOR, "#runs-more")
-    for _ in range(600):
-        if more.get_attribute("data-state") == "bound":
-            break
+    started, read, moved = time.monotonic(), 0, time.monotonic()
+    while more.get_attribute("data-state") == "scroll" and time.monotonic() - moved < 30:
         b.execute_script("document.querySelector('#runs-more').scrollIntoView()")
         time.sleep(0.1)
+        now = int(more.get_attribute("data-read"))
+        if now > read:
+            read, moved = now, time.monotonic()
+    print(f"     5,000 rows drawn by scrolling in {time.monotonic() - started:.1f} s")
     assert more.get_attribute("data-state") == "bound", more.get_attribute("outerHTML")
     held = rows(b)
     assert len(held) == 5000, len(held)
@@ -430,7 +471,7 @@ def hostile_warehouse(root):
     os.makedirs(wh)
     for i, payload in enumerate(PAYLOADS):
         name = payload.replace("/", "_") + ("" if payload.endswith(".jsonl") else f".{i}.jsonl")
-        record = {"role": "assistant", "ts": "2026-11-02T10:00:00Z",
+        record = {"role": "assistant", "ts": "2026-11-02T10:00:00Z", "model": payload, "finish_reason": payload,
                   "content": f"see {payload} and [x](javascript:alert(1)) and data:text/html,<script>1</script>",
                   "tool_calls": [{"id": "c1", "type": "function",
                                   "function": {"name": payload, "arguments": json.dumps({"url": "javascript:alert(2)"})}}]}
@@ -453,7 +494,10 @@ def main():
     browser = driver()
     ctx["browser"] = browser
     try:
+        only = os.environ.get("PCHRONICLE_BROWSER_ONLY", "")
         for fn in CHECKS:
+            if only not in fn.__name__:
+                continue
             try:
                 fn(ctx)
                 print(f"ok   {fn.__name__}")

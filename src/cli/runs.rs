@@ -11,6 +11,7 @@ use super::out;
 use super::records::FilterArgs;
 use crate::catalog::Catalog;
 use crate::error::{Error, ErrorCode, Result};
+use crate::extract::runs::RunFilter;
 use crate::extract::runs::page::{self, PageAnswer, Sort};
 use crate::extract::{Plan, Shape};
 
@@ -24,10 +25,22 @@ pub(super) struct RunsArgs {
     #[command(flatten)]
     filters: FilterArgs,
     /// Order: name (A to Z), newest (latest last record first), longest
-    /// (duration), failed, tokens or records (most first). Ties, and runs
+    /// (duration), failed, tokens, records, steps, calls (tool calls),
+    /// errors (failed tool results) or score (most first). Ties, and runs
     /// without the figure (last), go by name.
     #[arg(long, value_name = "KEY", default_value = "name", value_parser = sorts())]
     sort: String,
+    /// Only runs whose first model a record names is exactly MODEL.
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// Only runs of the agent AGENT (ATIF `agent.name`, a Codex
+    /// `originator`).
+    #[arg(long, value_name = "AGENT")]
+    agent: Option<String>,
+    /// Only runs whose model last stopped for REASON (`end_turn`,
+    /// `stop`, `tool_use`, ...).
+    #[arg(long, value_name = "REASON")]
+    stop: Option<String>,
     /// Print only the first N runs in that order.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
@@ -53,9 +66,16 @@ impl RunsArgs {
             .map_err(|e| at_user_path(e, &self.path))?;
         let all = crate::extract::runs::runs(&catalog, &mut plan)
             .map_err(|e| at_user_path(e, &self.path))?;
+        let filter = RunFilter {
+            model: self.model,
+            agent: self.agent,
+            stop: self.stop,
+        };
+        let chosen = all.chosen(&filter);
+        let total = chosen.len();
         let limit = self.limit.unwrap_or(usize::MAX);
-        let page = page::page(&all.runs, sort, None, limit);
-        let answer = PageAnswer::of(&all, page, sort, None);
+        let page = page::page(chosen, sort, None, limit);
+        let answer = PageAnswer::of(&all, total, page, sort, None);
         if self.json {
             out::exact(&answer.to_json());
         } else {

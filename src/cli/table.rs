@@ -321,24 +321,55 @@ pub fn runs(page: &crate::extract::runs::page::PageAnswer<'_>) -> String {
         .map(|run| {
             vec![
                 run.run.clone(),
+                run.model
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |m| one_line(m, 40)),
+                outcome(&run.outcome),
+                run.steps.to_string(),
+                run.tool_calls.to_string(),
+                run.tool_errors.to_string(),
+                opt(run.tokens.map(|t| t.total)),
                 run.records.to_string(),
                 run.failed.to_string(),
-                time(run.first),
                 time(run.last),
                 run.duration_seconds
                     .map_or_else(|| "-".into(), |s| format!("{s:.1}s")),
-                run.steps.to_string(),
-                opt(run.tokens.map(|t| t.total)),
+                one_line(run.task.as_deref().unwrap_or("-"), 60),
             ]
         })
         .collect();
     let header = [
-        "RUN", "RECORDS", "FAILED", "FIRST", "LAST", "DURATION", "STEPS", "TOKENS",
+        "RUN", "MODEL", "OUTCOME", "STEPS", "CALLS", "ERRORS", "TOKENS", "RECORDS", "FAILED",
+        "LAST", "DURATION", "TASK",
     ];
-    let right = [false, true, true, false, false, true, true, true];
+    let right = [
+        false, false, false, true, true, true, true, true, true, false, true, false,
+    ];
     let mut out = render(&header, &right, &rows);
     if (page.runs.len() as u64) < page.total {
         let _ = writeln!(out, "{} of {} runs (--limit)", page.runs.len(), page.total);
+    }
+    out
+}
+
+/// A run's outcome in a cell: its score, else why its model stopped.
+fn outcome(outcome: &crate::extract::runs::Outcome) -> String {
+    match (&outcome.score, &outcome.stop) {
+        (Some(score), _) => format!("score {score}"),
+        (None, Some(stop)) => one_line(stop, 24),
+        (None, None) => "-".into(),
+    }
+}
+
+/// `text` for a cell: control characters as spaces, cut at `chars`.
+fn one_line(text: &str, chars: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(chars)
+        .collect();
+    if text.chars().count() > chars {
+        out.push('…');
     }
     out
 }

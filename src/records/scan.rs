@@ -75,12 +75,18 @@ pub(super) enum Mark {
     Inner,
     Usage,
     SchemaVersion,
+    Content,
+    ToolCalls,
+    Model,
+    Score,
+    Stop,
+    Cost,
 }
 
-/// Where a record's top-level `role`, `type`, `message` or `payload`,
-/// `usage` and `schema_version` values start in its text (the last one of
-/// a repeated key): what a run summary reads, found by the scan that
-/// validates the record, so the summary need not walk the record again.
+/// Where the values of a record's top-level fields a run summary reads
+/// start in its text (the last one of a repeated key), found by the scan
+/// that validates the record, so the summary need not walk the record
+/// again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Landmarks {
     pub role: Option<u32>,
@@ -89,6 +95,15 @@ pub struct Landmarks {
     pub inner: Option<u32>,
     pub usage: Option<u32>,
     pub schema_version: Option<u32>,
+    pub content: Option<u32>,
+    pub tool_calls: Option<u32>,
+    pub model: Option<u32>,
+    /// `reward` or `score`.
+    pub score: Option<u32>,
+    /// `stop_reason` or `finish_reason`.
+    pub stop: Option<u32>,
+    /// `total_cost_usd`.
+    pub cost: Option<u32>,
 }
 
 enum State {
@@ -360,6 +375,12 @@ impl RecordFacts {
                 Mark::Inner => {}
                 Mark::Usage => marks.usage = at,
                 Mark::SchemaVersion => marks.schema_version = at,
+                Mark::Content => marks.content = at,
+                Mark::ToolCalls => marks.tool_calls = at,
+                Mark::Model => marks.model = at,
+                Mark::Score => marks.score = at,
+                Mark::Stop => marks.stop = at,
+                Mark::Cost => marks.cost = at,
             }
             return;
         }
@@ -525,6 +546,12 @@ fn field_named(name: &[u8]) -> Field {
         b"message" | b"payload" => Field::Mark(Mark::Inner),
         b"usage" => Field::Mark(Mark::Usage),
         b"schema_version" => Field::Mark(Mark::SchemaVersion),
+        b"content" => Field::Mark(Mark::Content),
+        b"tool_calls" => Field::Mark(Mark::ToolCalls),
+        b"model" => Field::Mark(Mark::Model),
+        b"reward" | b"score" => Field::Mark(Mark::Score),
+        b"stop_reason" | b"finish_reason" => Field::Mark(Mark::Stop),
+        b"total_cost_usd" => Field::Mark(Mark::Cost),
         _ => Field::Other,
     }
 }

@@ -21,7 +21,7 @@ use super::params::{Params, invalid};
 use super::state::{Answer, JSON, Served};
 use crate::error::Result;
 use crate::extract::runs::page::{self, PAGE_AT_MOST, PAGE_DEFAULT, PageAnswer, Sort};
-use crate::extract::runs::{self, Runs};
+use crate::extract::runs::{self, RunFilter, Runs};
 
 pub async fn page_of_runs(
     State(s): State<Arc<Served>>,
@@ -29,7 +29,7 @@ pub async fn page_of_runs(
     h: HeaderMap,
 ) -> Response {
     kept(s, "runs", q, h, scan, |served, params| {
-        params.only(&["path", "sort", "limit", "after"])?;
+        params.only(&["path", "sort", "limit", "after", "model", "agent", "stop"])?;
         let sort = match params.one("sort")? {
             None => Sort::default(),
             Some(text) => Sort::parse(text).ok_or_else(|| {
@@ -44,13 +44,16 @@ pub async fn page_of_runs(
             Some(text) => Some(cursor::parse_after(text, &served.cursor_key, &asked)?),
             None => None,
         };
+        let filter = run_filter(params)?;
         let all = all_runs(served, params)?;
-        let page = page::page(&all.runs, sort, after.as_ref(), limit);
+        let chosen = all.chosen(&filter);
+        let total = chosen.len();
+        let page = page::page(chosen, sort, after.as_ref(), limit);
         let next = page
             .next
             .as_ref()
             .map(|after| cursor::format_after(after, &served.cursor_key, &asked));
-        let body = PageAnswer::of(&all, page, sort, next.clone()).to_json();
+        let body = PageAnswer::of(&all, total, page, sort, next.clone()).to_json();
         let mut answer = Answer::ok(JSON, body.into_bytes());
         if let Some(next) = next {
             answer.headers.push(("x-next-cursor", next));
@@ -66,13 +69,26 @@ pub async fn summary_of_runs(
     h: HeaderMap,
 ) -> Response {
     kept(s, "runs-summary", q, h, scan, |served, params| {
-        params.only(&["path"])?;
+        params.only(&["path", "model", "agent", "stop"])?;
+        let filter = run_filter(params)?;
         let all = all_runs(served, params)?;
-        let mut body = serde_json::to_vec(&all.summary).expect("a summary serializes");
+        let summary = all.summary_of(&filter);
+        let mut body = serde_json::to_vec(&summary).expect("a summary serializes");
         body.push(b'\n');
         Ok(Answer::ok(JSON, body))
     })
     .await
+}
+
+/// The run filters of `params` (`model`, `agent`, `stop`).
+fn run_filter(params: &Params) -> Result<RunFilter> {
+    let mut filter = RunFilter::default();
+    for name in RunFilter::NAMES {
+        if let Some(value) = params.one(name)? {
+            filter.set(name, value.to_string());
+        }
+    }
+    Ok(filter)
 }
 
 /// Every run of the selection `params` names: within the TTL of its last

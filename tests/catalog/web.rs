@@ -464,6 +464,68 @@ fn runs_agree_with_an_independent_count_and_a_second_request_reads_no_record() {
         assert_eq!(alone[key], s0001[key], "{key} of {rel} alone");
     }
     assert!(s0001["steps"].as_u64().unwrap() > 0);
+    // What a reviewer reads first, from each shape the demo writes.
+    let run = |name: &str| {
+        runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run"] == name)
+            .unwrap_or_else(|| panic!("{name} in {runs}"))
+            .clone()
+    };
+    let figures = |r: &serde_json::Value| {
+        let n = |key: &str| r[key].as_u64().unwrap();
+        (n("steps"), n("tool_calls"), n("tool_errors"))
+    };
+    for chat in [s0001["run"].as_str().unwrap(), "sessions/agent-old.jsonl"] {
+        let chat = run(chat);
+        assert!(
+            chat["task"].as_str().is_some_and(|t| !t.is_empty()),
+            "{chat}"
+        );
+        let (steps, calls, _) = figures(&chat);
+        assert!(calls > 0 && steps > 0, "{chat}");
+    }
+    let claude = run("sessions/agent-a");
+    assert_eq!(claude["model"], "claude-sonnet-4-5");
+    assert!(claude["task"].is_string(), "{claude}");
+    let (steps, calls, _) = figures(&claude);
+    assert!(
+        calls > 0 && steps >= calls,
+        "a step per answered call: {claude}"
+    );
+    let codex = run("sessions/agent-b");
+    assert!(codex["task"].is_string(), "{codex}");
+    let (steps, calls, _) = figures(&codex);
+    assert!(
+        calls > 0 && steps >= calls,
+        "a step per answered call: {codex}"
+    );
+    let atif = run("exports/highlights.json");
+    assert_eq!(
+        (&atif["model"], &atif["agent"]),
+        (&"gpt-5".into(), &"harbor-agent".into())
+    );
+    assert_eq!(figures(&atif), (6, 3, 0));
+    // A run filter chooses runs, and their summary, without a new tally.
+    let models = &summary["reviewed"]["model"];
+    let gpt5 = models["gpt-5"].as_u64().unwrap();
+    let chosen = server.get("/api/runs?path=&model=gpt-5&limit=1000").json();
+    assert_eq!(chosen["total"].as_u64(), Some(gpt5));
+    assert!(
+        chosen["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["model"] == "gpt-5")
+    );
+    let chosen_summary = server.get("/api/runs/summary?path=&model=gpt-5").json();
+    assert_eq!(chosen_summary["runs"].as_u64(), Some(gpt5));
+    assert_eq!(
+        chosen_summary["reviewed"]["model"],
+        serde_json::json!({"gpt-5": gpt5})
+    );
     // A run's `file` glob selects exactly its records.
     let agent_a = runs["runs"]
         .as_array()
@@ -647,12 +709,19 @@ fn writer_controlled_lists_are_cut_at_their_count_and_the_rest_summed_beside_the
 fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
     let w = crate::support::Warehouse::new();
     // Every third run has a second record: a duration, and tokens.
+    // Every fifth has a score; the second records are the model's, with
+    // a few tool calls.
     for i in 0..2510 {
         let ts = 1_700_000_000 + (i * 7919) % 2510;
-        let mut text = format!("{{\"n\":1,\"ts\":{ts}}}\n");
+        let score = match i % 5 {
+            0 => format!(",\"score\":{}", (i % 11) as f64 / 10.0),
+            _ => String::new(),
+        };
+        let mut text = format!("{{\"n\":1,\"ts\":{ts}{score}}}\n");
         if i % 3 == 1 {
+            let calls = vec!["{}"; i % 4].join(",");
             text.push_str(&format!(
-                "{{\"n\":2,\"ts\":{},\"usage\":{{\"input_tokens\":{},\"output_tokens\":1}}}}\n",
+                "{{\"n\":2,\"ts\":{},\"role\":\"assistant\",\"tool_calls\":[{calls}],\"usage\":{{\"input_tokens\":{},\"output_tokens\":1}}}}\n",
                 ts + i % 97,
                 i % 53
             ));
@@ -677,10 +746,18 @@ fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
             "failed" => number(&run["failed"]),
             "records" => number(&run["records"]),
             "tokens" => number(&run["tokens"]["total"]),
+            "steps" => number(&run["steps"]),
+            "calls" => number(&run["tool_calls"]),
+            "errors" => number(&run["tool_errors"]),
+            "score" => number(&run["outcome"]["score"]),
             _ => None,
         }
     };
-    for sort in ["name", "newest", "longest", "failed", "tokens", "records"] {
+    let sorts = [
+        "name", "newest", "longest", "failed", "tokens", "records", "steps", "calls", "errors",
+        "score",
+    ];
+    for sort in sorts {
         let mut names: Vec<String> = Vec::new();
         let mut keys: Vec<(Option<String>, String)> = Vec::new();
         let mut pages = 0;
@@ -725,6 +802,7 @@ fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
         let with_figure = keys.iter().filter(|k| k.0.is_some()).count();
         match sort {
             "tokens" => assert_eq!(with_figure, 837),
+            "score" => assert_eq!(with_figure, 502),
             "longest" | "newest" => assert_eq!(with_figure, 2510),
             _ => {}
         }
@@ -732,6 +810,9 @@ fn pages_of_runs_read_in_turn_are_every_run_once_in_the_order_asked() {
             "name" => assert!(names.windows(2).all(|w| w[0] < w[1])),
             "records" => assert_eq!(names[0], "n/a-big.jsonl"),
             "failed" => assert_eq!(names[0], "n/zz.jsonl"),
+            // 3 calls: i % 3 == 1 and i % 4 == 3, the first such i is 7.
+            "calls" => assert_eq!(names[0], "n/00007.jsonl"),
+            "steps" => assert_eq!(names[0], "n/00001.jsonl"),
             // The latest record is the 2509th's (7919 * i mod 2510).
             // Runs without a timestamp come last.
             "newest" => assert!(names[2510..].contains(&"n/a-big.jsonl".to_string())),

@@ -108,6 +108,10 @@ pub struct RunsOther {
     /// Facet keys left out, `records` summing all their values' counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub facet_keys: Option<Other>,
+    /// The values of `model`, `agent` or `stop` left out (their
+    /// `records` count runs).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reviewed: BTreeMap<&'static str, Other>,
 }
 
 impl RunsOther {

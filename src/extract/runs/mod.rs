@@ -8,10 +8,14 @@
 //! looked at only for the few fields a summary needs (a role, a type,
 //! token usage); its other bytes are skipped without being kept.
 
+mod atif;
 mod cut;
 mod histogram;
+mod json;
+mod looked;
 pub mod page;
 mod peek;
+mod select;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -28,6 +32,9 @@ use crate::records::timestamp::Micros;
 use crate::shards::ShardName;
 pub use cut::{BUCKETS_AT_MOST, CUT_MARK, KEY_CHARS_AT_MOST, Other, RunsOther, VALUES_AT_MOST};
 pub use histogram::{Bucket, BucketCount, Histogram, histogram};
+use looked::Looked;
+pub use looked::{Outcome, TASK_CHARS_AT_MOST};
+pub use select::RunFilter;
 
 /// Records larger than this are counted but not looked into.
 const PEEK_LIMIT: usize = 4 << 20;
@@ -45,10 +52,23 @@ pub struct RunSummary {
     pub first: Option<Timestamp>,
     pub last: Option<Timestamp>,
     pub duration_seconds: Option<f64>,
-    /// Assistant turns (ATIF: agent steps).
+    /// Agent turns: a model response with its tool calls, however many
+    /// records it is written as (ATIF: agent steps).
     pub steps: u64,
     /// Token totals; `null` when no record carried usage.
     pub tokens: Option<Tokens>,
+    /// The first user message's words, cut at [`TASK_CHARS_AT_MOST`]
+    /// characters.
+    pub task: Option<String>,
+    /// The first model a record names.
+    pub model: Option<String>,
+    /// The agent, where a record names it (ATIF `agent.name`, a Codex
+    /// `session_meta`'s `originator`).
+    pub agent: Option<String>,
+    pub tool_calls: u64,
+    /// Tool results marked as failed.
+    pub tool_errors: u64,
+    pub outcome: Outcome,
     /// The hive attributes of its directory, each key and value cut as
     /// [`cut::key`] cuts them.
     pub path_attrs: BTreeMap<String, String>,
@@ -96,8 +116,11 @@ pub struct Summary {
     pub failed: u64,
     /// Records by the value of each hive path attribute.
     pub facets: BTreeMap<String, BTreeMap<String, u64>>,
-    /// Records by role (`role`, `message.role`, else `type`).
+    /// Records by role (`role`, `message.role`, else `type`), of every
+    /// run of the selection (a run filter leaves them as they are).
     pub roles: BTreeMap<String, u64>,
+    /// Runs by `model`, `agent` and `stop` (the outcome's stop reason).
+    pub reviewed: BTreeMap<&'static str, BTreeMap<String, u64>>,
     pub other: RunsOther,
     pub truncated: bool,
     pub warnings: Vec<Warning>,
@@ -124,19 +147,13 @@ pub fn runs(catalog: &Catalog, plan: &mut Plan) -> Result<Runs> {
     } else {
         vec![with_looker(catalog, plan)?]
     };
-    let (runs, mut roles) = merged(tallies);
-    let mut facets = facets(&runs);
-    let other = RunsOther::cut(&mut facets, &mut roles);
-    let summary = Summary {
-        runs: runs.len() as u64,
-        records: runs.iter().map(|r| r.records).sum(),
-        failed: runs.iter().map(|r| r.failed).sum(),
-        facets,
-        roles,
-        other,
-        truncated: plan.truncated(),
-        warnings: plan.warnings().to_vec(),
-    };
+    let (runs, roles) = merged(tallies);
+    let summary = Summary::of(
+        runs.iter(),
+        (roles, None),
+        plan.truncated(),
+        plan.warnings().to_vec(),
+    );
     Ok(Runs { runs, summary })
 }
 
@@ -156,26 +173,14 @@ impl Runs {
                         .sum::<usize>()
                 }
             };
-            std::mem::size_of::<RunSummary>() + r.run.len() + r.file.len() + 32 + attrs
+            let texts = [&r.task, &r.model, &r.agent, &r.outcome.stop]
+                .iter()
+                .filter_map(|t| t.as_ref().map(|t| t.len() + 16))
+                .sum::<usize>();
+            std::mem::size_of::<RunSummary>() + r.run.len() + r.file.len() + 32 + attrs + texts
         };
         self.runs.iter().map(run).sum::<usize>() + (64 << 10)
     }
-}
-
-/// Records by the value of each hive attribute of `runs`: a run's records
-/// all come from sources of one directory, so they share its attributes.
-fn facets(runs: &[RunSummary]) -> BTreeMap<String, BTreeMap<String, u64>> {
-    let mut facets: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for run in runs {
-        for (key, value) in &run.path_attrs {
-            *facets
-                .entry(key.clone())
-                .or_default()
-                .entry(value.clone())
-                .or_default() += run.records;
-        }
-    }
-    facets
 }
 
 /// Threads reading a plan's sources for its runs, at most.
@@ -232,7 +237,11 @@ fn with_looker(catalog: &Catalog, plan: &Plan) -> Result<Tallied> {
         .spawn(move || {
             let mut looked = Looked::default();
             for mut batch in receive {
-                looked.add(&batch);
+                let mut start = 0;
+                for &(at, end, marks) in &batch.records {
+                    looked.look(at, &batch.bytes[start..end], marks.as_ref());
+                    start = end;
+                }
                 batch.bytes.clear();
                 batch.records.clear();
                 let _ = give_back.send(batch);
@@ -276,12 +285,11 @@ fn tallied(
     let mut runs = tally.runs;
     for (at, seen) in looked.runs.into_iter().enumerate() {
         let run = &mut runs[at];
-        run.summary.steps = seen.steps;
-        run.summary.tokens = seen.tokens();
         if let Some((first, last)) = seen.span {
             run.first = Some(run.first.map_or(first, |f| f.min(first)));
             run.last = Some(run.last.map_or(last, |l| l.max(last)));
         }
+        seen.fill(&mut run.summary);
     }
     Ok(Tallied {
         runs,
@@ -399,100 +407,6 @@ impl RunTally {
     }
 }
 
-/// What the looking thread found: per run (by place), and roles.
-#[derive(Default)]
-struct Looked {
-    runs: Vec<RunLooked>,
-    roles: BTreeMap<String, u64>,
-}
-
-#[derive(Default, Clone, Copy)]
-struct RunLooked {
-    steps: u64,
-    tokens: Option<Tokens>,
-    /// The largest count of the run's tokens so far a record carried.
-    so_far: Option<Tokens>,
-    /// The earliest and latest time inside its records.
-    span: Option<(Micros, Micros)>,
-}
-
-impl RunLooked {
-    fn absorb(
-        &mut self,
-        steps: u64,
-        tokens: Option<Tokens>,
-        so_far: Option<Tokens>,
-        span: Option<(Micros, Micros)>,
-    ) {
-        self.steps += steps;
-        self.tokens = Tokens::sum(self.tokens, tokens);
-        self.so_far = match (self.so_far, so_far) {
-            (Some(a), Some(b)) => Some(if b.total > a.total { b } else { a }),
-            (a, b) => a.or(b),
-        };
-        self.span = match (self.span, span) {
-            (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
-            (a, b) => a.or(b),
-        };
-    }
-
-    /// The run's tokens: those its records carried, and the most any
-    /// record counted so far.
-    fn tokens(&self) -> Option<Tokens> {
-        Tokens::sum(self.tokens, self.so_far)
-    }
-}
-
-impl Looked {
-    /// Takes in what another looker found of the same runs (by place).
-    fn absorb(&mut self, other: Looked) {
-        for (role, n) in other.roles {
-            *self.roles.entry(role).or_default() += n;
-        }
-        if self.runs.len() < other.runs.len() {
-            self.runs.resize(other.runs.len(), RunLooked::default());
-        }
-        for (mine, theirs) in self.runs.iter_mut().zip(other.runs) {
-            mine.absorb(theirs.steps, theirs.tokens, theirs.so_far, theirs.span);
-        }
-    }
-
-    fn add(&mut self, batch: &Batch) {
-        let mut start = 0;
-        for &(at, end, marks) in &batch.records {
-            self.look(at, &batch.bytes[start..end], marks.as_ref());
-            start = end;
-        }
-    }
-
-    /// Looks into one record of the run at `at`, from its landmarks when
-    /// the read found them.
-    fn look(&mut self, at: usize, bytes: &[u8], marks: Option<&Landmarks>) {
-        let seen = match marks {
-            Some(marks) => peek::seen_at(bytes, marks),
-            None => peek::seen(bytes),
-        };
-        let Some(seen) = seen else {
-            return;
-        };
-        // A role is a word; a long one is some writer's text, cut (and
-        // counted with the others it then reads the same as).
-        if let Some(role) = seen.role {
-            let role = cut::key(&role);
-            match self.roles.get_mut(&*role) {
-                Some(n) => *n += 1,
-                None => {
-                    self.roles.insert(role.into_owned(), 1);
-                }
-            }
-        }
-        if self.runs.len() <= at {
-            self.runs.resize(at + 1, RunLooked::default());
-        }
-        self.runs[at].absorb(seen.steps, seen.tokens, seen.so_far, seen.span);
-    }
-}
-
 struct RunState {
     summary: RunSummary,
     first: Option<Micros>,
@@ -507,6 +421,12 @@ impl RunState {
         a.failed += b.failed;
         a.steps += b.steps;
         a.tokens = Tokens::sum(a.tokens, b.tokens);
+        a.task = a.task.take().or(b.task);
+        a.model = a.model.take().or(b.model);
+        a.agent = a.agent.take().or(b.agent);
+        a.tool_calls = a.tool_calls.saturating_add(b.tool_calls);
+        a.tool_errors = a.tool_errors.saturating_add(b.tool_errors);
+        a.outcome = std::mem::take(&mut a.outcome).or(b.outcome);
         self.first = self.first.into_iter().chain(other.first).min();
         self.last = self.last.into_iter().chain(other.last).max();
     }
@@ -550,6 +470,12 @@ impl Selected for RunTally {
                             duration_seconds: None,
                             steps: 0,
                             tokens: None,
+                            task: None,
+                            model: None,
+                            agent: None,
+                            tool_calls: 0,
+                            tool_errors: 0,
+                            outcome: Outcome::default(),
                             path_attrs: source
                                 .path_attrs
                                 .iter()
@@ -582,13 +508,9 @@ impl Selected for RunTally {
         if bytes.len() > PEEK_LIMIT {
             return Ok(ControlFlow::Continue(()));
         }
-        // With its landmarks, a record without a `message`, `payload` or
-        // trajectory is looked into at once (a role and a usage cost
-        // little); the rest goes to the looking thread, when there is one.
-        let deep = record
-            .landmarks
-            .is_none_or(|m| m.inner.is_some() || m.schema_version.is_some());
-        if self.send.is_none() || !deep {
+        // Every record goes one way (a run's steps are counted in its
+        // records' order): to the looking thread, when there is one.
+        if self.send.is_none() {
             self.looked.look(at, bytes, record.landmarks.as_ref());
             return Ok(ControlFlow::Continue(()));
         }
@@ -604,8 +526,30 @@ impl Selected for RunTally {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    pub fn empty_summary() -> RunSummary {
+        let (run, file) = run_of("r.jsonl");
+        RunSummary {
+            run,
+            file,
+            records: 0,
+            failed: 0,
+            first: None,
+            last: None,
+            duration_seconds: None,
+            steps: 0,
+            tokens: None,
+            task: None,
+            model: None,
+            agent: None,
+            tool_calls: 0,
+            tool_errors: 0,
+            outcome: Outcome::default(),
+            path_attrs: BTreeMap::new(),
+        }
+    }
 
     #[test]
     fn session_shards_make_one_run_and_globs_match_only_themselves() {

@@ -35,16 +35,28 @@ pub enum Sort {
     Tokens,
     /// The most records first.
     Records,
+    /// The most steps first.
+    Steps,
+    /// The most tool calls first.
+    Calls,
+    /// The most failed tool results first.
+    Errors,
+    /// The highest score (or reward) first.
+    Score,
 }
 
 impl Sort {
-    pub const ALL: [Sort; 6] = [
+    pub const ALL: [Sort; 10] = [
         Sort::Name,
         Sort::Newest,
         Sort::Longest,
         Sort::Failed,
         Sort::Tokens,
         Sort::Records,
+        Sort::Steps,
+        Sort::Calls,
+        Sort::Errors,
+        Sort::Score,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +67,10 @@ impl Sort {
             Sort::Failed => "failed",
             Sort::Tokens => "tokens",
             Sort::Records => "records",
+            Sort::Steps => "steps",
+            Sort::Calls => "calls",
+            Sort::Errors => "errors",
+            Sort::Score => "score",
         }
     }
 
@@ -68,8 +84,8 @@ impl Sort {
         Sort::ALL.into_iter().find(|s| s.name() == text)
     }
 
-    /// The figure `run` is ordered by (every one is exact in an `f64`:
-    /// counts and microseconds stay far below 2^53).
+    /// The figure `run` is ordered by (every count and time is exact in
+    /// an `f64`: they stay far below 2^53; a score is one already).
     pub fn figure(self, run: &RunSummary) -> Option<f64> {
         match self {
             Sort::Name => None,
@@ -78,6 +94,10 @@ impl Sort {
             Sort::Failed => Some(run.failed as f64),
             Sort::Tokens => run.tokens.map(|t| t.total as f64),
             Sort::Records => Some(run.records as f64),
+            Sort::Steps => Some(run.steps as f64),
+            Sort::Calls => Some(run.tool_calls as f64),
+            Sort::Errors => Some(run.tool_errors as f64),
+            Sort::Score => run.outcome.score,
         }
     }
 
@@ -122,11 +142,18 @@ pub struct PageAnswer<'a> {
 }
 
 impl<'a> PageAnswer<'a> {
-    /// `page` of `all`, sorted by `sort`, with `next` as its cursor.
-    pub fn of(all: &'a Runs, page: Page<'a>, sort: Sort, next: Option<String>) -> PageAnswer<'a> {
+    /// `page` of `all`'s runs (`total` of them chosen), sorted by
+    /// `sort`, with `next` as its cursor.
+    pub fn of(
+        all: &'a Runs,
+        total: usize,
+        page: Page<'a>,
+        sort: Sort,
+        next: Option<String>,
+    ) -> PageAnswer<'a> {
         PageAnswer {
             runs: page.runs,
-            total: all.summary.runs,
+            total: total as u64,
             sort: sort.name(),
             next,
             truncated: all.summary.truncated,
@@ -145,7 +172,7 @@ impl<'a> PageAnswer<'a> {
 /// The first `limit` runs of `runs` in `sort`'s order that come after
 /// `after` (from the first without it).
 pub fn page<'a>(
-    runs: &'a [RunSummary],
+    runs: impl IntoIterator<Item = &'a RunSummary>,
     sort: Sort,
     after: Option<&After>,
     limit: usize,
@@ -154,7 +181,7 @@ pub fn page<'a>(
         (sort.figure(run), run.run.as_str())
     }
     let mut left: Vec<&RunSummary> = runs
-        .iter()
+        .into_iter()
         .filter(|run| {
             after.is_none_or(|a| {
                 sort.compare(key(sort, run), (a.figure, &a.name)) == Ordering::Greater
@@ -188,13 +215,8 @@ mod tests {
             run: name.into(),
             file: name.into(),
             records,
-            failed: 0,
-            first: None,
             last: last.map(Timestamp),
-            duration_seconds: None,
-            steps: 0,
-            tokens: None,
-            path_attrs: Default::default(),
+            ..crate::extract::runs::tests::empty_summary()
         }
     }
 

@@ -1,25 +1,46 @@
-//! The few fields of a record a run summary reads: its role, whether it is
-//! an assistant turn, its token usage.
+//! The few fields of a record a run summary reads: its role, whether the
+//! model speaks in it, its token usage, and what a reviewer reads first
+//! (the task, model, tool calls and errors, outcome).
 //!
 //! A record read here is already known to be valid JSON, and most of its
 //! bytes are text no summary needs. So it is not parsed: it is scanned,
-//! key by key at the top level (and inside `message`, `payload` and
-//! `usage`), every other value skipped whole (a string up to its closing
-//! quote with one `memchr`, a container by counting brackets). A record
-//! that is a whole ATIF trajectory is rare and small next to the rest; it
-//! is parsed.
+//! key by key at the top level (and inside `message`, `payload`, `usage`
+//! and `content`), every other value skipped whole (a string up to its
+//! closing quote with one `memchr`, a container by counting brackets). A
+//! record that is a whole ATIF trajectory is rare and small next to the
+//! rest; it is parsed ([`super::atif`]).
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
-
 use super::Tokens;
+use super::atif;
+use super::json::Scan;
 use crate::records::scan::Landmarks;
-use crate::records::timestamp::{Micros, parse_rfc3339};
+use crate::records::timestamp::Micros;
+
+/// Which side of the conversation a record is on: a step is the model's
+/// records from one input to the next (a response with its tool calls,
+/// however many records it is written as).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Turn {
+    /// Neither (metadata, events): a step goes on across it.
+    #[default]
+    Neither,
+    /// The model speaks: an assistant message, a Codex reasoning item or
+    /// tool call.
+    Model,
+    /// What the model answers to: a user or tool message, a Codex tool
+    /// output.
+    Input,
+}
 
 /// What one record adds to its run.
+#[derive(Default)]
 pub(super) struct Seen<'a> {
     pub role: Option<Cow<'a, str>>,
+    pub turn: Turn,
+    /// Steps counted inside the record (an ATIF trajectory's agent
+    /// steps); a line's step is counted from its [`Turn`].
     pub steps: u64,
     pub tokens: Option<Tokens>,
     /// The run's tokens so far, as a Codex `token_count` event counts
@@ -28,16 +49,33 @@ pub(super) struct Seen<'a> {
     /// The earliest and latest time inside the record (an ATIF
     /// trajectory's steps), beside its own timestamp.
     pub span: Option<(Micros, Micros)>,
+    pub review: Review<'a>,
+}
+
+/// What a reviewer reads first, as far as one record says it.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Review<'a> {
+    /// A user message's text: the run's task when it is the first.
+    pub asked: Option<Cow<'a, str>>,
+    pub model: Option<Cow<'a, str>>,
+    pub agent: Option<Cow<'a, str>>,
+    pub tool_calls: u64,
+    pub tool_errors: u64,
+    /// A top-level `reward` or `score`.
+    pub score: Option<f64>,
+    /// Why the model stopped (`stop_reason`, `finish_reason`).
+    pub stop: Option<Cow<'a, str>>,
+    pub cost_usd: Option<f64>,
 }
 
 /// What `record` adds to its run; `None` for a record that is not an
 /// object.
 pub(super) fn seen(record: &[u8]) -> Option<Seen<'_>> {
-    let mut scan = Scan { b: record, i: 0 };
+    let mut scan = Scan::new(record, 0);
     let mut top = Fields::default();
     scan.object(&mut |key, scan| top.take(key, scan, true))?;
     if top.atif {
-        return serde_json::from_slice::<Atif>(record).ok().map(Atif::seen);
+        return atif::seen(record);
     }
     Some(top.seen())
 }
@@ -46,21 +84,24 @@ pub(super) fn seen(record: &[u8]) -> Option<Seen<'_>> {
 /// already: only their values are read (a `message` or `payload` object
 /// walked, `usage` summed), never the rest of the record.
 pub(super) fn seen_at<'a>(record: &'a [u8], marks: &Landmarks) -> Option<Seen<'a>> {
-    let at = |start: Option<u32>| {
-        start.map(|i| Scan {
-            b: record,
-            i: i as usize,
-        })
-    };
+    let at = |start: Option<u32>| start.map(|i| Scan::new(record, i as usize));
     if let Some(mut scan) = at(marks.schema_version) {
         if scan.text().is_some_and(|v| v.starts_with("ATIF-")) {
-            return serde_json::from_slice::<Atif>(record).ok().map(Atif::seen);
+            return atif::seen(record);
         }
     }
     let mut top = Fields {
         role: at(marks.role).and_then(|mut s| s.text()),
         kind: at(marks.kind).and_then(|mut s| s.text()),
         usage: at(marks.usage).and_then(|mut s| usage(&mut s)),
+        content: at(marks.content)
+            .map(|mut s| content(&mut s))
+            .unwrap_or_default(),
+        tool_calls: at(marks.tool_calls).map_or(0, |mut s| elements(&mut s)),
+        model: at(marks.model).and_then(|mut s| s.text()),
+        score: at(marks.score).and_then(|mut s| s.float()),
+        stop: at(marks.stop).and_then(|mut s| s.text()),
+        cost_usd: at(marks.cost).and_then(|mut s| s.float()),
         ..Fields::default()
     };
     if let Some(mut scan) = at(marks.inner) {
@@ -73,6 +114,15 @@ pub(super) fn seen_at<'a>(record: &'a [u8], marks: &Landmarks) -> Option<Seen<'a
     Some(top.seen())
 }
 
+/// What a `content` value holds: its first text, tool calls and failed
+/// tool results (Anthropic's parts; a plain string is all text).
+#[derive(Default)]
+struct Content<'a> {
+    text: Option<Cow<'a, str>>,
+    tool_uses: u64,
+    errors: u64,
+}
+
 /// The fields found in one object.
 #[derive(Default)]
 struct Fields<'a> {
@@ -81,29 +131,92 @@ struct Fields<'a> {
     usage: Option<Tokens>,
     /// `info.total_token_usage` (a Codex `token_count` event's payload).
     so_far: Option<Tokens>,
+    content: Content<'a>,
+    /// Elements of `tool_calls` (OpenAI chat).
+    tool_calls: u64,
+    model: Option<Cow<'a, str>>,
+    score: Option<f64>,
+    stop: Option<Cow<'a, str>>,
+    cost_usd: Option<f64>,
+    /// A Codex tool output whose `metadata.exit_code` is not 0.
+    failed_output: bool,
+    /// A Codex `session_meta`'s writer.
+    originator: Option<Cow<'a, str>>,
     /// `message` (chat lines) or `payload` (Codex rollout lines).
     inner: Option<Box<Fields<'a>>>,
     atif: bool,
 }
+
+/// Codex payload types in which the model speaks, and those that call a
+/// tool.
+const CODEX_MODEL: [&str; 5] = [
+    "reasoning",
+    "function_call",
+    "custom_tool_call",
+    "local_shell_call",
+    "web_search_call",
+];
+const CODEX_OUTPUT: [&str; 2] = ["function_call_output", "custom_tool_call_output"];
+
+/// User texts a Codex rollout writes before the task: its context, not
+/// what was asked.
+const CONTEXT_OPENINGS: [&str; 2] = ["<environment_context>", "<user_instructions>"];
 
 impl<'a> Fields<'a> {
     /// What the top-level fields (and `message`'s or `payload`'s) add up
     /// to.
     fn seen(mut self) -> Seen<'a> {
         let inner = self.inner.take().unwrap_or_default();
-        let assistant = self.kind.as_deref() == Some("assistant");
+        let top_assistant = self.kind.as_deref() == Some("assistant");
         let so_far = match inner.kind.as_deref() {
             Some("token_count") => inner.so_far,
             _ => None,
         };
+        let payload = inner.kind.as_deref().unwrap_or("");
+        let codex_call = CODEX_MODEL[1..].contains(&payload);
+        let codex_model = CODEX_MODEL.contains(&payload);
+        let codex_output = CODEX_OUTPUT.contains(&payload);
         let role = self.role.or(inner.role).or(self.kind).or(inner.kind);
-        let assistant = assistant || role.as_deref() == Some("assistant");
+        let turn = match role.as_deref() {
+            _ if top_assistant => Turn::Model,
+            Some("assistant") => Turn::Model,
+            Some("user" | "tool" | "function") => Turn::Input,
+            _ if codex_model => Turn::Model,
+            _ if codex_output => Turn::Input,
+            _ => Turn::Neither,
+        };
+        let asked = match role.as_deref() {
+            Some("user") => self.content.text.or(inner.content.text).filter(|t| {
+                !CONTEXT_OPENINGS
+                    .iter()
+                    .any(|o| t.trim_start().starts_with(o))
+            }),
+            _ => None,
+        };
+        let review = Review {
+            asked,
+            model: self.model.or(inner.model),
+            agent: inner.originator,
+            tool_calls: self.tool_calls
+                + inner.tool_calls
+                + self.content.tool_uses
+                + inner.content.tool_uses
+                + u64::from(codex_call),
+            tool_errors: self.content.errors
+                + inner.content.errors
+                + u64::from(inner.failed_output),
+            score: self.score,
+            stop: self.stop.or(inner.stop),
+            cost_usd: self.cost_usd,
+        };
         Seen {
             role,
-            steps: u64::from(assistant),
+            turn,
+            steps: 0,
             tokens: self.usage.or(inner.usage),
             so_far,
             span: None,
+            review,
         }
     }
 
@@ -122,6 +235,12 @@ impl<'a> Fields<'a> {
             b"role" => self.role = scan.text(),
             b"type" => self.kind = scan.text(),
             b"usage" => self.usage = usage(scan),
+            b"content" => self.content = content(scan),
+            b"tool_calls" => self.tool_calls = elements(scan),
+            b"model" => self.model = scan.text(),
+            b"reward" | b"score" => self.score = scan.float(),
+            b"stop_reason" | b"finish_reason" => self.stop = scan.text(),
+            b"total_cost_usd" => self.cost_usd = scan.float(),
             b"message" | b"payload" if top && scan.at(b'{') => {
                 let mut inner = Fields::default();
                 scan.object(&mut |key, scan| inner.take(key, scan, false))?;
@@ -136,6 +255,8 @@ impl<'a> Fields<'a> {
                     Some(())
                 })?;
             }
+            b"output" if !top => self.failed_output = failed_output(scan),
+            b"originator" if !top => self.originator = scan.text(),
             b"schema_version" if top => {
                 self.atif = scan.text().is_some_and(|v| v.starts_with("ATIF-"));
             }
@@ -143,6 +264,74 @@ impl<'a> Fields<'a> {
         }
         Some(())
     }
+}
+
+/// The elements of an array value (0 for any other value).
+fn elements(scan: &mut Scan<'_>) -> u64 {
+    let mut n = 0;
+    let _ = scan.array(&mut |scan| {
+        n += 1;
+        scan.skip()
+    });
+    n
+}
+
+/// What a `content` value holds (see [`Content`]).
+fn content<'a>(scan: &mut Scan<'a>) -> Content<'a> {
+    let mut found = Content::default();
+    if scan.at(b'"') {
+        found.text = scan.text();
+        return found;
+    }
+    let _ = scan.array(&mut |scan| {
+        if !scan.at(b'{') {
+            return scan.skip();
+        }
+        let (mut kind, mut text, mut error) = (None, None, false);
+        scan.object(&mut |key, scan| {
+            match key {
+                b"type" => kind = scan.text(),
+                b"text" => text = scan.text(),
+                b"is_error" => error = scan.truth(),
+                _ => scan.skip()?,
+            }
+            Some(())
+        })?;
+        match kind.as_deref() {
+            Some("text" | "input_text") if found.text.is_none() => found.text = text,
+            Some("tool_use" | "server_tool_use") => found.tool_uses += 1,
+            Some("tool_result") => found.errors += u64::from(error),
+            _ => {}
+        }
+        Some(())
+    });
+    found
+}
+
+/// Whether a Codex tool output says its command failed: the output is
+/// JSON text (`{"output": …, "metadata": {"exit_code": N}}`) with a
+/// non-zero `exit_code`.
+fn failed_output(scan: &mut Scan<'_>) -> bool {
+    let Some(text) = scan.text() else {
+        return false;
+    };
+    let text = text.trim_start();
+    if !text.starts_with('{') || !text.contains("exit_code") {
+        return false;
+    }
+    #[derive(serde::Deserialize)]
+    struct Output {
+        metadata: Option<Metadata>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        exit_code: Option<i64>,
+    }
+    serde_json::from_str::<Output>(text)
+        .ok()
+        .and_then(|o| o.metadata)
+        .and_then(|m| m.exit_code)
+        .is_some_and(|code| code != 0)
 }
 
 /// Token totals of a `usage` object (input: `input_tokens` or
@@ -170,214 +359,13 @@ fn usage(scan: &mut Scan<'_>) -> Option<Tokens> {
         total: total.unwrap_or(input.saturating_add(output)),
     })
 }
-
-/// A cursor over one JSON text known to be valid.
-struct Scan<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-/// Strings searched byte by byte up to this length.
-const SHORT: usize = 16;
-
-impl<'a> Scan<'a> {
-    fn ws(&mut self) {
-        while matches!(self.b.get(self.i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.i += 1;
-        }
-    }
-
-    /// Whether the next value starts with `c`.
-    fn at(&mut self, c: u8) -> bool {
-        self.ws();
-        self.b.get(self.i) == Some(&c)
-    }
-
-    fn eat(&mut self, c: u8) -> Option<()> {
-        self.at(c).then(|| self.i += 1)
-    }
-
-    /// A string's raw bytes (escapes as they are), the cursor after it.
-    fn raw_string(&mut self) -> Option<&'a [u8]> {
-        self.eat(b'"')?;
-        let start = self.i;
-        // Keys and most short values end within a few bytes: looked for
-        // one by one there, before a vector search's setup pays.
-        for k in start..self.b.len().min(start + SHORT) {
-            match self.b[k] {
-                b'"' => {
-                    self.i = k + 1;
-                    return Some(&self.b[start..k]);
-                }
-                b'\\' => break,
-                _ => {}
-            }
-        }
-        let mut j = start;
-        loop {
-            let k = j + memchr::memchr2(b'"', b'\\', self.b.get(j..)?)?;
-            if self.b[k] == b'\\' {
-                j = k + 2;
-                continue;
-            }
-            self.i = k + 1;
-            return Some(&self.b[start..k]);
-        }
-    }
-
-    /// A string value as text; `None` (and skipped) for any other value.
-    fn text(&mut self) -> Option<Cow<'a, str>> {
-        if !self.at(b'"') {
-            self.skip();
-            return None;
-        }
-        let start = self.i;
-        let raw = self.raw_string()?;
-        if !raw.contains(&b'\\') {
-            return std::str::from_utf8(raw).ok().map(Cow::Borrowed);
-        }
-        serde_json::from_slice::<String>(&self.b[start..self.i])
-            .ok()
-            .map(Cow::Owned)
-    }
-
-    /// A non-negative integer value; `None` (and skipped) for any other.
-    fn number(&mut self) -> Option<u64> {
-        self.ws();
-        let start = self.i;
-        self.skip()?;
-        std::str::from_utf8(&self.b[start..self.i])
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    }
-
-    /// Calls `each` with every key of an object; `each` consumes the value.
-    fn object(&mut self, each: &mut dyn FnMut(&[u8], &mut Scan<'a>) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        if self.eat(b'}').is_some() {
-            return Some(());
-        }
-        loop {
-            let key = self.raw_string()?;
-            self.eat(b':')?;
-            each(key, self)?;
-            if self.eat(b',').is_none() {
-                return self.eat(b'}');
-            }
-        }
-    }
-
-    /// Skips one value whole.
-    fn skip(&mut self) -> Option<()> {
-        self.ws();
-        match *self.b.get(self.i)? {
-            b'"' => self.raw_string().map(|_| ()),
-            b'{' | b'[' => {
-                let mut depth = 0u32;
-                loop {
-                    match *self.b.get(self.i)? {
-                        b'"' => {
-                            self.raw_string()?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.i += 1;
-                                return Some(());
-                            }
-                        }
-                        _ => {}
-                    }
-                    // A count, not a recursion: any depth is skipped.
-                    self.i += 1;
-                }
-            }
-            _ => {
-                while !matches!(
-                    self.b.get(self.i),
-                    None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-                ) {
-                    self.i += 1;
-                }
-                Some(())
-            }
-        }
-    }
-}
-
-/// A record that is a whole ATIF trajectory.
-#[derive(Deserialize)]
-struct Atif {
-    #[serde(default)]
-    steps: Vec<AtifStep>,
-}
-
-#[derive(Deserialize)]
-struct AtifStep {
-    #[serde(default)]
-    source: Option<String>,
-    #[serde(default)]
-    metrics: Option<AtifMetrics>,
-    /// Any JSON value: a step whose time is not an RFC 3339 text has none.
-    #[serde(default)]
-    timestamp: Option<serde_json::Value>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct AtifMetrics {
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-}
-
-impl Atif {
-    /// Its agent steps and their token metrics.
-    fn seen(self) -> Seen<'static> {
-        let mut tokens: Option<Tokens> = None;
-        let mut agent = 0;
-        let mut span: Option<(Micros, Micros)> = None;
-        for step in self.steps {
-            agent += u64::from(step.source.as_deref() == Some("agent"));
-            let at = step
-                .timestamp
-                .as_ref()
-                .and_then(|t| t.as_str())
-                .and_then(parse_rfc3339);
-            if let Some(at) = at {
-                span = Some(span.map_or((at, at), |(a, b)| (a.min(at), b.max(at))));
-            }
-            if let Some(m) = step.metrics {
-                let (input, output) = (
-                    m.prompt_tokens.unwrap_or(0),
-                    m.completion_tokens.unwrap_or(0),
-                );
-                let sum = tokens.get_or_insert_with(Tokens::default);
-                sum.input = sum.input.saturating_add(input);
-                sum.output = sum.output.saturating_add(output);
-                sum.total = sum.total.saturating_add(input.saturating_add(output));
-            }
-        }
-        Seen {
-            role: Some(Cow::Borrowed("trajectory")),
-            steps: agent,
-            tokens,
-            so_far: None,
-            span,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn look(json: &str) -> (Option<String>, u64, Option<Tokens>) {
+    fn look(json: &str) -> (Option<String>, Turn, Option<Tokens>) {
         let s = seen(json.as_bytes()).unwrap();
-        (s.role.map(Cow::into_owned), s.steps, s.tokens)
+        (s.role.map(Cow::into_owned), s.turn, s.tokens)
     }
 
     #[test]
@@ -395,7 +383,7 @@ mod tests {
         assert_eq!(seen(other.as_bytes()).unwrap().so_far, None);
         let atif = r#"{"schema_version":"ATIF-v1.2","steps":[{"source":"user","timestamp":"2026-01-01T00:00:10Z"},{"source":"agent","timestamp":"2026-01-01T00:00:04Z"},{"source":"agent","timestamp":7},{"source":"agent"}]}"#;
         let span = seen(atif.as_bytes()).unwrap().span.unwrap();
-        let at = |t| parse_rfc3339(t).unwrap();
+        let at = |t| crate::records::timestamp::parse_rfc3339(t).unwrap();
         assert_eq!(
             span,
             (at("2026-01-01T00:00:04Z"), at("2026-01-01T00:00:10Z"))
@@ -409,7 +397,7 @@ mod tests {
             r#"{"role":"assistant","content":"hi \"role\":\"user\" {[","usage":{"prompt_tokens":10,"completion_tokens":5}}"#,
         );
         assert_eq!(role.as_deref(), Some("assistant"));
-        assert_eq!(steps, 1);
+        assert_eq!(steps, Turn::Model);
         let want = Tokens {
             input: 10,
             output: 5,
@@ -420,24 +408,27 @@ mod tests {
         let (role, steps, tokens) = look(
             r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":3,"output_tokens":4,"total_tokens":9}}}"#,
         );
-        assert_eq!((role.as_deref(), steps), (Some("assistant"), 1));
+        assert_eq!((role.as_deref(), steps), (Some("assistant"), Turn::Model));
         assert_eq!(tokens.unwrap().total, 9);
         // Codex, wrapped
         let (role, steps, tokens) =
             look(r#"{"type":"response_item","payload":{"type":"function_call","name":"sh"}}"#);
         assert_eq!(
             (role.as_deref(), steps, tokens),
-            (Some("response_item"), 0, None)
+            (Some("response_item"), Turn::Model, None)
         );
         // An escaped role, nested values of every kind skipped
         let (role, _, _) =
             look(r#" { "a" : [1, {"b": [true, null, -1.5e3]}], "role" : "us\u0065r" } "#);
         assert_eq!(role.as_deref(), Some("user"));
         // ATIF
-        let (role, steps, tokens) = look(
-            r#"{"schema_version":"ATIF-v1.4","steps":[{"source":"user"},{"source":"agent","metrics":{"prompt_tokens":7,"completion_tokens":2}},{"source":"agent"}]}"#,
+        let atif = r#"{"schema_version":"ATIF-v1.4","steps":[{"source":"user"},{"source":"agent","metrics":{"prompt_tokens":7,"completion_tokens":2}},{"source":"agent"}]}"#;
+        assert_eq!(seen(atif.as_bytes()).unwrap().steps, 2);
+        let (role, steps, tokens) = look(atif);
+        assert_eq!(
+            (role.as_deref(), steps),
+            (Some("trajectory"), Turn::Neither)
         );
-        assert_eq!((role.as_deref(), steps), (Some("trajectory"), 2));
         assert_eq!(tokens.unwrap().total, 9);
         // Not an object at all, and odd values where strings were expected
         assert!(seen(b"[1,2]").is_none());
@@ -445,13 +436,13 @@ mod tests {
         assert_eq!((role, tokens), (None, None));
     }
 
-    type Effect = (Option<String>, u64, Option<Tokens>, Option<Tokens>);
-
     /// What a record adds, however it was found.
-    fn effect(seen: Option<Seen<'_>>) -> Effect {
-        seen.map_or((None, 0, None, None), |s| {
-            (s.role.map(Cow::into_owned), s.steps, s.tokens, s.so_far)
-        })
+    fn effect(seen: Option<Seen<'_>>) -> String {
+        let s = seen.unwrap_or_default();
+        format!(
+            "{:?} {:?} {} {:?} {:?} {:?}",
+            s.role, s.turn, s.steps, s.tokens, s.so_far, s.review
+        )
     }
 
     #[test]
@@ -478,6 +469,11 @@ mod tests {
             r#"{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":5,"output_tokens":2}}}}"#,
             r#"{"payload":{"info":{"total_token_usage":{"total_tokens":3}},"type":"token_count"},"type":"event_msg"}"#,
             r#"{"info":{"total_token_usage":{"total_tokens":3}},"type":"token_count"}"#,
+            r#"{"role":"user","content":[{"type":"tool_result","is_error":true,"content":[{"type":"text","text":"no"}]},{"type":"text","text":"go on"}],"model":"m","score":1,"reward":0.5}"#,
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"1"},{"id":"2"}],"finish_reason":"tool_calls","total_cost_usd":0.25,"score":"high"}"#,
+            r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c","output":"{\"output\":\"x\",\"metadata\":{\"exit_code\":2}}"}}"#,
+            r#"{"type":"session_meta","payload":{"id":"s","originator":"codex_cli_rs","model":"gpt-5"}}"#,
+            r#"{"type":"assistant","message":{"role":"assistant","model":"claude","stop_reason":"end_turn","content":[{"type":"tool_use","id":"t"}]},"content":"top"}"#,
         ];
         let deep = format!(
             r#"{{"deep":{}1{},"role":"user"}}"#,

@@ -13,16 +13,30 @@
 
   // The server's orders (`sort=`); by name when none is given.
   const SORTS = [['', 'by name'], ['newest', 'newest'], ['longest', 'longest'], ['failed', 'most failed'],
-    ['tokens', 'most tokens'], ['records', 'most records']];
+    ['tokens', 'most tokens'], ['records', 'most records'], ['steps', 'most steps'],
+    ['calls', 'most tool calls'], ['errors', 'most tool errors'], ['score', 'highest score']];
+
+  // Filters on what a run's records say, applied to the runs (and their
+  // summary), not to the records (the histogram counts the selection's).
+  const RUN_FILTERS = [['model', 'Model'], ['agent', 'Agent'], ['stop', 'Stop reason']];
+
+  // params' run filters added to the API parameters p.
+  function withRunFilters(p, params) {
+    for (const [key] of RUN_FILTERS) {
+      const value = params.get(key);
+      if (value) p.set(key, value);
+    }
+    return p;
+  }
 
   function runsPage(v, params, main) {
     const sort = SORTS.some(([value]) => value && value === params.get('sort')) ? params.get('sort') : '';
     const api = filtersOf(params);
-    const first = new URLSearchParams(api);
+    const first = withRunFilters(new URLSearchParams(api), params);
     if (sort) first.set('sort', sort);
     first.set('limit', String(PAGE));
     const runsUrl = apiHref('runs', first);
-    const summaryUrl = apiHref('runs/summary', api);
+    const summaryUrl = apiHref('runs/summary', withRunFilters(new URLSearchParams(api), params));
     const hist = new URLSearchParams(api);
     hist.set('bucket', 'day');
     const histUrl = apiHref('histogram', hist);
@@ -82,7 +96,11 @@
       h('div', { id: 'chips', role: 'group', 'aria-label': 'Attribute filters' }, params.getAll('where').map((w) =>
         h('span', { class: 'chip', 'data-where': w }, h('bdi', null, visible(w)),
           h('button', { type: 'button', class: 'chip-remove', 'aria-label': 'Remove filter ' + visible(w),
-            onclick: () => navigate(pageHref('runs', withWhere(params, w, false))) }, '×')))));
+            onclick: () => navigate(pageHref('runs', withWhere(params, w, false))) }, '×'))),
+      RUN_FILTERS.filter(([key]) => params.get(key)).map(([key, label]) =>
+        h('span', { class: 'chip', 'data-run-filter': key }, label + ': ', h('bdi', null, visible(params.get(key))),
+          h('button', { type: 'button', class: 'chip-remove', 'aria-label': 'Remove filter ' + label,
+            onclick: () => navigate(pageHref('runs', withRunFilter(params, key, null))) }, '×')))));
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       navigate(pageHref('runs', fromForm(form, params)));
@@ -93,12 +111,19 @@
 
   // The runs URL of the form's fields, keeping the URL's where chips.
   function fromForm(form, params) {
-    const p = onlyPath(pathOf(params));
+    const p = withRunFilters(onlyPath(pathOf(params)), params);
     for (const w of params.getAll('where')) p.append('where', w);
     for (const key of ['contains', 'file', 'since', 'until', 'sort']) {
       const value = form.querySelector('#' + key).value.trim();
       if (value) p.set(key, value);
     }
+    return p;
+  }
+
+  // params with the run filter key set to value (or removed: null).
+  function withRunFilter(params, key, value) {
+    const p = new URLSearchParams(params);
+    if (value === null) p.delete(key); else p.set(key, value);
     return p;
   }
 
@@ -160,6 +185,25 @@
     }
     if (isOther(other.facet_keys)) {
       box.append(h('ul', { id: 'facet-keys-other' }, otherItem(other.facet_keys, 'facet-key', 'keys')));
+    }
+    // What the runs' records say: each value filters the runs.
+    const reviewed = isObj(data.reviewed) ? data.reviewed : {};
+    const reviewedOther = isObj(other.reviewed) ? other.reviewed : {};
+    for (const [key, label] of RUN_FILTERS) {
+      const values = Object.entries(isObj(reviewed[key]) ? reviewed[key] : {}).sort(byCount);
+      if (!values.length) continue;
+      const item = ([value, count]) => {
+        const on = params.get(key) === value;
+        return h('li', null, h('button', { type: 'button', class: 'facet-value', 'data-key': key, 'data-value': value,
+          'aria-pressed': on ? 'true' : 'false', title: 'runs',
+          onclick: () => navigate(pageHref('runs', withRunFilter(params, key, on ? null : value))) },
+        nameNode(value), h('span', { class: 'count' }, fmtInt(count))));
+      };
+      const rest = isOther(reviewedOther[key]) ? otherItem(reviewedOther[key], 'facet-value', 'values') : null;
+      box.append(h('div', { class: 'facet reviewed', 'data-key': key }, h('h3', null, label, ' (runs)'),
+        h('ul', null, values.slice(0, 20).map(item), values.length > 20 ? null : rest),
+        values.length > 20 ? h('details', null, h('summary', null, fmtInt(values.length - 20), ' more'),
+          h('ul', null, values.slice(20).map(item), rest)) : null));
     }
     // Roles are shown, not filtered on: the API has no role filter.
     const roles = Object.entries(isObj(data.roles) ? data.roles : {}).sort(byCount);
@@ -245,7 +289,7 @@
     const tbody = h('tbody');
     const more = h('p', { id: 'runs-more', class: 'note' });
     clear(box).append(h('h2', { id: 'runs-section-h' }, 'Runs'), h('p', { id: 'runs-summary' }),
-      h('div', { id: 'runs' }, runsTable(tbody)), more);
+      h('div', { id: 'runs' }, runsTable(tbody, state)), more);
     if (!runs.length) box.append(h('p', { class: 'empty' }, 'No runs match.'));
     box.append(...drawWarnings(first.warnings, first.truncated, 'A traversal bound was hit: not every run is shown.'));
     appendRows(tbody, runs, state);
@@ -343,16 +387,39 @@
     } finally {
       state.loading = false;
     }
-    // Still in view (a tall window): the next page too.
-    if (!more.isConnected || v !== PC.currentView()) return;
-    const r = more.getBoundingClientRect();
-    if (state.next && r.top < window.innerHeight + 800) loadMore(tbody, more, state, observer);
+    // Observed afresh, the end of the table is reported at the next frame
+    // whether or not it left the view meanwhile: a tall window, or a
+    // reader who scrolled to the end while this page was on its way (an
+    // observer reports only crossings, and there was none to report).
+    if (!more.isConnected || v !== PC.currentView() || !state.next) return;
+    observer.unobserve(more);
+    observer.observe(more);
   }
 
-  function runsTable(tbody) {
-    const head = ['Run', 'Records', 'Failed', 'First', 'Last', 'Duration', 'Steps', 'Tokens'];
+  // Columns: heading, and the order a click on it asks for.
+  const COLUMNS = [['Run · task', ''], ['Model', null], ['Outcome', 'score'], ['Steps', 'steps'],
+    ['Calls', 'calls'], ['Errors', 'errors'], ['Tokens', 'tokens'], ['Records', 'records'],
+    ['Failed', 'failed'], ['Last', 'newest'], ['Duration', 'longest']];
+
+  function runsTable(tbody, state) {
+    const heading = ([text, sort]) => {
+      if (sort === null) return h('th', { scope: 'col' }, text);
+      const p = new URLSearchParams(state.params);
+      if (sort) p.set('sort', sort); else p.delete('sort');
+      const on = (state.sort || '') === sort;
+      return h('th', { scope: 'col', 'aria-sort': on ? (sort ? 'descending' : 'ascending') : null },
+        h('a', { href: pageHref('runs', p), 'data-nav': '', 'data-sort': sort || 'name', class: on ? 'sorted' : null }, text));
+    };
     return h('table', { class: 'grid runs-table' },
-      h('thead', null, h('tr', null, head.map((t) => h('th', { scope: 'col' }, t)))), tbody);
+      h('thead', null, h('tr', null, COLUMNS.map(heading))), tbody);
+  }
+
+  // A run's outcome: its score, else why its model stopped.
+  function outcomeText(o) {
+    if (!isObj(o)) return '–';
+    if (typeof o.score === 'number') return 'score ' + String(o.score);
+    if (typeof o.stop === 'string') return o.stop;
+    return '–';
   }
 
   function runRow(run, state) {
@@ -363,18 +430,27 @@
     p.set('file', typeof run.file === 'string' ? run.file : globLiteral(name));
     const tokens = isObj(run.tokens) ? run.tokens : null;
     const cut = name.lastIndexOf('/');
+    const task = typeof run.task === 'string' ? run.task : null;
+    const model = typeof run.model === 'string' ? run.model : null;
+    const outcome = isObj(run.outcome) ? run.outcome : {};
+    const cost = typeof outcome.cost_usd === 'number' ? ` · $${outcome.cost_usd}` : '';
     return h('tr', { class: 'run', 'data-run': name },
       h('td', { class: 'run-name' }, h('a', { href: pageHref('run', p), 'data-nav': '', title: visible(name) },
         cut >= 0 ? h('span', { class: 'run-dir' }, nameNode(name.slice(0, cut + 1))) : null,
-        nameNode(name.slice(cut + 1)))),
+        nameNode(name.slice(cut + 1))),
+      task !== null ? h('div', { class: 'run-task', title: visible(task) }, nameNode(task)) : null),
+      h('td', { class: 'model', title: typeof run.agent === 'string' ? 'agent ' + visible(run.agent) : null },
+        model !== null ? nameNode(model) : '–'),
+      h('td', { class: 'outcome' }, nameNode(outcomeText(outcome) + cost)),
+      h('td', { class: 'num steps' }, fmtInt(run.steps)),
+      h('td', { class: 'num calls' }, fmtInt(run.tool_calls)),
+      h('td', { class: 'num errors' + (run.tool_errors > 0 ? ' nonzero' : '') }, fmtInt(run.tool_errors)),
+      h('td', { class: 'num tokens', title: tokens ? `input ${fmtInt(tokens.input)} · output ${fmtInt(tokens.output)}` : null },
+        tokens ? fmtInt(tokens.total) : '–'),
       h('td', { class: 'num records' }, fmtInt(run.records)),
       h('td', { class: 'num failed' + (run.failed > 0 ? ' nonzero' : '') }, fmtInt(run.failed)),
-      h('td', { class: 'time' }, fmtTs(run.first)),
-      h('td', { class: 'time' }, fmtTs(run.last)),
-      h('td', { class: 'num duration' }, fmtDuration(run.duration_seconds)),
-      h('td', { class: 'num steps' }, fmtInt(run.steps)),
-      h('td', { class: 'num tokens', title: tokens ? `input ${fmtInt(tokens.input)} · output ${fmtInt(tokens.output)}` : null },
-        tokens ? fmtInt(tokens.total) : '–'));
+      h('td', { class: 'time', title: 'first ' + fmtTs(run.first) }, fmtTs(run.last)),
+      h('td', { class: 'num duration' }, fmtDuration(run.duration_seconds)));
   }
 
   PC.runsPage = runsPage;
