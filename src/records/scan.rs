@@ -76,34 +76,70 @@ pub(super) enum Mark {
     Usage,
     SchemaVersion,
     Content,
-    ToolCalls,
-    Model,
-    Score,
-    Stop,
-    Cost,
+    /// One of the rarer fields (see [`Landmarks`]).
+    Rare,
 }
 
-/// Where the values of a record's top-level fields a run summary reads
-/// start in its text (the last one of a repeated key), found by the scan
+/// Where the values of a record's top-level `role`, `type`, `message` or
+/// `payload`, `usage`, `schema_version` and `content` start in its text
+/// (the last one of a repeated key), and whether it has any of the rarer
+/// fields a run summary reads (`tool_calls`, `model`, `reward`, `score`,
+/// `stop_reason`, `finish_reason`, `total_cost_usd`): found by the scan
 /// that validates the record, so the summary need not walk the record
-/// again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// again. Kept small: the read hands one over with every record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Landmarks {
-    pub role: Option<u32>,
-    pub kind: Option<u32>,
+    /// Each mark's offset, `NONE` for none.
+    at: [u32; 6],
+    rare: bool,
+}
+
+impl Default for Landmarks {
+    fn default() -> Self {
+        Landmarks {
+            at: [NONE; 6],
+            rare: false,
+        }
+    }
+}
+
+/// No such field (no record this reads is 4 GiB long).
+const NONE: u32 = u32::MAX;
+
+impl Landmarks {
+    fn get(&self, mark: usize) -> Option<u32> {
+        Some(self.at[mark]).filter(|&at| at != NONE)
+    }
+
+    pub fn role(&self) -> Option<u32> {
+        self.get(0)
+    }
+
+    pub fn kind(&self) -> Option<u32> {
+        self.get(1)
+    }
+
     /// `message` (chat lines) or `payload` (Codex rollout lines).
-    pub inner: Option<u32>,
-    pub usage: Option<u32>,
-    pub schema_version: Option<u32>,
-    pub content: Option<u32>,
-    pub tool_calls: Option<u32>,
-    pub model: Option<u32>,
-    /// `reward` or `score`.
-    pub score: Option<u32>,
-    /// `stop_reason` or `finish_reason`.
-    pub stop: Option<u32>,
-    /// `total_cost_usd`.
-    pub cost: Option<u32>,
+    pub fn inner(&self) -> Option<u32> {
+        self.get(2)
+    }
+
+    pub fn usage(&self) -> Option<u32> {
+        self.get(3)
+    }
+
+    pub fn schema_version(&self) -> Option<u32> {
+        self.get(4)
+    }
+
+    pub fn content(&self) -> Option<u32> {
+        self.get(5)
+    }
+
+    /// It has one of the rarer fields: a summary walks its top level.
+    pub fn rare(&self) -> bool {
+        self.rare
+    }
 }
 
 enum State {
@@ -364,23 +400,19 @@ impl RecordFacts {
     ) {
         if let Field::Mark(mark) = field {
             // Texts longer than u32 are never records this reads.
-            let at = u32::try_from(member.value.start).ok();
+            let at = u32::try_from(member.value.start).unwrap_or(NONE);
             let marks = &mut self.landmarks;
             match mark {
-                Mark::Role => marks.role = at,
-                Mark::Type => marks.kind = at,
+                Mark::Role => marks.at[0] = at,
+                Mark::Type => marks.at[1] = at,
                 // Only an object is looked into (a later one of another
                 // type leaves an earlier object in place).
-                Mark::Inner if member.token == Token::Object => marks.inner = at,
+                Mark::Inner if member.token == Token::Object => marks.at[2] = at,
                 Mark::Inner => {}
-                Mark::Usage => marks.usage = at,
-                Mark::SchemaVersion => marks.schema_version = at,
-                Mark::Content => marks.content = at,
-                Mark::ToolCalls => marks.tool_calls = at,
-                Mark::Model => marks.model = at,
-                Mark::Score => marks.score = at,
-                Mark::Stop => marks.stop = at,
-                Mark::Cost => marks.cost = at,
+                Mark::Usage => marks.at[3] = at,
+                Mark::SchemaVersion => marks.at[4] = at,
+                Mark::Content => marks.at[5] = at,
+                Mark::Rare => marks.rare = true,
             }
             return;
         }
@@ -547,11 +579,8 @@ fn field_named(name: &[u8]) -> Field {
         b"usage" => Field::Mark(Mark::Usage),
         b"schema_version" => Field::Mark(Mark::SchemaVersion),
         b"content" => Field::Mark(Mark::Content),
-        b"tool_calls" => Field::Mark(Mark::ToolCalls),
-        b"model" => Field::Mark(Mark::Model),
-        b"reward" | b"score" => Field::Mark(Mark::Score),
-        b"stop_reason" | b"finish_reason" => Field::Mark(Mark::Stop),
-        b"total_cost_usd" => Field::Mark(Mark::Cost),
+        b"tool_calls" | b"model" | b"reward" | b"score" | b"stop_reason" | b"finish_reason"
+        | b"total_cost_usd" => Field::Mark(Mark::Rare),
         _ => Field::Other,
     }
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::Tokens;
-use super::peek::{Review, Seen, Turn};
+use super::peek::{Review, Seen, Text, Turn};
 use crate::records::timestamp::{Micros, parse_rfc3339};
 
 /// What an ATIF trajectory adds to its run; `None` when it does not
@@ -106,7 +106,7 @@ impl Atif {
             let agent = step.source.as_deref() == Some("agent");
             agent_steps += u64::from(agent);
             if step.source.as_deref() == Some("user") && review.asked.is_none() {
-                review.asked = text(step.message);
+                review.asked = text(step.message).map(Text::Decoded);
             }
             review.tool_calls += step.tool_calls.map_or(0, |c| c.len() as u64);
             if let Some(observation) = step.observation {
@@ -149,7 +149,7 @@ impl Atif {
             tokens,
             so_far: None,
             span,
-            review,
+            review: Some(Box::new(review)),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::cut;
-use super::peek::{self, Seen, Turn};
+use super::peek::{self, Review, Seen, Text, Turn};
 use super::{RunSummary, Tokens};
 use crate::records::scan::Landmarks;
 use crate::records::timestamp::Micros;
@@ -53,6 +53,9 @@ pub(super) struct RunLooked {
     pub span: Option<(Micros, Micros)>,
     /// The model spoke last: its next record goes on the same step.
     speaking: bool,
+    /// The first record on either side: whether the model spoke in it
+    /// (`None` before one).
+    opening: Option<bool>,
     task: Option<String>,
     model: Option<String>,
     agent: Option<String>,
@@ -73,12 +76,22 @@ impl RunLooked {
             Turn::Input => self.speaking = false,
             _ => {}
         }
+        if seen.turn != Turn::Neither && self.opening.is_none() {
+            self.opening = Some(self.speaking);
+        }
         self.tokens = Tokens::sum(self.tokens, seen.tokens);
         self.so_far = larger(self.so_far, seen.so_far);
         self.span = wider(self.span, seen.span);
-        let review = seen.review;
+        if let Some(review) = seen.review {
+            self.review(*review, seen.turn);
+        }
+    }
+
+    /// Takes in what a record says a reviewer reads first.
+    fn review(&mut self, review: Review<'_>, turn: Turn) {
         if self.task.is_none() {
-            self.task = review.asked.as_deref().and_then(task);
+            let asked = review.asked.and_then(Text::decode);
+            self.task = asked.filter(|t| !is_context(t)).as_deref().and_then(task);
         }
         if self.model.is_none() {
             self.model = review.model.map(|m| cut::key(&m).into_owned());
@@ -88,7 +101,7 @@ impl RunLooked {
         }
         self.tool_calls = self.tool_calls.saturating_add(review.tool_calls);
         self.tool_errors = self.tool_errors.saturating_add(review.tool_errors);
-        let stop = review.stop.filter(|_| seen.turn == Turn::Model);
+        let stop = review.stop.filter(|_| turn == Turn::Model);
         self.outcome = Outcome {
             score: review.score,
             stop: stop.map(|s| cut::key(&s).into_owned()),
@@ -111,6 +124,23 @@ impl RunLooked {
         self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
         self.tool_errors = self.tool_errors.saturating_add(other.tool_errors);
         self.outcome = std::mem::take(&mut self.outcome).or(other.outcome);
+    }
+
+    /// Takes in the records that came after this one's, looked into
+    /// elsewhere: what a single look at all of them in order finds (a
+    /// step going on across the seam is counted once).
+    fn then(&mut self, later: RunLooked) {
+        let seam = self.speaking && later.opening == Some(true);
+        let (opening, speaking) = (later.opening, later.speaking);
+        // The last score and stop reason are the later ones.
+        let outcome = later.outcome.clone();
+        self.absorb(later);
+        self.steps = self.steps.saturating_sub(u64::from(seam));
+        if opening.is_some() {
+            self.speaking = speaking;
+        }
+        self.opening = self.opening.or(opening);
+        self.outcome = outcome.or(std::mem::take(&mut self.outcome));
     }
 
     /// Writes what was found into the run's summary.
@@ -141,6 +171,15 @@ fn wider(a: Option<(Micros, Micros)>, b: Option<(Micros, Micros)>) -> Option<(Mi
     }
 }
 
+/// User texts a Codex rollout writes before the task: its context, not
+/// what was asked.
+const CONTEXT_OPENINGS: [&str; 2] = ["<environment_context>", "<user_instructions>"];
+
+fn is_context(text: &str) -> bool {
+    let text = text.trim_start();
+    CONTEXT_OPENINGS.iter().any(|o| text.starts_with(o))
+}
+
 /// A user message as a task: its words on one line, cut at
 /// [`TASK_CHARS_AT_MOST`] characters; `None` when it has no words.
 fn task(text: &str) -> Option<String> {
@@ -167,25 +206,36 @@ fn task(text: &str) -> Option<String> {
 }
 
 impl Looked {
-    /// Takes in what another looker found of the same runs (by place).
-    pub fn absorb(&mut self, other: Looked) {
-        for (role, n) in other.roles {
-            *self.roles.entry(role).or_default() += n;
+    /// Takes in what another looker found of the records that came after
+    /// this one's, run by run (by place).
+    pub fn then(&mut self, later: Looked) {
+        self.add_roles(&later.roles);
+        if self.runs.len() < later.runs.len() {
+            self.runs.resize(later.runs.len(), RunLooked::default());
         }
-        if self.runs.len() < other.runs.len() {
-            self.runs.resize(other.runs.len(), RunLooked::default());
+        for (mine, theirs) in self.runs.iter_mut().zip(later.runs) {
+            mine.then(theirs);
         }
-        for (mine, theirs) in self.runs.iter_mut().zip(other.runs) {
-            mine.absorb(theirs);
+    }
+
+    fn add_roles(&mut self, roles: &BTreeMap<String, u64>) {
+        for (role, n) in roles {
+            match self.roles.get_mut(role) {
+                Some(mine) => *mine += n,
+                None => {
+                    self.roles.insert(role.clone(), *n);
+                }
+            }
         }
     }
 
     /// Looks into one record of the run at `at`, from its landmarks when
     /// the read found them.
     pub fn look(&mut self, at: usize, bytes: &[u8], marks: Option<&Landmarks>) {
+        let task = self.runs.get(at).is_none_or(|r| r.task.is_none());
         let seen = match marks {
-            Some(marks) => peek::seen_at(bytes, marks),
-            None => peek::seen(bytes),
+            Some(marks) => peek::seen_at(bytes, marks, task),
+            None => peek::seen(bytes, task),
         };
         let Some(mut seen) = seen else {
             return;
@@ -214,22 +264,46 @@ mod tests {
 
     /// One run of `records`, in order, looked into with the read's
     /// landmarks and without: both must find the same.
+    /// One run of `records`, in order, looked into with the read's
+    /// landmarks and without, and in two parts at every place: each must
+    /// find the same.
     fn run(records: &[&str]) -> RunSummary {
         let mut scanner = crate::records::scan::RecordScanner::default();
-        let (mut walked, mut marked) = (Looked::default(), Looked::default());
-        for record in records {
-            let facts = scanner.facts(record.as_bytes()).expect(record);
-            walked.look(0, record.as_bytes(), None);
-            marked.look(0, record.as_bytes(), Some(&facts.landmarks()));
-        }
+        let mut looked = |records: &[&str], marks: bool| {
+            let mut looked = Looked::default();
+            for record in records {
+                let facts = scanner.facts(record.as_bytes()).expect(record);
+                let marks = marks.then(|| facts.landmarks());
+                looked.look(0, record.as_bytes(), marks.as_ref());
+            }
+            looked
+        };
         let summary = |looked: Looked| {
             let mut s = super::super::tests::empty_summary();
-            looked.runs.into_iter().next().unwrap().fill(&mut s);
+            looked
+                .runs
+                .into_iter()
+                .next()
+                .unwrap_or_default()
+                .fill(&mut s);
             s
         };
-        let (a, b) = (summary(walked), summary(marked));
-        assert_eq!(a, b, "the landmarks find what a walk finds");
-        a
+        let whole = summary(looked(records, false));
+        assert_eq!(
+            summary(looked(records, true)),
+            whole,
+            "the landmarks find what a walk finds"
+        );
+        for cut in 0..=records.len() {
+            let mut first = looked(&records[..cut], true);
+            first.then(looked(&records[cut..], true));
+            assert_eq!(
+                summary(first),
+                whole,
+                "looked into in two parts, cut at {cut}"
+            );
+        }
+        whole
     }
 
     fn review(s: &RunSummary) -> (u64, Option<&str>, Option<&str>, u64, u64) {

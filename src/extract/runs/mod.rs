@@ -275,12 +275,13 @@ fn tallied(
     let visited = plan.visit(catalog, Position::default(), true, &mut tally);
     tally.hand_over();
     drop(tally.send.take());
-    // What the looking thread found, and what this one looked into itself.
-    let mut looked = match thread {
-        Some(thread) => thread.join().expect("the runs thread does not panic"),
-        None => Looked::default(),
-    };
-    looked.absorb(std::mem::take(&mut tally.looked));
+    // What this thread looked into itself, then what the looking thread
+    // found: a run's records looked into here all come before those sent
+    // there.
+    let mut looked = std::mem::take(&mut tally.looked);
+    if let Some(thread) = thread {
+        looked.then(thread.join().expect("the runs thread does not panic"));
+    }
     let _ = visited?;
     let mut runs = tally.runs;
     for (at, seen) in looked.runs.into_iter().enumerate() {
@@ -411,6 +412,8 @@ struct RunState {
     summary: RunSummary,
     first: Option<Micros>,
     last: Option<Micros>,
+    /// Its records go to the looking thread from now on.
+    sent: bool,
 }
 
 impl RunState {
@@ -484,6 +487,7 @@ impl Selected for RunTally {
                         },
                         first: None,
                         last: None,
+                        sent: false,
                     });
                     self.by_name.insert(run, self.runs.len() - 1);
                     self.runs.len() - 1
@@ -508,12 +512,19 @@ impl Selected for RunTally {
         if bytes.len() > PEEK_LIMIT {
             return Ok(ControlFlow::Continue(()));
         }
-        // Every record goes one way (a run's steps are counted in its
-        // records' order): to the looking thread, when there is one.
-        if self.send.is_none() {
+        // A run's records are looked into here (a role and a few short
+        // fields cost little) until one has a `message`, `payload` or
+        // trajectory to walk; from it on, all of the run's go to the
+        // looking thread, when there is one. So each thread sees its part
+        // of a run in order, and this one's part comes first.
+        let deep = record
+            .landmarks
+            .is_none_or(|m| m.inner().is_some() || m.schema_version().is_some());
+        if self.send.is_none() || (!deep && !state.sent) {
             self.looked.look(at, bytes, record.landmarks.as_ref());
             return Ok(ControlFlow::Continue(()));
         }
+        state.sent = true;
         self.batch.bytes.extend_from_slice(bytes);
         self.batch
             .records

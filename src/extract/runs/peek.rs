@@ -49,14 +49,16 @@ pub(super) struct Seen<'a> {
     /// The earliest and latest time inside the record (an ATIF
     /// trajectory's steps), beside its own timestamp.
     pub span: Option<(Micros, Micros)>,
-    pub review: Review<'a>,
+    /// `None` when the record says none of it (most records): kept apart
+    /// so a record's summary stays small to hand around.
+    pub review: Option<Box<Review<'a>>>,
 }
 
 /// What a reviewer reads first, as far as one record says it.
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Review<'a> {
     /// A user message's text: the run's task when it is the first.
-    pub asked: Option<Cow<'a, str>>,
+    pub asked: Option<Text<'a>>,
     pub model: Option<Cow<'a, str>>,
     pub agent: Option<Cow<'a, str>>,
     pub tool_calls: u64,
@@ -68,11 +70,42 @@ pub(super) struct Review<'a> {
     pub cost_usd: Option<f64>,
 }
 
+/// A text value, decoded only when it is read: most user messages are
+/// not a run's first, and their texts are long.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Text<'a> {
+    /// A JSON string's bytes between its quotes, escapes as they are.
+    Raw(&'a [u8]),
+    Decoded(Cow<'a, str>),
+}
+
+impl<'a> Text<'a> {
+    pub fn decode(self) -> Option<Cow<'a, str>> {
+        match self {
+            Text::Decoded(text) => Some(text),
+            Text::Raw(raw) if !raw.contains(&b'\\') => {
+                std::str::from_utf8(raw).ok().map(Cow::Borrowed)
+            }
+            Text::Raw(raw) => {
+                let quoted = [b"\"", raw, b"\""].concat();
+                serde_json::from_slice::<String>(&quoted)
+                    .ok()
+                    .map(Cow::Owned)
+            }
+        }
+    }
+}
+
 /// What `record` adds to its run; `None` for a record that is not an
 /// object.
-pub(super) fn seen(record: &[u8]) -> Option<Seen<'_>> {
+/// `task`: a user message's text is wanted (its run has no task yet);
+/// without, a `content` that is a text is skipped unread.
+pub(super) fn seen(record: &[u8], task: bool) -> Option<Seen<'_>> {
     let mut scan = Scan::new(record, 0);
-    let mut top = Fields::default();
+    let mut top = Fields {
+        task,
+        ..Fields::default()
+    };
     scan.object(&mut |key, scan| top.take(key, scan, true))?;
     if top.atif {
         return atif::seen(record);
@@ -82,31 +115,36 @@ pub(super) fn seen(record: &[u8]) -> Option<Seen<'_>> {
 
 /// [`seen`] of a record whose top-level fields the read's scan found
 /// already: only their values are read (a `message` or `payload` object
-/// walked, `usage` summed), never the rest of the record.
-pub(super) fn seen_at<'a>(record: &'a [u8], marks: &Landmarks) -> Option<Seen<'a>> {
+/// walked, `usage` summed), never the rest of the record; one with a
+/// rarer field is walked as [`seen`] walks it.
+pub(super) fn seen_at<'a>(record: &'a [u8], marks: &Landmarks, task: bool) -> Option<Seen<'a>> {
+    if marks.rare() {
+        return seen(record, task);
+    }
     let at = |start: Option<u32>| start.map(|i| Scan::new(record, i as usize));
-    if let Some(mut scan) = at(marks.schema_version) {
+    if let Some(mut scan) = at(marks.schema_version()) {
         if scan.text().is_some_and(|v| v.starts_with("ATIF-")) {
             return atif::seen(record);
         }
     }
     let mut top = Fields {
-        role: at(marks.role).and_then(|mut s| s.text()),
-        kind: at(marks.kind).and_then(|mut s| s.text()),
-        usage: at(marks.usage).and_then(|mut s| usage(&mut s)),
-        content: at(marks.content)
-            .map(|mut s| content(&mut s))
+        role: at(marks.role()).and_then(|mut s| s.text()),
+        kind: at(marks.kind()).and_then(|mut s| s.text()),
+        usage: at(marks.usage()).and_then(|mut s| usage(&mut s)),
+        // A text is read only when wanted; parts are always looked into.
+        content: at(marks.content())
+            .filter(|s| task || s.b.get(s.i) != Some(&b'"'))
+            .map(|mut s| content(&mut s, task))
             .unwrap_or_default(),
-        tool_calls: at(marks.tool_calls).map_or(0, |mut s| elements(&mut s)),
-        model: at(marks.model).and_then(|mut s| s.text()),
-        score: at(marks.score).and_then(|mut s| s.float()),
-        stop: at(marks.stop).and_then(|mut s| s.text()),
-        cost_usd: at(marks.cost).and_then(|mut s| s.float()),
+        task,
         ..Fields::default()
     };
-    if let Some(mut scan) = at(marks.inner) {
+    if let Some(mut scan) = at(marks.inner()) {
         if scan.at(b'{') {
-            let mut inner = Fields::default();
+            let mut inner = Fields {
+                task,
+                ..Fields::default()
+            };
             scan.object(&mut |key, scan| inner.take(key, scan, false))?;
             top.inner = Some(Box::new(inner));
         }
@@ -118,7 +156,7 @@ pub(super) fn seen_at<'a>(record: &'a [u8], marks: &Landmarks) -> Option<Seen<'a
 /// tool results (Anthropic's parts; a plain string is all text).
 #[derive(Default)]
 struct Content<'a> {
-    text: Option<Cow<'a, str>>,
+    text: Option<&'a [u8]>,
     tool_uses: u64,
     errors: u64,
 }
@@ -145,6 +183,8 @@ struct Fields<'a> {
     /// `message` (chat lines) or `payload` (Codex rollout lines).
     inner: Option<Box<Fields<'a>>>,
     atif: bool,
+    /// A text `content` is wanted (see [`seen`]).
+    task: bool,
 }
 
 /// Codex payload types in which the model speaks, and those that call a
@@ -157,10 +197,6 @@ const CODEX_MODEL: [&str; 5] = [
     "web_search_call",
 ];
 const CODEX_OUTPUT: [&str; 2] = ["function_call_output", "custom_tool_call_output"];
-
-/// User texts a Codex rollout writes before the task: its context, not
-/// what was asked.
-const CONTEXT_OPENINGS: [&str; 2] = ["<environment_context>", "<user_instructions>"];
 
 impl<'a> Fields<'a> {
     /// What the top-level fields (and `message`'s or `payload`'s) add up
@@ -186,11 +222,7 @@ impl<'a> Fields<'a> {
             _ => Turn::Neither,
         };
         let asked = match role.as_deref() {
-            Some("user") => self.content.text.or(inner.content.text).filter(|t| {
-                !CONTEXT_OPENINGS
-                    .iter()
-                    .any(|o| t.trim_start().starts_with(o))
-            }),
+            Some("user") => self.content.text.or(inner.content.text).map(Text::Raw),
             _ => None,
         };
         let review = Review {
@@ -216,7 +248,7 @@ impl<'a> Fields<'a> {
             tokens: self.usage.or(inner.usage),
             so_far,
             span: None,
-            review,
+            review: (review != Review::default()).then(|| Box::new(review)),
         }
     }
 
@@ -235,14 +267,17 @@ impl<'a> Fields<'a> {
             b"role" => self.role = scan.text(),
             b"type" => self.kind = scan.text(),
             b"usage" => self.usage = usage(scan),
-            b"content" => self.content = content(scan),
+            b"content" => self.content = content(scan, self.task),
             b"tool_calls" => self.tool_calls = elements(scan),
             b"model" => self.model = scan.text(),
             b"reward" | b"score" => self.score = scan.float(),
             b"stop_reason" | b"finish_reason" => self.stop = scan.text(),
             b"total_cost_usd" => self.cost_usd = scan.float(),
             b"message" | b"payload" if top && scan.at(b'{') => {
-                let mut inner = Fields::default();
+                let mut inner = Fields {
+                    task: self.task,
+                    ..Fields::default()
+                };
                 scan.object(&mut |key, scan| inner.take(key, scan, false))?;
                 self.inner = Some(Box::new(inner));
             }
@@ -277,10 +312,15 @@ fn elements(scan: &mut Scan<'_>) -> u64 {
 }
 
 /// What a `content` value holds (see [`Content`]).
-fn content<'a>(scan: &mut Scan<'a>) -> Content<'a> {
+fn content<'a>(scan: &mut Scan<'a>, task: bool) -> Content<'a> {
     let mut found = Content::default();
     if scan.at(b'"') {
-        found.text = scan.text();
+        match task {
+            true => found.text = scan.raw_string(),
+            false => {
+                let _ = scan.skip();
+            }
+        }
         return found;
     }
     let _ = scan.array(&mut |scan| {
@@ -291,7 +331,7 @@ fn content<'a>(scan: &mut Scan<'a>) -> Content<'a> {
         scan.object(&mut |key, scan| {
             match key {
                 b"type" => kind = scan.text(),
-                b"text" => text = scan.text(),
+                b"text" if scan.at(b'"') => text = scan.raw_string(),
                 b"is_error" => error = scan.truth(),
                 _ => scan.skip()?,
             }
@@ -364,14 +404,14 @@ mod tests {
     use super::*;
 
     fn look(json: &str) -> (Option<String>, Turn, Option<Tokens>) {
-        let s = seen(json.as_bytes()).unwrap();
+        let s = seen(json.as_bytes(), true).unwrap();
         (s.role.map(Cow::into_owned), s.turn, s.tokens)
     }
 
     #[test]
     fn a_codex_token_count_is_the_runs_tokens_so_far_and_atif_steps_carry_times() {
         let event = r#"{"timestamp":"2026-01-01T00:00:05Z","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":120,"cached_input_tokens":100,"output_tokens":30,"reasoning_output_tokens":4,"total_tokens":150},"last_token_usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}},"rate_limits":null}}"#;
-        let s = seen(event.as_bytes()).unwrap();
+        let s = seen(event.as_bytes(), true).unwrap();
         let want = Tokens {
             input: 120,
             output: 30,
@@ -380,9 +420,9 @@ mod tests {
         assert_eq!((s.tokens, s.so_far), (None, Some(want)));
         // Only a token_count event's info counts.
         let other = r#"{"type":"event_msg","payload":{"type":"agent_message","info":{"total_token_usage":{"total_tokens":9}}}}"#;
-        assert_eq!(seen(other.as_bytes()).unwrap().so_far, None);
+        assert_eq!(seen(other.as_bytes(), true).unwrap().so_far, None);
         let atif = r#"{"schema_version":"ATIF-v1.2","steps":[{"source":"user","timestamp":"2026-01-01T00:00:10Z"},{"source":"agent","timestamp":"2026-01-01T00:00:04Z"},{"source":"agent","timestamp":7},{"source":"agent"}]}"#;
-        let span = seen(atif.as_bytes()).unwrap().span.unwrap();
+        let span = seen(atif.as_bytes(), true).unwrap().span.unwrap();
         let at = |t| crate::records::timestamp::parse_rfc3339(t).unwrap();
         assert_eq!(
             span,
@@ -423,7 +463,7 @@ mod tests {
         assert_eq!(role.as_deref(), Some("user"));
         // ATIF
         let atif = r#"{"schema_version":"ATIF-v1.4","steps":[{"source":"user"},{"source":"agent","metrics":{"prompt_tokens":7,"completion_tokens":2}},{"source":"agent"}]}"#;
-        assert_eq!(seen(atif.as_bytes()).unwrap().steps, 2);
+        assert_eq!(seen(atif.as_bytes(), true).unwrap().steps, 2);
         let (role, steps, tokens) = look(atif);
         assert_eq!(
             (role.as_deref(), steps),
@@ -431,7 +471,7 @@ mod tests {
         );
         assert_eq!(tokens.unwrap().total, 9);
         // Not an object at all, and odd values where strings were expected
-        assert!(seen(b"[1,2]").is_none());
+        assert!(seen(b"[1,2]", true).is_none());
         let (role, _, tokens) = look(r#"{"role":{"x":1},"usage":"none","type":7}"#);
         assert_eq!((role, tokens), (None, None));
     }
@@ -487,8 +527,8 @@ mod tests {
                 .facts(bytes)
                 .unwrap_or_else(|| panic!("valid: {record}"));
             assert_eq!(
-                effect(seen_at(bytes, &facts.landmarks())),
-                effect(seen(bytes)),
+                effect(seen_at(bytes, &facts.landmarks(), true)),
+                effect(seen(bytes, true)),
                 "{record}"
             );
         }
