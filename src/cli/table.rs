@@ -355,7 +355,10 @@ pub fn runs(page: &crate::extract::runs::page::PageAnswer<'_>) -> String {
 /// A run's outcome in a cell: its score, else why its model stopped.
 fn outcome(outcome: &crate::extract::runs::Outcome) -> String {
     match (&outcome.score, &outcome.stop) {
-        (Some(score), _) => format!("score {score}"),
+        (Some(score), _) if score.abs() >= 1e6 || (*score != 0.0 && score.abs() < 1e-3) => {
+            format!("score {score:.3e}")
+        }
+        (Some(score), _) => format!("score {}", (score * 1000.0).round() / 1000.0),
         (None, Some(stop)) => one_line(stop, 24),
         (None, None) => "-".into(),
     }

@@ -16,13 +16,24 @@ pub(super) fn seen(record: &[u8]) -> Option<Seen<'static>> {
     serde_json::from_slice::<Atif>(record).ok().map(Atif::seen)
 }
 
+/// A field of an unexpected shape is read as absent: a trajectory is
+/// never thrown away for one of the fields a review reads.
+fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(T::deserialize(value).unwrap_or_default())
+}
+
 #[derive(Deserialize)]
 struct Atif {
     #[serde(default)]
     steps: Vec<Step>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     agent: Option<Agent>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     final_metrics: Option<FinalMetrics>,
     /// Any JSON value: only a number is a score.
     #[serde(default)]
@@ -50,9 +61,9 @@ struct Step {
     /// A text, or parts: only a text is a task.
     #[serde(default)]
     message: Option<serde_json::Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     tool_calls: Option<Vec<IgnoredAny>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     observation: Option<Observation>,
 }
 
@@ -66,6 +77,7 @@ struct Metrics {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Observation {
+    #[serde(deserialize_with = "lenient")]
     results: Vec<ObservationResult>,
 }
 
@@ -150,6 +162,26 @@ impl Atif {
             so_far: None,
             span,
             review: Some(Box::new(review)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_of_another_shape_does_not_lose_the_trajectory() {
+        for odd in [
+            r#""agent":"x","final_metrics":5"#,
+            r#""agent":{"name":7}"#,
+            r#""final_metrics":{"total_cost_usd":"a lot"}"#,
+        ] {
+            let record = format!(
+                r#"{{"schema_version":"ATIF-v1.4",{odd},"steps":[{{"source":"agent","tool_calls":{{}},"observation":{{"results":null}}}},{{"source":"agent","observation":"text"}},{{"source":"agent","observation":{{"results":[5,{{"is_error":true}}]}}}}]}}"#
+            );
+            let seen = seen(record.as_bytes()).unwrap_or_else(|| panic!("{record}"));
+            assert_eq!(seen.steps, 3, "{record}");
         }
     }
 }

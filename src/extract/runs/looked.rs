@@ -94,17 +94,17 @@ impl RunLooked {
             self.task = asked.filter(|t| !is_context(t)).as_deref().and_then(task);
         }
         if self.model.is_none() {
-            self.model = review.model.map(|m| cut::key(&m).into_owned());
+            self.model = named(review.model);
         }
         if self.agent.is_none() {
-            self.agent = review.agent.map(|a| cut::key(&a).into_owned());
+            self.agent = named(review.agent);
         }
         self.tool_calls = self.tool_calls.saturating_add(review.tool_calls);
         self.tool_errors = self.tool_errors.saturating_add(review.tool_errors);
         let stop = review.stop.filter(|_| turn == Turn::Model);
         self.outcome = Outcome {
             score: review.score,
-            stop: stop.map(|s| cut::key(&s).into_owned()),
+            stop: named(stop),
             cost_usd: review.cost_usd,
         }
         .or(std::mem::take(&mut self.outcome));
@@ -155,6 +155,14 @@ impl RunLooked {
         summary.tool_errors = self.tool_errors;
         summary.outcome = self.outcome;
     }
+}
+
+/// A model, agent or stop reason a record names, cut as a facet value
+/// is; an empty one names nothing (and cannot be filtered on).
+fn named(value: Option<std::borrow::Cow<'_, str>>) -> Option<String> {
+    let value = value?;
+    let value = value.trim();
+    (!value.is_empty()).then(|| cut::key(value).into_owned())
 }
 
 fn larger(a: Option<Tokens>, b: Option<Tokens>) -> Option<Tokens> {
@@ -262,8 +270,6 @@ impl Looked {
 mod tests {
     use super::*;
 
-    /// One run of `records`, in order, looked into with the read's
-    /// landmarks and without: both must find the same.
     /// One run of `records`, in order, looked into with the read's
     /// landmarks and without, and in two parts at every place: each must
     /// find the same.
@@ -382,6 +388,17 @@ mod tests {
             (3, Some("List the files"), Some("gpt-5-codex"), 2, 1)
         );
         assert_eq!(codex.agent.as_deref(), Some("codex_cli_rs"));
+
+        // An empty model names none; a score that is no number leaves the
+        // reward in place.
+        let odd = run(&[
+            r#"{"role":"user","content":"go","model":" "}"#,
+            r#"{"role":"assistant","content":"ok","model":"m","reward":1,"score":"n/a"}"#,
+        ]);
+        assert_eq!(
+            (odd.model.as_deref(), odd.outcome.score),
+            (Some("m"), Some(1.0))
+        );
 
         let atif = run(&[
             r#"{"schema_version":"ATIF-v1.4","agent":{"name":"harbor","model_name":"gpt-5"},"reward":1,"steps":[{"source":"user","message":"Solve it"},{"source":"agent","tool_calls":[{"tool_call_id":"x"}],"observation":{"results":[{"source_call_id":"x","is_error":true}]}},{"source":"agent","message":"ok"}],"final_metrics":{"total_cost_usd":0.5}}"#,

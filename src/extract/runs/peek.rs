@@ -270,7 +270,8 @@ impl<'a> Fields<'a> {
             b"content" => self.content = content(scan, self.task),
             b"tool_calls" => self.tool_calls = elements(scan),
             b"model" => self.model = scan.text(),
-            b"reward" | b"score" => self.score = scan.float(),
+            // A key that holds no number leaves another's in place.
+            b"reward" | b"score" => self.score = scan.float().or(self.score),
             b"stop_reason" | b"finish_reason" => self.stop = scan.text(),
             b"total_cost_usd" => self.cost_usd = scan.float(),
             b"message" | b"payload" if top && scan.at(b'{') => {

@@ -164,6 +164,7 @@
     const otherValues = isObj(other.facets) ? other.facets : {};
     const keys = Object.keys(facets).sort();
     if (!keys.length) box.append(h('p', { class: 'empty' }, 'No hive attributes (key=value directories) here.'));
+    // (The runs' models, agents and stop reasons follow, when any says one.)
     for (const key of keys) {
       const values = Object.entries(isObj(facets[key]) ? facets[key] : {}).sort(byCount);
       const item = ([value, count]) => {
@@ -362,7 +363,9 @@
     state.loading = true;
     const v = PC.currentView();
     try {
-      const p = new URLSearchParams(filtersOf(state.params));
+      // The cursor is bound to every filter of the first page, the run
+      // filters too.
+      const p = withRunFilters(new URLSearchParams(filtersOf(state.params)), state.params);
       if (state.sort) p.set('sort', state.sort);
       p.set('limit', String(PAGE));
       p.set('after', state.next);
