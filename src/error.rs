@@ -266,6 +266,9 @@ error_codes! {
     CursorInvalid => "PCHRONICLE_CURSOR_INVALID",
         "a records cursor (`after=` of `GET /api/records`) is not one this server handed out for this path and these filters (edited, made up, from before the server restarted), or names a source that is no longer where it was (the warehouse changed under the paging)",
         "Start the paging again without `after=`; a cursor is only valid for the path and filters it was handed out with, while the server that handed it out runs.";
+    RunNotFound => "PCHRONICLE_RUN_NOT_FOUND",
+        "a run named to be compared (`a=` or `b=` of `GET /api/compare`) is not one of the runs of the path: a name cut or mistyped, or a run that is no longer there",
+        "Name runs as `/api/runs?path=PATH` (or `pchronicle runs PATH`) gives them, in its `run` field, under the same path.";
     ServeUnauthorized => "PCHRONICLE_SERVE_UNAUTHORIZED",
         "an API request to `pchronicle serve` came without its token (no `Authorization: Bearer` header, no `token=` parameter), or with another one",
         "Open the URL `pchronicle serve` printed (its `#token=` lets the pages in), or send `Authorization: Bearer TOKEN`; the token is the one given with `--token` or printed at start.";

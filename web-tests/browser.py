@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
@@ -336,6 +337,25 @@ def a_hostile_warehouse_renders_as_text_and_runs_nothing(ctx):
     time.sleep(0.5)
     no_script_ran(b)
     shot(b, "hostile-run")
+    # Two of its runs compared, and a search's marks, show it as text too.
+    b.get(f"{server.base}/runs?path=")
+    picks = wait_for(b, "#runs input.pick", 2)
+    picks[0].click()
+    picks[1].click()
+    b.find_element(By.CSS_SELECTOR, "#compare-picked").click()
+    names = [n.text for n in wait_for(b, "#compare-pairs .tool-call .tool-name", 2)]
+    assert any("<" in n for n in names), names
+    time.sleep(0.5)
+    no_script_ran(b)
+    shot(b, "hostile-compare")
+    b.get(f"{server.base}/runs?path=")
+    run = wait_for(b, "#runs .run[data-run]")[0]
+    b.get(run.find_element(By.CSS_SELECTOR, "td.run-name a").get_attribute("href") + "&contains=" +
+          urllib.parse.quote("<script>"))
+    marks = wait_for(b, "mark.hit")
+    assert all(m.text == "<script>" for m in marks), [m.text for m in marks]
+    time.sleep(0.5)
+    no_script_ran(b)
 
 
 @check
@@ -442,6 +462,157 @@ def a_run_address_that_names_no_run_says_so(ctx):
     wait_for(b, "#runs tr.run")
 
 
+def run_url(server, path, run, file=None):
+    q = urllib.parse.urlencode({"path": path, "run": run, "file": file or run})
+    return f"{server.base}/run?{q}"
+
+
+def current_record(browser):
+    return browser.execute_script(
+        "const c = document.querySelector('#conversation > .current'); return c ? Number(c.dataset.record) : null")
+
+
+@check
+def two_ticked_runs_are_compared_step_by_step(ctx):
+    b, server = ctx["browser"], ctx["server"]
+    b.get(server.url)
+    b.get(f"{server.base}/runs?path=sessions")
+    wait_for(b, "#runs tr.run")
+    for name in ("agent-a", "agent-b"):
+        b.find_element(By.CSS_SELECTOR, f'#runs tr.run[data-run="{name}"] input.pick').click()
+    button = b.find_element(By.CSS_SELECTOR, "#compare-picked")
+    assert button.is_enabled(), "two ticked runs can be compared"
+    button.click()
+    WebDriverWait(b, 10).until(lambda b: "/compare?" in b.current_url)
+    want = api(server, "/api/compare?path=sessions&a=agent-a&b=agent-b")
+    pairs = wait_for(b, "#compare-pairs tr.pair", len(want["pairs"]))
+    assert len(pairs) == len(want["pairs"]) > 0, (len(pairs), len(want["pairs"]))
+    for row, pair in zip(pairs, want["pairs"]):
+        differs = pair["calls_differ"] or pair["results_differ"]
+        assert ("differs" in row.get_attribute("class")) == differs, (pair["step"], row.get_attribute("class"))
+        for side in ("a", "b"):
+            cell = row.find_element(By.CSS_SELECTOR, f"td.side-{side}")
+            if pair[side] is None:
+                assert "no such step" in cell.text
+                continue
+            names = [n.text for n in cell.find_elements(By.CSS_SELECTOR, ".tool-call .tool-name")]
+            assert names == [c["name"] for c in pair[side]["calls"]], (pair["step"], side, names)
+    figures = {r.get_attribute("data-figure"): r for r in b.find_elements(By.CSS_SELECTOR, "#compare-figures tbody tr")}
+    assert figures["Model"].find_elements(By.TAG_NAME, "td")[0].text == (want["a"]["summary"]["model"] or "–")
+    shot(b, "compare")
+    # Only the steps that differ, when asked.
+    b.find_element(By.CSS_SELECTOR, "#only-differing").click()
+    shown = [r for r in pairs if r.is_displayed()]
+    assert len(shown) == sum(1 for p in want["pairs"] if p["calls_differ"] or p["results_differ"]), len(shown)
+    b.find_element(By.CSS_SELECTOR, "#only-differing").click()
+    # A step links to its record on the Run page, marked there.
+    step = want["pairs"][1]["b"] or want["pairs"][0]["b"]
+    link = pairs[1 if want["pairs"][1]["b"] else 0].find_element(By.CSS_SELECTOR, "td.side-b a.step-link")
+    link.click()
+    WebDriverWait(b, 10).until(lambda b: "/run?" in b.current_url and b.current_url.endswith(f"#L{step['record']}"))
+    WebDriverWait(b, 10).until(lambda b: current_record(b) == step["record"])
+
+
+@check
+def a_long_run_is_read_by_record_links_keys_marks_and_download(ctx):
+    b, server = ctx["browser"], ctx["long_server"]
+    b.get(server.url)
+    b.get(f"{server.base}/runs?path=")
+    assert wait_for(b, "#runs tr.run", 3) and rows(b) == ["a.jsonl", "b.jsonl", "c.jsonl"], rows(b)
+    b.find_element(By.CSS_SELECTOR, '#runs tr.run[data-run="b.jsonl"] td.run-name a').click()
+    WebDriverWait(b, 10).until(lambda b: "/run?" in b.current_url)
+    wait_for(b, "#conversation > [data-record]", 200)
+    # A link to a record past the first page reads up to it and marks it.
+    b.get(run_url(server, "", "b.jsonl") + "#L320")
+    WebDriverWait(b, 20).until(lambda b: current_record(b) == 320)
+    top = b.execute_script("return document.querySelector('#L320').getBoundingClientRect().top")
+    assert 0 <= top < 300, f"record 320 is scrolled to (top {top})"
+    # j and k move between records, and the address follows.
+    body = b.find_element(By.TAG_NAME, "body")
+    body.send_keys("j")
+    WebDriverWait(b, 5).until(lambda b: current_record(b) == 321 and b.current_url.endswith("#L321"))
+    body.send_keys("kk")
+    WebDriverWait(b, 5).until(lambda b: current_record(b) == 319)
+    # A record's link button copies its address.
+    b.execute_script("navigator.clipboard.writeText = (t) => { window.__copied = t; return Promise.resolve(); }")
+    link = b.find_element(By.CSS_SELECTOR, "#L12 button.record-link")
+    b.execute_script("arguments[0].scrollIntoView({block: 'center'})", link)
+    link.click()
+    copied = WebDriverWait(b, 5).until(lambda b: b.execute_script("return window.__copied || null"))
+    assert copied.endswith("#L12") and "/run?" in copied, copied
+    # / searches: every match of the records read is marked, and the next
+    # match is unfolded and scrolled to.
+    body.send_keys("/")
+    assert b.switch_to.active_element.get_attribute("id") == "run-search"
+    b.switch_to.active_element.send_keys("needle\n")
+    WebDriverWait(b, 10).until(lambda b: "contains=needle" in b.current_url)
+    loaded = len(wait_for(b, "#conversation > [data-record]", 200))
+    expected = sum(1 for i in NEEDLES if i <= loaded)
+    WebDriverWait(b, 10).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "mark.hit")) == expected)
+    count = b.find_element(By.CSS_SELECTOR, "#match-count")
+    assert count.get_attribute("data-matches") == str(expected), count.text
+    b.find_element(By.CSS_SELECTOR, "#match-next").click()
+    b.find_element(By.CSS_SELECTOR, "#match-next").click()
+    at = b.find_element(By.CSS_SELECTOR, "mark.hit.at")
+    assert at.is_displayed()
+    folded = b.execute_script("return arguments[0].closest('.collapsed') !== null", at)
+    assert not folded, "the match's folded output is unfolded"
+    assert b.execute_script("return arguments[0].closest('[data-record]').dataset.record", at) == "105"
+    shot(b, "run-long-marks")
+    # Download saves the run's /api/records bytes.
+    b.execute_script("""
+        const made = URL.createObjectURL.bind(URL);
+        URL.createObjectURL = (blob) => { blob.text().then((t) => { window.__saved = t; }); return made(blob); };""")
+    b.find_element(By.CSS_SELECTOR, "#download").click()
+    saved = WebDriverWait(b, 20).until(lambda b: b.execute_script("return window.__saved || null"))
+    want = fetch_text(server, "/api/records?path=&file=b.jsonl&limit=10000")
+    assert saved == want and saved.count("\n") == LONG_RECORDS, (len(saved), len(want))
+    # n and p walk the list the reader came from.
+    body = b.find_element(By.TAG_NAME, "body")
+    body.send_keys("n")
+    WebDriverWait(b, 10).until(lambda b: "run=c.jsonl" in b.current_url)
+    wait_for(b, "#conversation > [data-record]")
+    b.find_element(By.TAG_NAME, "body").send_keys("p")
+    WebDriverWait(b, 10).until(lambda b: "run=b.jsonl" in b.current_url)
+    wait_for(b, "#conversation > [data-record]")
+    b.find_element(By.TAG_NAME, "body").send_keys("p")
+    WebDriverWait(b, 10).until(lambda b: "run=a.jsonl" in b.current_url)
+
+
+def fetch_text(server, path):
+    request = urllib.request.Request(f"{server.base}{path}",
+                                     headers={"Authorization": "Bearer " + server.url.split("#token=")[1]})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return reply.read().decode()
+
+
+LONG_RECORDS = 450
+# The records (counted from 1) of the long run that say "needle".
+NEEDLES = [5, 105, 205, 305, 405]
+
+
+def long_run_warehouse(root):
+    """Three runs; b.jsonl has LONG_RECORDS records, NEEDLES say needle,
+    and record 105 says it on line 55 of a 60-line tool output."""
+    wh = os.path.join(root, "long")
+    os.makedirs(wh)
+    for name in ("a.jsonl", "c.jsonl"):
+        with open(os.path.join(wh, name), "w") as f:
+            f.write(json.dumps({"role": "user", "content": "short " + name}) + "\n")
+    with open(os.path.join(wh, "b.jsonl"), "w") as f:
+        for i in range(1, LONG_RECORDS + 1):
+            if i == 105:
+                lines = [f"line {n}" for n in range(1, 61)]
+                lines[54] = "line 55 has the needle"
+                record = {"role": "tool", "tool_call_id": "c", "content": "\n".join(lines)}
+            elif i % 2:
+                record = {"role": "assistant", "content": f"turn {i}" + (" needle" if i in NEEDLES else "")}
+            else:
+                record = {"role": "user", "content": f"go on {i}" + (" needle" if i in NEEDLES else "")}
+            f.write(json.dumps(record) + "\n")
+    return wh
+
+
 def many_runs_warehouse(root):
     """RUNS runs of two records (benches/fixtures.py makes them)."""
     wh = os.path.join(root, "runs")
@@ -489,7 +660,8 @@ def main():
     cli("demo", demo)
     ctx = {"demo": demo, "server": Server(demo), "hostile_server": Server(hostile_warehouse(root)),
            "many_server": Server(many_values_warehouse(root)),
-           "runs_server": Server(many_runs_warehouse(root))}
+           "runs_server": Server(many_runs_warehouse(root)),
+           "long_server": Server(long_run_warehouse(root))}
     passed = failed = 0
     browser = driver()
     ctx["browser"] = browser
@@ -513,6 +685,7 @@ def main():
         ctx["hostile_server"].stop()
         ctx["many_server"].stop()
         ctx["runs_server"].stop()
+        ctx["long_server"].stop()
         shutil.rmtree(root, ignore_errors=True)
     print(f"screenshots in {OUT}")
     print(f"{passed} passed, {failed} failed")

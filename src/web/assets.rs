@@ -14,11 +14,13 @@ const FILES: &[(&str, &str, &str)] = &[
     ("core.js", include_str!("assets/core.js"), JS),
     ("datasets.js", include_str!("assets/datasets.js"), JS),
     ("runs.js", include_str!("assets/runs.js"), JS),
+    ("reading.js", include_str!("assets/reading.js"), JS),
     (
         "conversation.js",
         include_str!("assets/conversation.js"),
         JS,
     ),
+    ("compare.js", include_str!("assets/compare.js"), JS),
     ("sql.js", include_str!("assets/sql.js"), JS),
     ("app.js", include_str!("assets/app.js"), JS),
     (

@@ -19,9 +19,10 @@ use super::api::{kept, scan, snapshot_key};
 use super::cursor;
 use super::params::{Params, invalid};
 use super::state::{Answer, JSON, Served};
-use crate::error::Result;
+use crate::error::{Error, ErrorCode, Result};
+use crate::extract::runs::compare::{self, STEPS_AT_MOST, STEPS_DEFAULT};
 use crate::extract::runs::page::{self, PAGE_AT_MOST, PAGE_DEFAULT, PageAnswer, Sort};
-use crate::extract::runs::{self, RunFilter, Runs};
+use crate::extract::runs::{self, RunFilter, RunSummary, Runs};
 
 pub async fn page_of_runs(
     State(s): State<Arc<Served>>,
@@ -74,6 +75,41 @@ pub async fn summary_of_runs(
         let all = all_runs(served, params)?;
         let summary = all.summary_of(&filter);
         let mut body = serde_json::to_vec(&summary).expect("a summary serializes");
+        body.push(b'\n');
+        Ok(Answer::ok(JSON, body))
+    })
+    .await
+}
+
+/// `/api/compare`: runs `a` and `b` of the path side by side, their steps
+/// `from..from+limit` aligned.
+pub async fn compare_runs(
+    State(s): State<Arc<Served>>,
+    RawQuery(q): RawQuery,
+    h: HeaderMap,
+) -> Response {
+    kept(s, "compare", q, h, scan, |served, params| {
+        // The filters name the selection the runs are looked up in (the
+        // Runs page's, whose tally is kept); each run is read whole.
+        params.only(&["path", "a", "b", "from", "limit"])?;
+        let all = all_runs(served, params)?;
+        let run = |key: &str| -> Result<RunSummary> {
+            let name = params.one(key)?.ok_or_else(|| {
+                invalid("`a` and `b` (two runs' names, as `/api/runs` gives them) are required".into())
+            })?;
+            all.named(name).cloned().ok_or_else(|| {
+                Error::new(
+                    ErrorCode::RunNotFound,
+                    format!("no run named {name:?} under this path (`{key}=`)"),
+                )
+            })
+        };
+        let (a, b) = (run("a")?, run("b")?);
+        let from = params.number("from", 1, u64::MAX)?;
+        let limit = params.number("limit", STEPS_DEFAULT, STEPS_AT_MOST)?;
+        let rel = served.rel(&params.path()?);
+        let comparison = compare::compare(&served.catalog, &rel, a, b, from, limit)?;
+        let mut body = serde_json::to_vec(&comparison).expect("a comparison serializes");
         body.push(b'\n');
         Ok(Answer::ok(JSON, body))
     })

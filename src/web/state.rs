@@ -164,9 +164,10 @@ fn status_of(e: &Error) -> StatusCode {
         | ErrorCode::TagInvalid => StatusCode::BAD_REQUEST,
         ErrorCode::QueryMemory => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::ServeUnauthorized => StatusCode::UNAUTHORIZED,
-        ErrorCode::PathNotFound | ErrorCode::VersionNotFound | ErrorCode::TagNotFound => {
-            StatusCode::NOT_FOUND
-        }
+        ErrorCode::PathNotFound
+        | ErrorCode::VersionNotFound
+        | ErrorCode::TagNotFound
+        | ErrorCode::RunNotFound => StatusCode::NOT_FOUND,
         ErrorCode::CursorInvalid => StatusCode::CONFLICT,
         ErrorCode::Busy | ErrorCode::AnswerLate | ErrorCode::RemoteUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE

@@ -43,6 +43,8 @@ mod watch;
 #[cfg(feature = "serve")]
 mod web;
 #[cfg(feature = "serve")]
+mod web_compare;
+#[cfg(feature = "serve")]
 mod web_hostile;
 #[cfg(not(feature = "compact-jsonl"))]
 mod without_lance;

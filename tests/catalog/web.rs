@@ -205,7 +205,7 @@ pub fn enc(text: &str) -> String {
         .collect()
 }
 
-fn demo() -> tempfile::TempDir {
+pub fn demo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let wh = dir.path().join("wh");
     stdout(&pchronicle(&["demo", wh.to_str().unwrap()]));

@@ -9,6 +9,7 @@
 //! token usage); its other bytes are skipped without being kept.
 
 mod atif;
+pub mod compare;
 mod cut;
 mod histogram;
 mod json;
@@ -16,6 +17,7 @@ mod looked;
 pub mod page;
 mod peek;
 mod select;
+pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;

@@ -198,6 +198,28 @@ const CODEX_MODEL: [&str; 5] = [
 ];
 const CODEX_OUTPUT: [&str; 2] = ["function_call_output", "custom_tool_call_output"];
 
+/// Whether a Codex payload of this type calls a tool.
+pub(super) fn is_codex_call(payload: &str) -> bool {
+    CODEX_MODEL[1..].contains(&payload)
+}
+
+impl Turn {
+    /// The side of a record: `role` is its `role` (or `message`'s or
+    /// `payload`'s), else its `type`; `top_assistant` says its own
+    /// `type` is `assistant` (Claude Code); `payload` is a Codex line's
+    /// `payload.type`.
+    pub(super) fn of(role: Option<&str>, top_assistant: bool, payload: &str) -> Turn {
+        match role {
+            _ if top_assistant => Turn::Model,
+            Some("assistant") => Turn::Model,
+            Some("user" | "tool" | "function") => Turn::Input,
+            _ if CODEX_MODEL.contains(&payload) => Turn::Model,
+            _ if CODEX_OUTPUT.contains(&payload) => Turn::Input,
+            _ => Turn::Neither,
+        }
+    }
+}
+
 impl<'a> Fields<'a> {
     /// What the top-level fields (and `message`'s or `payload`'s) add up
     /// to.
@@ -209,18 +231,12 @@ impl<'a> Fields<'a> {
             _ => None,
         };
         let payload = inner.kind.as_deref().unwrap_or("");
-        let codex_call = CODEX_MODEL[1..].contains(&payload);
-        let codex_model = CODEX_MODEL.contains(&payload);
-        let codex_output = CODEX_OUTPUT.contains(&payload);
+        let codex_call = is_codex_call(payload);
+        let named = (self.role.as_deref().or(inner.role.as_deref()))
+            .or(self.kind.as_deref())
+            .or(inner.kind.as_deref());
+        let turn = Turn::of(named, top_assistant, payload);
         let role = self.role.or(inner.role).or(self.kind).or(inner.kind);
-        let turn = match role.as_deref() {
-            _ if top_assistant => Turn::Model,
-            Some("assistant") => Turn::Model,
-            Some("user" | "tool" | "function") => Turn::Input,
-            _ if codex_model => Turn::Model,
-            _ if codex_output => Turn::Input,
-            _ => Turn::Neither,
-        };
         let asked = match role.as_deref() {
             Some("user") => self.content.text.or(inner.content.text).map(Text::Raw),
             _ => None,

@@ -115,6 +115,11 @@ impl Summary {
 }
 
 impl Runs {
+    /// The run named `run`.
+    pub fn named(&self, run: &str) -> Option<&RunSummary> {
+        self.runs.iter().find(|r| r.run == run)
+    }
+
     /// The runs `filter` keeps, by name.
     pub fn chosen<'a>(&'a self, filter: &'a RunFilter) -> Vec<&'a RunSummary> {
         self.runs.iter().filter(|r| filter.matches(r)).collect()

@@ -35,8 +35,10 @@
     const summary = h('section', { id: 'run-summary', 'aria-label': 'Run summary' });
     const conversation = h('div', { id: 'conversation', role: 'feed', 'aria-label': 'Records of the run' });
     const more = h('button', { id: 'more', type: 'button', hidden: true }, 'Load more records');
-    main.append(summary, conversation, h('p', { class: 'more-box' }, more));
+    const bar = h('div', { id: 'run-tools', role: 'toolbar', 'aria-label': 'Reading the run' });
+    main.append(summary, bar, conversation, h('p', { class: 'more-box' }, more));
     let convo = newConvo(run || path);
+    const aids = PC.readingAids(v, { params, box: conversation, bar, name: run || path, file, more: () => loadMore() });
 
     const setCursor = (cursor) => { convo.cursor = cursor; more.hidden = !cursor; };
     v.refresh = async () => {
@@ -45,31 +47,42 @@
       if (!page) return;
       convo = newConvo(run || path);
       clear(conversation);
-      appendRecords(page.text, convo, conversation);
+      aids.added(appendRecords(page.text, convo, conversation));
       convo.pages = 1;
       setCursor(page.headers.get('X-Next-Cursor'));
       drawRunSummary(summary, convo, path);
+      await aids.follow();
     };
-    more.addEventListener('click', async () => {
+    // The next page, appended; false when there is none (or it failed).
+    let loading = null;
+    const loadMore = () => {
+      if (!loading) loading = nextPage().finally(() => { loading = null; });
+      return loading;
+    };
+    const nextPage = async () => {
+      if (!convo.cursor) return false;
       const next = new URLSearchParams(base);
       next.set('after', convo.cursor);
       more.disabled = true;
       more.textContent = 'Loading…';
       try {
         const page = await request(apiHref('records', next));
-        if (v !== currentView()) return;
+        if (v !== currentView()) return false;
         noteFreshness(page.headers);
-        appendRecords(page.text, convo, conversation);
+        aids.added(appendRecords(page.text, convo, conversation));
         convo.pages += 1;
         setCursor(page.headers.get('X-Next-Cursor'));
         drawRunSummary(summary, convo, path);
+        return true;
       } catch (e) {
         if (v === currentView()) showError(e);
+        return false;
       } finally {
         more.disabled = false;
         more.textContent = 'Load more records';
       }
-    });
+    };
+    more.addEventListener('click', () => loadMore());
   }
 
   function newConvo(name) {
@@ -93,19 +106,25 @@
   }
 
   // JSON Lines: each line parsed alone; one that does not parse is shown
-  // as the text it is.
+  // as the text it is. Each record is numbered in the run (`#L12`); the
+  // records drawn are returned.
   function appendRecords(text, convo, box) {
+    const drawn = [];
     for (const line of text.split('\n')) {
       if (!line.trim()) continue;
-      let item;
-      try { item = JSON.parse(line); } catch (e) {
+      let node;
+      try { node = recordElement(JSON.parse(line), convo); } catch (e) {
+        if (!(e instanceof SyntaxError)) throw e;
         convo.records += 1;
-        box.append(h('div', { class: 'turn unparsed', 'data-role': 'record' },
-          h('div', { class: 'turn-head' }, h('span', { class: 'role' }, 'unreadable line')), longText('pre', 'text', line)));
-        continue;
+        node = h('div', { class: 'turn unparsed', 'data-role': 'record' },
+          h('div', { class: 'turn-head' }, h('span', { class: 'role' }, 'unreadable line')), longText('pre', 'text', line));
       }
-      box.append(recordElement(item, convo));
+      node.setAttribute('data-record', String(convo.records));
+      node.id = 'L' + convo.records;
+      drawn.push(node);
     }
+    box.append(...drawn);
+    return drawn;
   }
 
   function noteRecord(item, convo) {

@@ -15,7 +15,9 @@
   const PC = (window.PC = window.PC || {});
   const POLL_MS = 5000;
   const FILTER_KEYS = ['where', 'since', 'until', 'file', 'contains'];
-  const TITLES = { datasets: 'Datasets', runs: 'Runs', run: 'Run', sql: 'SQL' };
+  const TITLES = { datasets: 'Datasets', runs: 'Runs', run: 'Run', compare: 'Compare', sql: 'SQL' };
+  // Pages reached from the Runs page, shown under it.
+  const UNDER_RUNS = new Set(['run', 'compare']);
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
   // The token comes once, in the fragment of the URL the server printed
@@ -309,7 +311,7 @@
     for (const target of ['datasets', 'runs', 'sql']) {
       const link = $('#nav-' + target);
       link.setAttribute('href', pageHref(target, onlyPath(path)));
-      if (target === page || (page === 'run' && target === 'runs')) link.setAttribute('aria-current', 'page');
+      if (target === page || (UNDER_RUNS.has(page) && target === 'runs')) link.setAttribute('aria-current', 'page');
       else link.removeAttribute('aria-current');
     }
     $('#page-title').textContent = TITLES[page];
@@ -317,7 +319,7 @@
     where.textContent = path ? visible(path) : '/';
     where.setAttribute('data-path', path);
     where.setAttribute('title', path ? visible(path) : 'the served root');
-    drawCrumbs(page === 'run' ? 'runs' : page, path);
+    drawCrumbs(UNDER_RUNS.has(page) ? 'runs' : page, path);
     document.title = TITLES[page] + ' · ' + (path ? visible(path) : '/') + ' · pchronicle';
     $('#freshness').textContent = 'loading…';
   }

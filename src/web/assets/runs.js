@@ -286,10 +286,24 @@
   function drawRuns(box, first, params, sort) {
     const runs = arr(first.runs);
     const total = Number(first.total) || 0;
-    const state = { params, sort, next: typeof first.next === 'string' ? first.next : null, drawn: 0, loading: false };
+    const state = { params, sort, next: typeof first.next === 'string' ? first.next : null, drawn: 0, loading: false,
+      picked: [] };
     const tbody = h('tbody');
     const more = h('p', { id: 'runs-more', class: 'note' });
+    state.compare = h('button', { type: 'button', id: 'compare-picked', disabled: true, onclick: () => {
+      const p = withRunFilters(filtersOf(params), params);
+      p.set('a', state.picked[0]);
+      p.set('b', state.picked[1]);
+      navigate(pageHref('compare', p), true);
+    } }, 'Compare');
+    state.pickedNote = h('span', { id: 'picked-note' }, 'Tick two runs to compare them.');
+    // The selection's records (its filters; the run filters choose runs,
+    // not records, and are left out) as one JSONL file.
+    const saved = h('span', { id: 'download-note', role: 'status' });
+    const download = h('button', { type: 'button', id: 'download-selection', title: 'the records of this selection, as /api/records gives them',
+      onclick: () => PC.downloadRecords(filtersOf(params), 'selection.jsonl', download, saved) }, 'Download JSONL');
     clear(box).append(h('h2', { id: 'runs-section-h' }, 'Runs'), h('p', { id: 'runs-summary' }),
+      h('p', { id: 'compare-bar' }, state.compare, ' ', state.pickedNote, ' ', download, ' ', saved),
       h('div', { id: 'runs' }, runsTable(tbody, state)), more);
     if (!runs.length) box.append(h('p', { class: 'empty' }, 'No runs match.'));
     box.append(...drawWarnings(first.warnings, first.truncated, 'A traversal bound was hit: not every run is shown.'));
@@ -333,6 +347,9 @@
     const rows = runs.map((run) => runRow(run, state));
     tbody.append(...rows);
     state.drawn += rows.length;
+    // The Run page's n/p walk the runs drawn, in this order.
+    const list = [...tbody.rows].map((row) => [row.dataset.run, row.dataset.file]);
+    PC.keepList(location.pathname + location.search, list);
   }
 
   // What follows the rows: how many are drawn, and what comes next.
@@ -399,6 +416,19 @@
     observer.observe(more);
   }
 
+  // A run ticked (on) or not: the last two ticked are compared.
+  function pick(state, name, on) {
+    state.picked = state.picked.filter((x) => x !== name);
+    if (on) state.picked.push(name);
+    for (const dropped of state.picked.splice(0, Math.max(0, state.picked.length - 2))) {
+      const box = [...document.querySelectorAll('#runs input.pick')].find((x) => x.value === dropped);
+      if (box) box.checked = false;
+    }
+    state.compare.disabled = state.picked.length !== 2;
+    clear(state.pickedNote).append(state.picked.length === 2 ? 'Compare the two ticked runs.'
+      : state.picked.length === 1 ? 'Tick one more run to compare.' : 'Tick two runs to compare them.');
+  }
+
   // Columns: heading, and the order a click on it asks for.
   const COLUMNS = [['Run · task', ''], ['Model', null], ['Outcome', 'score'], ['Steps', 'steps'],
     ['Calls', 'calls'], ['Errors', 'errors'], ['Tokens', 'tokens'], ['Records', 'records'],
@@ -437,8 +467,10 @@
     const model = typeof run.model === 'string' ? run.model : null;
     const outcome = isObj(run.outcome) ? run.outcome : {};
     const cost = typeof outcome.cost_usd === 'number' ? ` · $${outcome.cost_usd}` : '';
-    return h('tr', { class: 'run', 'data-run': name },
-      h('td', { class: 'run-name' }, h('a', { href: pageHref('run', p), 'data-nav': '', title: visible(name) },
+    const box = h('input', { type: 'checkbox', class: 'pick', value: name, 'aria-label': 'Pick ' + visible(name) + ' to compare',
+      checked: state.picked.includes(name), onchange: (event) => pick(state, name, event.target.checked) });
+    return h('tr', { class: 'run', 'data-run': name, 'data-file': p.get('file') },
+      h('td', { class: 'run-name' }, box, h('a', { href: pageHref('run', p), 'data-nav': '', title: visible(name) },
         cut >= 0 ? h('span', { class: 'run-dir' }, nameNode(name.slice(0, cut + 1))) : null,
         nameNode(name.slice(cut + 1))),
       task !== null ? h('div', { class: 'run-task', title: visible(task) }, nameNode(task)) : null),
