@@ -179,13 +179,37 @@ fn wider(a: Option<(Micros, Micros)>, b: Option<(Micros, Micros)>) -> Option<(Mi
     }
 }
 
-/// User texts a Codex rollout writes before the task: its context, not
-/// what was asked.
-const CONTEXT_OPENINGS: [&str; 2] = ["<environment_context>", "<user_instructions>"];
+/// User texts an agent writes before the task (or between tasks): its
+/// context, instructions and local commands, not what was asked. Codex
+/// writes the first three; Claude Code the others.
+const CONTEXT_OPENINGS: [&str; 9] = [
+    "<environment_context>",
+    "<user_instructions>",
+    "# AGENTS.md instructions",
+    "Caveat: ",
+    "<command-name>",
+    "<command-message>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<system-reminder>",
+];
 
 fn is_context(text: &str) -> bool {
     let text = text.trim_start();
     CONTEXT_OPENINGS.iter().any(|o| text.starts_with(o))
+}
+
+/// [`is_context`] of a JSON string's raw bytes (escapes as written): its
+/// leading white space, escaped or not, skipped.
+pub(super) fn is_context_raw(mut raw: &[u8]) -> bool {
+    loop {
+        match raw {
+            [b' ' | b'\t' | b'\n' | b'\r', rest @ ..] => raw = rest,
+            [b'\\', b'n' | b't' | b'r', rest @ ..] => raw = rest,
+            _ => break,
+        }
+    }
+    CONTEXT_OPENINGS.iter().any(|o| raw.starts_with(o.as_bytes()))
 }
 
 /// A user message as a task: its words on one line, cut at
@@ -372,7 +396,7 @@ mod tests {
             r#"{"type":"session_meta","payload":{"id":"s","originator":"codex_cli_rs"}}"#.to_string(),
             r#"{"type":"turn_context","payload":{"cwd":"/w","model":"gpt-5-codex"}}"#.to_string(),
             item(r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context>cwd</environment_context>"}]}"#),
-            item(r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"List the files"}]}"#),
+            item(r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"\n# AGENTS.md instructions for /w"},{"type":"input_text","text":"List the files"}]}"#),
             item(r#"{"type":"reasoning","summary":[]}"#),
             item(r#"{"type":"function_call","name":"shell","call_id":"c1"}"#),
             r#"{"type":"event_msg","payload":{"type":"token_count","info":null}}"#.to_string(),

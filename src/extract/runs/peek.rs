@@ -14,6 +14,7 @@ use std::borrow::Cow;
 
 use super::Tokens;
 use super::atif;
+use super::looked;
 use super::json::Scan;
 use crate::records::scan::Landmarks;
 use crate::records::timestamp::Micros;
@@ -232,6 +233,8 @@ impl<'a> Fields<'a> {
         };
         let payload = inner.kind.as_deref().unwrap_or("");
         let codex_call = is_codex_call(payload);
+        // Only a tool output's exit code is a tool error.
+        let codex_output = CODEX_OUTPUT.contains(&payload);
         let named = (self.role.as_deref().or(inner.role.as_deref()))
             .or(self.kind.as_deref())
             .or(inner.kind.as_deref());
@@ -252,7 +255,7 @@ impl<'a> Fields<'a> {
                 + u64::from(codex_call),
             tool_errors: self.content.errors
                 + inner.content.errors
-                + u64::from(inner.failed_output),
+                + u64::from(inner.failed_output && codex_output),
             score: self.score,
             stop: self.stop.or(inner.stop),
             cost_usd: self.cost_usd,
@@ -355,7 +358,10 @@ fn content<'a>(scan: &mut Scan<'a>, task: bool) -> Content<'a> {
             Some(())
         })?;
         match kind.as_deref() {
-            Some("text" | "input_text") if found.text.is_none() => found.text = text,
+            // A part that is an agent's context is not what was asked.
+            Some("text" | "input_text") if found.text.is_none() => {
+                found.text = text.filter(|raw| !looked::is_context_raw(raw));
+            }
             Some("tool_use" | "server_tool_use") => found.tool_uses += 1,
             Some("tool_result") => found.errors += u64::from(error),
             _ => {}
