@@ -70,6 +70,7 @@ impl RunsArgs {
             model: self.model,
             agent: self.agent,
             stop: self.stop,
+            ..RunFilter::default()
         };
         let chosen = all.chosen(&filter);
         let total = chosen.len();

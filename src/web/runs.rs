@@ -30,7 +30,17 @@ pub async fn page_of_runs(
     h: HeaderMap,
 ) -> Response {
     kept(s, "runs", q, h, scan, |served, params| {
-        params.only(&["path", "sort", "limit", "after", "model", "agent", "stop"])?;
+        params.only(&[
+            "path",
+            "sort",
+            "limit",
+            "after",
+            "model",
+            "agent",
+            "stop",
+            "group",
+            "ungrouped",
+        ])?;
         let sort = match params.one("sort")? {
             None => Sort::default(),
             Some(text) => Sort::parse(text).ok_or_else(|| {
@@ -54,7 +64,11 @@ pub async fn page_of_runs(
             .next
             .as_ref()
             .map(|after| cursor::format_after(after, &served.cursor_key, &asked));
-        let body = PageAnswer::of(&all, total, page, sort, next.clone()).to_json();
+        let mut answer = PageAnswer::of(&all, total, page, sort, next.clone());
+        if filter.ungrouped && after.is_none() {
+            answer.groups = Some(all.groups(&filter));
+        }
+        let body = answer.to_json();
         let mut answer = Answer::ok(JSON, body.into_bytes());
         if let Some(next) = next {
             answer.headers.push(("x-next-cursor", next));
@@ -70,7 +84,7 @@ pub async fn summary_of_runs(
     h: HeaderMap,
 ) -> Response {
     kept(s, "runs-summary", q, h, scan, |served, params| {
-        params.only(&["path", "model", "agent", "stop"])?;
+        params.only(&["path", "model", "agent", "stop", "group", "ungrouped"])?;
         let filter = run_filter(params)?;
         let all = all_runs(served, params)?;
         let summary = all.summary_of(&filter);
@@ -89,12 +103,18 @@ pub async fn compare_runs(
     h: HeaderMap,
 ) -> Response {
     kept(s, "compare", q, h, scan, |served, params| {
-        // The filters name the selection the runs are looked up in (the
-        // Runs page's, whose tally is kept); each run is read whole.
+        // Runs are looked up among all of the path's, and each is read
+        // whole (as the Run page reads it): a filter would make its
+        // figures and its steps disagree.
         params.only(&["path", "a", "b", "from", "limit"])?;
+        if params.has_filters() {
+            return Err(invalid(
+                "`/api/compare` takes no filters: two runs are compared whole".into(),
+            ));
+        }
         let all = all_runs(served, params)?;
         let run = |key: &str| -> Result<RunSummary> {
-            let name = params.one(key)?.ok_or_else(|| {
+            let name = params.one(key)?.filter(|n| !n.is_empty()).ok_or_else(|| {
                 invalid("`a` and `b` (two runs' names, as `/api/runs` gives them) are required".into())
             })?;
             all.named(name).cloned().ok_or_else(|| {
@@ -116,7 +136,8 @@ pub async fn compare_runs(
     .await
 }
 
-/// The run filters of `params` (`model`, `agent`, `stop`).
+/// The run filters of `params` (`model`, `agent`, `stop`, `group`,
+/// `ungrouped`).
 fn run_filter(params: &Params) -> Result<RunFilter> {
     let mut filter = RunFilter::default();
     for name in RunFilter::NAMES {
@@ -124,6 +145,8 @@ fn run_filter(params: &Params) -> Result<RunFilter> {
             filter.set(name, value.to_string());
         }
     }
+    filter.group = params.one("group")?.map(str::to_string);
+    filter.ungrouped = params.flag("ungrouped")?;
     Ok(filter)
 }
 

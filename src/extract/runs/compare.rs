@@ -96,11 +96,13 @@ pub fn compare(
 impl Pair {
     fn of(step: u64, a: Option<Step>, b: Option<Step>) -> Pair {
         fn calls(s: &Option<Step>) -> Option<(&[Call], u64)> {
-            s.as_ref().map(|s| (s.calls.as_slice(), s.unlisted))
+            s.as_ref().map(|s| (s.calls.as_slice(), s.unlisted_calls))
         }
-        fn results(s: &Option<Step>) -> Option<Vec<(bool, &str)>> {
-            s.as_ref()
-                .map(|s| s.results.iter().map(Answered::outcome).collect())
+        fn results(s: &Option<Step>) -> Option<(Vec<(bool, u64)>, u64)> {
+            s.as_ref().map(|s| {
+                let outcomes = s.results.iter().map(Answered::outcome).collect();
+                (outcomes, s.unlisted_results)
+            })
         }
         Pair {
             step,
@@ -115,8 +117,8 @@ impl Pair {
 impl Answered {
     /// What two results are compared by: whether each failed, and its
     /// output (not the call it answers: the calls are compared apart).
-    fn outcome(&self) -> (bool, &str) {
-        (self.error, &self.output)
+    fn outcome(&self) -> (bool, u64) {
+        (self.error, self.whole)
     }
 }
 
@@ -158,12 +160,7 @@ impl Selected for Reader<'_> {
         // As the runs' tally: a failed record or one too large to look
         // into is counted, and is in no step.
         match record.body {
-            Body::Bytes(bytes) if !record.failed && bytes.len() <= PEEK_LIMIT => {
-                match serde_json::from_slice(bytes) {
-                    Ok(value) => self.0.add(&value),
-                    Err(_) => self.0.skip(),
-                }
-            }
+            Body::Bytes(bytes) if !record.failed && bytes.len() <= PEEK_LIMIT => self.0.add(bytes),
             _ => self.0.skip(),
         }
         Ok(ControlFlow::Continue(()))

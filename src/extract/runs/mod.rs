@@ -36,7 +36,7 @@ pub use cut::{BUCKETS_AT_MOST, CUT_MARK, KEY_CHARS_AT_MOST, Other, RunsOther, VA
 pub use histogram::{Bucket, BucketCount, Histogram, histogram};
 use looked::Looked;
 pub use looked::{Outcome, TASK_CHARS_AT_MOST};
-pub use select::RunFilter;
+pub use select::{GROUPS_AT_MOST, Groups, GroupsLeft, RunFilter, group_of};
 
 /// Records larger than this are counted but not looked into.
 const PEEK_LIMIT: usize = 4 << 20;

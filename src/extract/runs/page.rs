@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 
 use serde::Serialize;
 
-use super::{RunSummary, Runs};
+use super::{Groups, RunSummary, Runs};
 use crate::catalog::Warning;
 
 /// Runs in one page at most.
@@ -139,6 +139,10 @@ pub struct PageAnswer<'a> {
     pub next: Option<String>,
     pub truncated: bool,
     pub warnings: &'a [Warning],
+    /// The groups of the runs left out, on the first page of `ungrouped`
+    /// runs only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Groups>,
 }
 
 impl<'a> PageAnswer<'a> {
@@ -158,6 +162,7 @@ impl<'a> PageAnswer<'a> {
             next,
             truncated: all.summary.truncated,
             warnings: &all.summary.warnings,
+            groups: None,
         }
     }
 

@@ -199,6 +199,12 @@ const CODEX_MODEL: [&str; 5] = [
 ];
 const CODEX_OUTPUT: [&str; 2] = ["function_call_output", "custom_tool_call_output"];
 
+/// Whether a Codex payload of this type is a tool's output whose exit
+/// code can fail it.
+pub(super) fn is_codex_output(payload: &str) -> bool {
+    CODEX_OUTPUT.contains(&payload)
+}
+
 /// Whether a Codex payload of this type calls a tool.
 pub(super) fn is_codex_call(payload: &str) -> bool {
     CODEX_MODEL[1..].contains(&payload)

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+
 use super::cut::{self, Other, RunsOther};
 use super::{RunSummary, Runs, Summary};
 use crate::catalog::Warning;
@@ -14,6 +16,38 @@ pub struct RunFilter {
     pub model: Option<String>,
     pub agent: Option<String>,
     pub stop: Option<String>,
+    /// Only the runs of this group (see [`group_of`]).
+    pub group: Option<String>,
+    /// Only the runs in no group.
+    pub ungrouped: bool,
+}
+
+/// Groups a page of `ungrouped` runs names at most.
+pub const GROUPS_AT_MOST: usize = 1000;
+
+/// The group of a run: the directory below the first level its name is
+/// in (`a/b/` of `a/b/x.jsonl` and of `a/b/c/x.jsonl`); `None` for a run at
+/// the top or in a first-level directory. The Runs page shows each group
+/// folded, with its count.
+pub fn group_of(run: &str) -> Option<&str> {
+    let first = run.find('/')?;
+    let second = first + 1 + run[first + 1..].find('/')?;
+    Some(&run[..=second])
+}
+
+/// The groups of the runs a page left out (`ungrouped`): runs by group,
+/// the [`GROUPS_AT_MOST`] with the most runs, and what the rest add up to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Groups {
+    pub runs: BTreeMap<String, u64>,
+    pub other: Option<GroupsLeft>,
+}
+
+/// Groups left out of [`Groups`], and their runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GroupsLeft {
+    pub groups: u64,
+    pub runs: u64,
 }
 
 impl RunFilter {
@@ -21,7 +55,11 @@ impl RunFilter {
     pub const NAMES: [&'static str; 3] = ["model", "agent", "stop"];
 
     pub fn is_empty(&self) -> bool {
-        self.model.is_none() && self.agent.is_none() && self.stop.is_none()
+        self.model.is_none()
+            && self.agent.is_none()
+            && self.stop.is_none()
+            && self.group.is_none()
+            && !self.ungrouped
     }
 
     /// Sets the filter `name` (one of [`NAMES`](Self::NAMES)); false for
@@ -41,9 +79,12 @@ impl RunFilter {
         let same = |want: &Option<String>, have: &Option<String>| {
             want.as_ref().is_none_or(|w| have.as_ref() == Some(w))
         };
+        let group = group_of(&run.run);
         same(&self.model, &run.model)
             && same(&self.agent, &run.agent)
             && same(&self.stop, &run.outcome.stop)
+            && self.group.as_deref().is_none_or(|g| group == Some(g))
+            && !(self.ungrouped && group.is_some())
     }
 }
 
@@ -118,6 +159,31 @@ impl Runs {
     /// The run named `run`.
     pub fn named(&self, run: &str) -> Option<&RunSummary> {
         self.runs.iter().find(|r| r.run == run)
+    }
+
+    /// The groups of the runs `filter` keeps but for its `ungrouped`
+    /// (what a page of `ungrouped` runs leaves out).
+    pub fn groups(&self, filter: &RunFilter) -> Groups {
+        let filter = RunFilter {
+            ungrouped: false,
+            ..filter.clone()
+        };
+        let mut runs: BTreeMap<String, u64> = BTreeMap::new();
+        for run in self.runs.iter().filter(|r| filter.matches(r)) {
+            if let Some(group) = group_of(&run.run) {
+                match runs.get_mut(group) {
+                    Some(n) => *n += 1,
+                    None => {
+                        runs.insert(group.to_string(), 1);
+                    }
+                }
+            }
+        }
+        let other = cut::keep_largest_counts(&mut runs, GROUPS_AT_MOST).map(|o| GroupsLeft {
+            groups: o.values,
+            runs: o.records,
+        });
+        Groups { runs, other }
     }
 
     /// The runs `filter` keeps, by name.

@@ -12,17 +12,22 @@
 //! it whole).
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::cut::CUT_MARK;
-use super::peek::{Turn, is_codex_call};
+use super::cut::{self, CUT_MARK};
+use super::peek::{self, Turn, is_codex_call, is_codex_output};
 
 /// Characters kept of each text of a step.
 pub const TEXT_CHARS_AT_MOST: usize = 1000;
-/// Calls (and results) a step lists; more are counted in `unlisted`.
+/// Calls (and results) a step lists; more are counted in
+/// `unlisted_calls` (`unlisted_results`).
 pub const LISTED_AT_MOST: usize = 16;
+/// Records longer than this add no content to their step (each is parsed
+/// whole to be read, and a parsed record is many times its size).
+pub const CONTENT_BYTES_AT_MOST: usize = 1 << 20;
 
 /// One step of a run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -34,8 +39,9 @@ pub struct Step {
     pub said: Option<String>,
     pub calls: Vec<Call>,
     pub results: Vec<Answered>,
-    /// Calls and results past [`LISTED_AT_MOST`]: counted, not listed.
-    pub unlisted: u64,
+    /// Calls, and results, past [`LISTED_AT_MOST`]: counted, not listed.
+    pub unlisted_calls: u64,
+    pub unlisted_results: u64,
 }
 
 /// A tool call: the tool's name and its arguments as compact JSON (a
@@ -44,6 +50,10 @@ pub struct Step {
 pub struct Call {
     pub name: String,
     pub arguments: String,
+    /// A hash of the whole arguments: two calls are compared by it, not by
+    /// what is kept of them.
+    #[serde(skip)]
+    pub whole: u64,
 }
 
 /// A tool result.
@@ -54,6 +64,9 @@ pub struct Answered {
     /// Marked as failed (as the runs' `tool_errors` count it).
     pub error: bool,
     pub output: String,
+    /// A hash of the whole output (see [`Call::whole`]).
+    #[serde(skip)]
+    pub whole: u64,
 }
 
 /// Reads a run's records in order and keeps its steps `from..from+limit`
@@ -66,7 +79,7 @@ pub struct Stepper {
     pub steps: u64,
     kept: Vec<Step>,
     speaking: bool,
-    /// The names of the kept steps' calls, by id.
+    /// The names of the listed calls of the step being read, by id.
     names: HashMap<String, String>,
 }
 
@@ -88,25 +101,25 @@ impl Stepper {
         self.kept
     }
 
-    /// Counts a record that is not JSON (it is in no step).
+    /// Counts a record that is in no step: failed, or too large to look
+    /// into (as the tally counts them).
     pub fn skip(&mut self) {
         self.records += 1;
     }
 
-    /// Takes in the run's next record.
-    pub fn add(&mut self, record: &Value) {
+    /// Takes in the run's next record, valid JSON.
+    pub fn add(&mut self, bytes: &[u8]) {
         self.records += 1;
-        let Some(object) = record.as_object() else {
+        let Some(seen) = peek::seen(bytes, false) else {
             return;
         };
-        if let Some(steps) = trajectory(object) {
-            for step in steps {
-                self.add_atif(step);
-            }
-            return;
+        let (turn, agent_steps) = (seen.turn, seen.steps);
+        if seen.role.as_deref() == Some("trajectory") {
+            drop(seen);
+            return self.add_atif(bytes, agent_steps);
         }
-        let parts = Parts::of(object);
-        match parts.turn {
+        drop(seen);
+        match turn {
             Turn::Model if !self.speaking => {
                 self.begin();
                 self.speaking = true;
@@ -114,17 +127,37 @@ impl Stepper {
             Turn::Input => self.speaking = false,
             _ => {}
         }
-        self.take(parts);
+        if self.steps == 0 || !self.keeping() {
+            return;
+        }
+        if let Some(Value::Object(object)) = content(bytes) {
+            self.take(Parts::of(&object, turn));
+        }
     }
 
-    /// One step of an ATIF trajectory: an agent's is a step of its own.
-    fn add_atif(&mut self, step: &Value) {
-        let Some(step) = step.as_object() else {
-            return;
-        };
-        let mut parts = Parts::default();
-        if str_at(step, "source") == Some("agent") {
+    /// An ATIF trajectory: each of its `agent_steps` (as the tally counts
+    /// them) is a step of its own; it is on neither side of the run's
+    /// conversation.
+    fn add_atif(&mut self, bytes: &[u8], agent_steps: u64) {
+        let (first, last) = (self.steps + 1, self.steps + agent_steps);
+        let wanted = agent_steps > 0 && last >= self.from && first < self.from.saturating_add(self.limit);
+        let value = if wanted { content(bytes) } else { None };
+        let steps = value.as_ref().and_then(|v| v.as_object()).and_then(trajectory);
+        let mut agents = steps
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object)
+            .filter(|step| str_at(step, "source") == Some("agent"));
+        for _ in 0..agent_steps {
             self.begin();
+            let step = agents.next();
+            if !self.keeping() {
+                continue;
+            }
+            let Some(step) = step else {
+                continue;
+            };
+            let mut parts = Parts::default();
             parts.said(step.get("message"));
             for call in step.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
                 let name = call.get("function_name").and_then(Value::as_str);
@@ -137,13 +170,13 @@ impl Stepper {
                 let id = result.get("source_call_id").and_then(Value::as_str);
                 parts.result(id, error, result.get("content"));
             }
+            self.take(parts);
         }
-        self.speaking = false;
-        self.take(parts);
     }
 
     fn begin(&mut self) {
         self.steps += 1;
+        self.names.clear();
         if self.keeping() {
             self.kept.push(Step {
                 record: self.records,
@@ -173,22 +206,22 @@ impl Stepper {
             step.said = Some(clip(&joined));
         }
         for (id, call) in parts.calls {
+            if step.calls.len() >= LISTED_AT_MOST {
+                step.unlisted_calls += 1;
+                continue;
+            }
             if let Some(id) = id {
                 self.names.insert(id, call.name.clone());
             }
-            if step.calls.len() < LISTED_AT_MOST {
-                step.calls.push(call);
-            } else {
-                step.unlisted += 1;
-            }
+            step.calls.push(call);
         }
         for (id, mut result) in parts.results {
-            result.call = id.and_then(|id| self.names.get(&id).cloned());
-            if step.results.len() < LISTED_AT_MOST {
-                step.results.push(result);
-            } else {
-                step.unlisted += 1;
+            if step.results.len() >= LISTED_AT_MOST {
+                step.unlisted_results += 1;
+                continue;
             }
+            result.call = id.and_then(|id| self.names.get(&id).cloned());
+            step.results.push(result);
         }
     }
 }
@@ -218,7 +251,8 @@ struct Parts {
 impl Parts {
     /// The parts of a chat message, an Anthropic message, a Claude Code
     /// line or a Codex rollout line.
-    fn of(object: &Map<String, Value>) -> Parts {
+    /// `turn`: its side, as the tally reads it.
+    fn of(object: &Map<String, Value>, turn: Turn) -> Parts {
         let inner = ["message", "payload"]
             .iter()
             .find_map(|key| object.get(*key).and_then(Value::as_object));
@@ -227,9 +261,8 @@ impl Parts {
             .or(str_at(object, "type"))
             .or(inner_str("type"));
         let payload = inner_str("type").unwrap_or("");
-        let top_assistant = str_at(object, "type") == Some("assistant");
         let mut parts = Parts {
-            turn: Turn::of(named, top_assistant, payload),
+            turn,
             ..Parts::default()
         };
         for part in std::iter::once(object).chain(inner) {
@@ -298,8 +331,9 @@ impl Parts {
                 .find_map(|key| payload.get(*key));
             self.call(id, name, arguments);
         } else if kind.ends_with("_call_output") {
+            // An exit code fails only the outputs the tally counts so.
             let (error, output) = codex_output(payload.get("output"));
-            self.result(id, error, output.as_ref());
+            self.result(id, error && is_codex_output(kind), output.as_ref());
         } else if kind == "reasoning" {
             let summary = payload.get("summary").and_then(Value::as_array);
             for item in summary.into_iter().flatten() {
@@ -327,20 +361,24 @@ impl Parts {
     }
 
     fn call(&mut self, id: Option<&str>, name: Option<&str>, arguments: Option<&Value>) {
+        let arguments = compact(arguments);
         let call = Call {
-            name: name.unwrap_or("?").to_string(),
-            arguments: clip(&compact(arguments)),
+            name: cut::key(name.unwrap_or("?")).into_owned(),
+            whole: hash(&arguments),
+            arguments: clip(&arguments),
         };
-        self.calls.push((id.map(str::to_string), call));
+        self.calls.push((id_of(id), call));
     }
 
     fn result(&mut self, id: Option<&str>, error: bool, content: Option<&Value>) {
+        let output = output_text(content);
         let answered = Answered {
             call: None,
             error,
-            output: clip(&output_text(content)),
+            whole: hash(&output),
+            output: clip(&output),
         };
-        self.results.push((id.map(str::to_string), answered));
+        self.results.push((id_of(id), answered));
     }
 }
 
@@ -390,6 +428,28 @@ fn compact(arguments: Option<&Value>) -> String {
     }
 }
 
+/// A record's JSON, when it is short enough to read for content (and
+/// `serde_json` reads it: a record the tally reads may hold what it does
+/// not, such as a lone surrogate escape).
+fn content(bytes: &[u8]) -> Option<Value> {
+    if bytes.len() > CONTENT_BYTES_AT_MOST {
+        return None;
+    }
+    serde_json::from_slice(bytes).ok()
+}
+
+/// A call id, when it is short enough to be one.
+fn id_of(id: Option<&str>) -> Option<String> {
+    id.filter(|id| id.len() <= cut::KEY_CHARS_AT_MOST)
+        .map(str::to_string)
+}
+
+fn hash(text: &str) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// `text` cut to [`TEXT_CHARS_AT_MOST`] characters and [`CUT_MARK`].
 fn clip(text: &str) -> String {
     match text.char_indices().nth(TEXT_CHARS_AT_MOST) {
@@ -410,7 +470,7 @@ mod tests {
         let mut stepper = Stepper::new(1, 100);
         for line in lines {
             match serde_json::from_str::<Value>(line) {
-                Ok(value) => stepper.add(&value),
+                Ok(_) => stepper.add(line.as_bytes()),
                 Err(_) => stepper.skip(),
             }
         }
@@ -488,13 +548,27 @@ mod tests {
     }
 
     #[test]
+    fn a_record_serde_json_refuses_still_starts_its_step_as_the_tally_counts_it() {
+        let mut stepper = Stepper::new(1, 10);
+        stepper.add(br#"{"role":"user","content":"go"}"#);
+        stepper.add(br#"{"role":"assistant","content":"cut emoji \ud83d"}"#);
+        stepper.add(br#"{"role":"user","content":"again"}"#);
+        stepper.add(br#"{"role":"assistant","content":"ok"}"#);
+        assert_eq!((stepper.records, stepper.steps), (4, 2));
+        let steps = stepper.into_steps();
+        assert_eq!((steps[0].record, steps[0].said.as_deref()), (2, None));
+        assert_eq!((steps[1].record, steps[1].said.as_deref()), (4, Some("ok")));
+    }
+
+    #[test]
     fn only_the_steps_asked_for_are_kept_and_long_texts_are_cut() {
         let long = "x".repeat(TEXT_CHARS_AT_MOST + 5);
         let mut stepper = Stepper::new(2, 1);
         for i in 0..4 {
             let said = if i == 1 { long.clone() } else { format!("turn {i}") };
-            stepper.add(&serde_json::json!({"role": "assistant", "content": said}));
-            stepper.add(&serde_json::json!({"role": "user", "content": "go on"}));
+            let said = serde_json::json!({"role": "assistant", "content": said}).to_string();
+            stepper.add(said.as_bytes());
+            stepper.add(br#"{"role": "user", "content": "go on"}"#);
         }
         assert_eq!((stepper.records, stepper.steps), (8, 4));
         let steps = stepper.into_steps();

@@ -7,7 +7,7 @@
 (() => {
   const PC = window.PC;
   const { arr, isObj, h, clear, visibleText, nameNode, fmtInt, fmtTs, fmtDuration, pathOf,
-    onlyPath, filtersOf, pageHref, apiHref, globLiteral, parseJson, load, setTwin, section, loading } = PC;
+    onlyPath, pageHref, apiHref, globLiteral, parseJson, load, setTwin, section, loading } = PC;
 
   function comparePage(v, params, main) {
     const path = pathOf(params);
@@ -19,7 +19,8 @@
         h('a', { href: pageHref('runs', onlyPath(path)), 'data-nav': '' }, 'Tick two runs in the list'), '.'));
       return;
     }
-    const api = filtersOf(params);
+    // Two runs are compared whole, as the Run page reads them.
+    const api = onlyPath(path);
     api.set('a', a);
     api.set('b', b);
     const from = Number(params.get('from'));
@@ -29,9 +30,13 @@
     const sides = section('compare-summary', 'Two runs', loading());
     const steps = section('compare-steps', 'Steps', loading());
     main.append(sides, steps);
+    // Drawn once: a comparison reads both runs whole, and is not polled.
+    let drawn = false;
     v.refresh = async () => {
+      if (drawn) return;
       const answer = await load(v, 'compare', url);
       if (!answer) return;
+      drawn = true;
       const data = parseJson(answer.text);
       drawSides(sides, data, params);
       drawSteps(steps, data, params);
@@ -95,7 +100,7 @@
     const from = Number(data.from) || 1;
     const last = from + pairs.length - 1;
     const nav = [];
-    if (from > 1) nav.push(h('a', { id: 'compare-prev', 'data-nav': '', href: windowHref(params, Math.max(1, from - pairs.length)) }, '← earlier steps'));
+    if (from > 1) nav.push(h('a', { id: 'compare-prev', 'data-nav': '', href: windowHref(params, Math.max(1, from - WINDOW)) }, '← earlier steps'));
     if (typeof data.next_from === 'number') nav.push(h('a', { id: 'compare-next', 'data-nav': '', href: windowHref(params, data.next_from) }, 'later steps →'));
     clear(box).append(h('h2', { id: 'compare-steps-h' }, 'Steps'),
       h('p', { id: 'compare-count', 'data-differing': String(data.differing) },
@@ -104,6 +109,9 @@
         h('label', null, only, ' only those that differ')),
       table, nav.length ? h('p', { class: 'more-box' }, nav) : null);
   }
+
+  // Steps the API answers at once when not told (`limit`).
+  const WINDOW = 100;
 
   function windowHref(params, from) {
     const p = new URLSearchParams(params);
@@ -139,7 +147,8 @@
         h('div', { class: 'tool-head' }, h('span', { class: 'label' }, r.error ? 'Tool error' : 'Tool result'),
           typeof r.call === 'string' ? [' of ', h('span', { class: 'result-of' }, nameNode(r.call))] : null),
         h('pre', { class: 'tool-output', dir: 'auto' }, visibleText(String(r.output ?? ''))))),
-      step.unlisted > 0 ? h('p', { class: 'note' }, fmtInt(step.unlisted) + ' more calls and results (on the Run page)') : null,
+      step.unlisted_calls > 0 || step.unlisted_results > 0 ? h('p', { class: 'note' },
+        `${fmtInt(step.unlisted_calls)} more calls and ${fmtInt(step.unlisted_results)} more results (on the Run page)`) : null,
     ];
   }
 

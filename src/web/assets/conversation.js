@@ -47,6 +47,7 @@
       if (!page) return;
       convo = newConvo(run || path);
       clear(conversation);
+      aids.reset();
       aids.added(appendRecords(page.text, convo, conversation));
       convo.pages = 1;
       setCursor(page.headers.get('X-Next-Cursor'));

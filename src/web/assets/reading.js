@@ -17,16 +17,18 @@
 
   // ------------------------------------------------ the list of runs
 
-  // Called by the Runs page as it draws rows: where the list is, and its
+  // Called by the Runs page as it draws rows: the path it lists, and its
   // runs in order ([run, file] each).
-  function keepList(href, runs) {
-    try { sessionStorage.setItem(LIST_KEY, JSON.stringify({ href, runs })); } catch (e) { /* full or off */ }
+  function keepList(path, runs) {
+    try { sessionStorage.setItem(LIST_KEY, JSON.stringify({ path, runs })); } catch (e) { /* full or off */ }
   }
 
-  function listed() {
+  // The list, when it was drawn for the same path (its run names are
+  // relative to it).
+  function listed(path) {
     try {
       const list = JSON.parse(sessionStorage.getItem(LIST_KEY) || 'null');
-      return list && Array.isArray(list.runs) ? list : null;
+      return list && list.path === path && Array.isArray(list.runs) ? list : null;
     } catch (e) { return null; }
   }
 
@@ -60,6 +62,12 @@
     });
     clear(run.bar).append(form, ' ', prev, next, ' ', count, ' ', download, ' ', status, neighbours(run));
 
+    // The records were drawn again from the first: their marks went.
+    aids.reset = () => {
+      aids.hits = [];
+      aids.hit = -1;
+      aids.cut = false;
+    };
     // Each page's records, as they are added.
     aids.added = (nodes) => {
       for (const node of nodes) linkButton(node);
@@ -181,7 +189,7 @@
   // ------------------------------------------------ runs around this one
 
   function neighbourHref(run, step) {
-    const list = listed();
+    const list = listed(pathOf(run.params));
     if (!list) return null;
     const at = list.runs.findIndex((r) => Array.isArray(r) && r[0] === run.name);
     const to = at < 0 ? null : list.runs[at + step];

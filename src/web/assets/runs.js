@@ -291,7 +291,8 @@
     const tbody = h('tbody');
     const more = h('p', { id: 'runs-more', class: 'note' });
     state.compare = h('button', { type: 'button', id: 'compare-picked', disabled: true, onclick: () => {
-      const p = withRunFilters(filtersOf(params), params);
+      // Two runs are compared whole: the filters stay here.
+      const p = onlyPath(pathOf(params));
       p.set('a', state.picked[0]);
       p.set('b', state.picked[1]);
       navigate(pageHref('compare', p), true);
@@ -348,8 +349,9 @@
     tbody.append(...rows);
     state.drawn += rows.length;
     // The Run page's n/p walk the runs drawn, in this order.
-    const list = [...tbody.rows].map((row) => [row.dataset.run, row.dataset.file]);
-    PC.keepList(location.pathname + location.search, list);
+    const list = [...tbody.rows].filter((row) => row.dataset.run !== undefined)
+      .map((row) => [row.dataset.run, row.dataset.file]);
+    PC.keepList(pathOf(state.params), list);
   }
 
   // What follows the rows: how many are drawn, and what comes next.
