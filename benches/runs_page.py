@@ -2,10 +2,13 @@
 long after navigation the first rows are drawn (the server warm: the
 page was drawn once, its tallies are kept, its answers are not), how
 many rows the page holds after the reader scrolled to the end again and
-again, and Chromium's JS heap then.
+again (every run, without groups: `flat=1`), Chromium's JS heap then,
+and how long the page as it opens (directories below the first level
+folded) takes to draw its first groups.
 
 Usage: runs_page.py BASE_URL TOKEN
-Prints one line: "<first rows ms> <most rows> <JS heap MiB> <runs read>".
+Prints one line:
+"<first rows ms> <most rows> <JS heap MiB> <runs read> <first groups ms>".
 """
 
 import shutil
@@ -32,13 +35,22 @@ try:
     WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#entries tr.entry"))
     # Warm: the page's answers made once (its tallies are kept), then
     # past the server's 2 s TTL, so each answer is planned again.
+    count_groups = "return document.querySelectorAll('#runs tr.group').length"
     browser.get(f"{base}/runs?path=")
-    WebDriverWait(browser, 600).until(lambda b: b.execute_script(count_rows) > 0)
+    WebDriverWait(browser, 600).until(lambda b: b.execute_script(count_groups) > 0)
     WebDriverWait(browser, 600).until(lambda b: b.find_elements(By.CSS_SELECTOR, "svg#histogram"))
+    browser.get(f"{base}/runs?path=&flat=1")
+    WebDriverWait(browser, 600).until(lambda b: b.execute_script(count_rows) > 0)
     browser.get(f"{base}/datasets?path=")
     time.sleep(2.5)
     started = time.monotonic()
     browser.get(f"{base}/runs?path=")
+    WebDriverWait(browser, 120, poll_frequency=0.01).until(lambda b: b.execute_script(count_groups) > 0)
+    groups_ms = (time.monotonic() - started) * 1000
+    browser.get(f"{base}/datasets?path=")
+    time.sleep(2.5)
+    started = time.monotonic()
+    browser.get(f"{base}/runs?path=&flat=1")
     WebDriverWait(browser, 120, poll_frequency=0.01).until(lambda b: b.execute_script(count_rows) > 0)
     first_ms = (time.monotonic() - started) * 1000
     most = 0
@@ -68,6 +80,6 @@ try:
     read = runs_read()
     browser.execute_script("window.gc && window.gc()")
     heap = browser.execute_script("return performance.memory.usedJSHeapSize") / (1 << 20)
-    print(f"{first_ms:.0f} {most} {heap:.1f} {read}")
+    print(f"{first_ms:.0f} {most} {heap:.1f} {read} {groups_ms:.0f}")
 finally:
     browser.quit()

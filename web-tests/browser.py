@@ -192,7 +192,7 @@ def the_runs_histogram_has_a_bar_per_day_with_records(ctx):
 @check
 def a_run_reads_as_a_conversation_with_tool_calls_and_results(ctx):
     b, server = ctx["browser"], ctx["server"]
-    b.get(f"{server.base}/runs?path=")
+    b.get(f"{server.base}/runs?path=&flat=1")
     run = next(r for r in wait_for(b, "#runs .run[data-run]")
                if r.get_attribute("data-run").endswith("s-0001.jsonl"))
     run.find_element(By.TAG_NAME, "a").click()
@@ -243,7 +243,7 @@ def claude_code_codex_and_atif_runs_read_as_conversations(ctx):
 @check
 def a_reviewer_reads_each_runs_task_model_and_tool_figures_and_sorts_and_filters_on_them(ctx):
     b, server = ctx["browser"], ctx["server"]
-    b.get(f"{server.base}/runs?path=")
+    b.get(f"{server.base}/runs?path=&flat=1")
     wait_for(b, "#runs .run[data-run]")
     want = {r["run"]: r for r in api(server, "/api/runs?path=&limit=1000")["runs"]}
     for row in b.find_elements(By.CSS_SELECTOR, "#runs tr.run"):
@@ -274,7 +274,8 @@ def a_reviewer_reads_each_runs_task_model_and_tool_figures_and_sorts_and_filters
 @check
 def a_failed_record_is_marked_with_its_raw_text(ctx):
     b, server = ctx["browser"], ctx["server"]
-    b.get(f"{server.base}/runs?path=runs")
+    b.get(server.url)
+    b.get(f"{server.base}/runs?path=runs&flat=1")
     run = next(r for r in wait_for(b, "#runs .run[data-run]")
                if r.get_attribute("data-run").endswith("s-0002.ndjson"))
     run.find_element(By.TAG_NAME, "a").click()
@@ -399,7 +400,7 @@ def twenty_thousand_runs_are_drawn_a_page_at_a_time_as_the_reader_scrolls(ctx):
     b, server = ctx["browser"], ctx["runs_server"]
     b.get(server.url)
     started = time.monotonic()
-    b.get(f"{server.base}/runs?path=")
+    b.get(f"{server.base}/runs?path=&flat=1")
     wait_for(b, "#runs tr.run", 1, timeout=120)
     first_rows = time.monotonic() - started
     first = rows(b)
@@ -448,6 +449,36 @@ def twenty_thousand_runs_are_drawn_a_page_at_a_time_as_the_reader_scrolls(ctx):
 
 
 RUNS = 20_000
+
+
+@check
+def directories_below_the_first_level_start_folded_with_their_counts(ctx):
+    b, server = ctx["browser"], ctx["runs_server"]
+    b.get(server.url)
+    b.get(f"{server.base}/runs?path=")
+    groups = wait_for(b, "#runs tr.group", 60, timeout=120)
+    assert len(groups) == 60 and not rows(b), (len(groups), rows(b)[:3])
+    counts = {g.get_attribute("data-group"): int(g.get_attribute("data-runs")) for g in groups}
+    assert sum(counts.values()) == RUNS, sum(counts.values())
+    assert list(counts) == sorted(counts), "groups in name order"
+    shot(b, "runs-groups")
+    # A group unfolds a page of its runs at a time, and folds again.
+    name = "agent=a1/day=2026-11-02/"
+    group = b.find_element(By.CSS_SELECTOR, f'#runs tr.group[data-group="{name}"]')
+    group.find_element(By.CSS_SELECTOR, "button.group-toggle").click()
+    WebDriverWait(b, 30).until(lambda b: len(rows(b)) == 200)
+    assert all(r.startswith(name) for r in rows(b)), rows(b)[:3]
+    b.find_element(By.CSS_SELECTOR, "button.group-next").click()
+    WebDriverWait(b, 30).until(lambda b: len(rows(b)) == counts[name])
+    want = [r["run"] for r in api(server, f"/api/runs?path=&group={urllib.parse.quote(name)}&limit=1000")["runs"]]
+    assert rows(b) == want, "the group's runs in the server's order"
+    assert not b.find_elements(By.CSS_SELECTOR, "button.group-next")
+    group.find_element(By.CSS_SELECTOR, "button.group-toggle").click()
+    WebDriverWait(b, 10).until(lambda b: not rows(b))
+    # Every run, without groups, on request.
+    b.find_element(By.CSS_SELECTOR, "#runs-grouping a").click()
+    WebDriverWait(b, 30).until(lambda b: "flat=1" in b.current_url and len(rows(b)) >= 200)
+    assert not b.find_elements(By.CSS_SELECTOR, "#runs tr.group")
 
 
 @check

@@ -1,6 +1,7 @@
-//! `GET /api/compare`: two runs' steps aligned one to one, counted as the
-//! runs' tally counts them, each starting at the record the Run page
-//! numbers so; windows of steps; runs it does not know.
+//! The Runs page's second looks: `GET /api/compare` (two runs' steps
+//! aligned one to one, counted as the runs' tally counts them, each
+//! starting at the record the Run page numbers so; windows of steps; runs
+//! it does not know), and the groups of runs below the first level.
 
 use crate::web::{Server, demo, enc};
 
@@ -96,4 +97,40 @@ fn two_runs_are_compared_step_by_step_as_the_runs_count_their_steps() {
         enc(a["run"].as_str().unwrap())
     ));
     assert_eq!(zero.status, 400, "{}", zero.text());
+}
+
+#[test]
+fn runs_below_the_first_level_are_grouped_and_a_group_chooses_its_runs() {
+    let dir = demo();
+    let server = Server::start(&dir.path().join("wh"), &[]);
+    let all = server.get("/api/runs?path=&limit=1000").json();
+    let total = all["total"].as_u64().unwrap();
+    let outside = server.get("/api/runs?path=&ungrouped=1&limit=1000").json();
+    for run in outside["runs"].as_array().unwrap() {
+        let name = run["run"].as_str().unwrap();
+        assert!(name.matches('/').count() < 2, "{name} is in a group");
+    }
+    let groups = outside["groups"]["runs"].as_object().unwrap().clone();
+    assert!(!groups.is_empty(), "{outside}");
+    let grouped: u64 = groups.values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(outside["total"].as_u64().unwrap() + grouped, total);
+    assert!(outside["groups"]["other"].is_null());
+    for (group, count) in &groups {
+        let page = server.get(&format!("/api/runs?path=&group={}&limit=1000", enc(group))).json();
+        assert_eq!(page["total"], *count, "{group}");
+        assert!(page.get("groups").is_none(), "only an ungrouped page names groups");
+        for run in page["runs"].as_array().unwrap() {
+            assert!(run["run"].as_str().unwrap().starts_with(group.as_str()), "{run}");
+        }
+        let summary = server.get(&format!("/api/runs/summary?path=&group={}", enc(group))).json();
+        assert_eq!(summary["runs"], *count, "{group}");
+    }
+    // A later page names no groups; its cursor is bound to `ungrouped`.
+    let first = server.get("/api/runs?path=&ungrouped=1&limit=1");
+    let next = first.json()["next"].as_str().unwrap().to_string();
+    let second = server.get(&format!("/api/runs?path=&ungrouped=1&limit=1&after={}", enc(&next)));
+    assert_eq!(second.status, 200, "{}", second.text());
+    assert!(second.json().get("groups").is_none());
+    let unbound = server.get(&format!("/api/runs?path=&limit=1&after={}", enc(&next)));
+    assert_eq!(unbound.code(), "PCHRONICLE_CURSOR_INVALID");
 }

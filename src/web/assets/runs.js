@@ -34,6 +34,8 @@
     const api = filtersOf(params);
     const first = withRunFilters(new URLSearchParams(api), params);
     if (sort) first.set('sort', sort);
+    // By name, the directories below the first level are groups, folded.
+    if (grouped(params, sort)) first.set('ungrouped', '1');
     first.set('limit', String(PAGE));
     const runsUrl = apiHref('runs', first);
     const summaryUrl = apiHref('runs/summary', withRunFilters(new URLSearchParams(api), params));
@@ -76,6 +78,8 @@
       if (failed) throw failed;
     };
   }
+
+  const grouped = (params, sort) => !sort && params.get('flat') !== '1';
 
   function field(id, label, value, placeholder, type) {
     return h('div', { class: 'field' }, h('label', { for: id }, label),
@@ -287,7 +291,9 @@
     const runs = arr(first.runs);
     const total = Number(first.total) || 0;
     const state = { params, sort, next: typeof first.next === 'string' ? first.next : null, drawn: 0, loading: false,
-      picked: [] };
+      picked: [], grouped: grouped(params, sort), groupAt: 0,
+      groups: Object.entries(isObj(first.groups) && isObj(first.groups.runs) ? first.groups.runs : {})
+        .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)) };
     const tbody = h('tbody');
     const more = h('p', { id: 'runs-more', class: 'note' });
     state.compare = h('button', { type: 'button', id: 'compare-picked', disabled: true, onclick: () => {
@@ -303,10 +309,17 @@
     const saved = h('span', { id: 'download-note', role: 'status' });
     const download = h('button', { type: 'button', id: 'download-selection', title: 'the records of this selection, as /api/records gives them',
       onclick: () => PC.downloadRecords(filtersOf(params), 'selection.jsonl', download, saved) }, 'Download JSONL');
-    clear(box).append(h('h2', { id: 'runs-section-h' }, 'Runs'), h('p', { id: 'runs-summary' }),
+    const flat = new URLSearchParams(params);
+    if (state.grouped) flat.set('flat', '1'); else flat.delete('flat');
+    const grouping = sort ? null : h('p', { id: 'runs-grouping', class: 'note' },
+      state.grouped ? 'Directories below the first level are folded. ' : 'Every run, without groups. ',
+      h('a', { href: pageHref('runs', flat), 'data-nav': '' }, state.grouped ? 'Show every run' : 'Group by directory'),
+      state.grouped && isObj(first.groups) && isObj(first.groups.other)
+        ? ` (${fmtInt(first.groups.other.groups)} more groups, ${fmtInt(first.groups.other.runs)} runs, are not shown: only the ${fmtInt(state.groups.length)} largest are)` : null);
+    clear(box).append(h('h2', { id: 'runs-section-h' }, 'Runs'), h('p', { id: 'runs-summary' }), grouping,
       h('p', { id: 'compare-bar' }, state.compare, ' ', state.pickedNote, ' ', download, ' ', saved),
       h('div', { id: 'runs' }, runsTable(tbody, state)), more);
-    if (!runs.length) box.append(h('p', { class: 'empty' }, 'No runs match.'));
+    if (!runs.length && !state.groups.length) box.append(h('p', { class: 'empty' }, 'No runs match.'));
     box.append(...drawWarnings(first.warnings, first.truncated, 'A traversal bound was hit: not every run is shown.'));
     appendRows(tbody, runs, state);
     const observer = new IntersectionObserver((entries) => {
@@ -344,14 +357,74 @@
       fmtInt(summary.failed), ' failed');
   }
 
+  // A page's rows, each group folded in before the first run it sorts
+  // before (the remaining groups after the last page).
   function appendRows(tbody, runs, state) {
-    const rows = runs.map((run) => runRow(run, state));
+    const rows = [];
+    for (const run of runs) {
+      rows.push(...groupsBefore(state, String(run.run ?? '')));
+      rows.push(runRow(run, state));
+    }
+    if (!state.next) rows.push(...groupsBefore(state, null));
     tbody.append(...rows);
-    state.drawn += rows.length;
+    state.drawn += runs.length;
     // The Run page's n/p walk the runs drawn, in this order.
     const list = [...tbody.rows].filter((row) => row.dataset.run !== undefined)
       .map((row) => [row.dataset.run, row.dataset.file]);
     PC.keepList(pathOf(state.params), list);
+  }
+
+  // The group rows due before the run `name` (all left: null).
+  function groupsBefore(state, name) {
+    const rows = [];
+    while (state.groupAt < state.groups.length && (name === null || state.groups[state.groupAt][0] < name)) {
+      const [dir, count] = state.groups[state.groupAt];
+      rows.push(groupRow(state, dir, count));
+      state.groupAt += 1;
+    }
+    return rows;
+  }
+
+  // A folded group: its directory and count; unfolding reads its runs a
+  // page at a time.
+  function groupRow(state, dir, count) {
+    const members = [];
+    let after = null;
+    const toggle = h('button', { type: 'button', class: 'group-toggle', 'aria-expanded': 'false' },
+      h('span', { class: 'fold' }, '▸'), ' ', nameNode(dir), h('span', { class: 'count' }, ` · ${fmtInt(count)} runs`));
+    const row = h('tr', { class: 'group', 'data-group': dir, 'data-runs': String(count) },
+      h('td', { colspan: String(COLUMNS.length) }, toggle));
+    const more = h('tr', { class: 'group-more' }, h('td', { colspan: String(COLUMNS.length) },
+      h('button', { type: 'button', class: 'group-next', onclick: () => read() }, 'More runs of this group')));
+    const read = async () => {
+      const p = withRunFilters(new URLSearchParams(filtersOf(state.params)), state.params);
+      p.set('group', dir);
+      p.set('limit', String(PAGE));
+      if (after) p.set('after', after);
+      const v = PC.currentView();
+      try {
+        const answer = parseJson((await PC.request(apiHref('runs', p))).text);
+        if (v !== PC.currentView() || toggle.getAttribute('aria-expanded') !== 'true') return;
+        const rows = arr(answer.runs).map((run) => runRow(run, state));
+        for (const r of rows) r.setAttribute('data-in-group', dir);
+        (members.length ? members[members.length - 1] : row).after(...rows);
+        members.push(...rows);
+        after = typeof answer.next === 'string' ? answer.next : null;
+        if (after) members[members.length - 1].after(more); else more.remove();
+      } catch (e) {
+        if (v === PC.currentView()) PC.showError(e);
+      }
+    };
+    toggle.addEventListener('click', () => {
+      const open = toggle.getAttribute('aria-expanded') !== 'true';
+      toggle.setAttribute('aria-expanded', String(open));
+      toggle.querySelector('.fold').textContent = open ? '▾' : '▸';
+      if (open) { read(); return; }
+      for (const r of members.splice(0)) r.remove();
+      more.remove();
+      after = null;
+    });
+    return row;
   }
 
   // What follows the rows: how many are drawn, and what comes next.
@@ -374,7 +447,7 @@
         } }, `Next ${fmtInt(ROWS_AT_MOST)} runs`));
       return;
     }
-    more.append(`${fmtInt(state.drawn)} of ${fmtInt(state.total)} runs · more as you scroll`);
+    more.append(`${fmtInt(state.drawn)} of ${fmtInt(state.total)} runs${state.grouped ? ' outside the groups' : ''} · more as you scroll`);
   }
 
   async function loadMore(tbody, more, state, observer) {
@@ -386,12 +459,13 @@
       // filters too.
       const p = withRunFilters(new URLSearchParams(filtersOf(state.params)), state.params);
       if (state.sort) p.set('sort', state.sort);
+      if (state.grouped) p.set('ungrouped', '1');
       p.set('limit', String(PAGE));
       p.set('after', state.next);
       const answer = parseJson((await PC.request(apiHref('runs', p))).text);
       if (v !== PC.currentView() || state.gone) return;
-      appendRows(tbody, arr(answer.runs), state);
       state.next = typeof answer.next === 'string' ? answer.next : null;
+      appendRows(tbody, arr(answer.runs), state);
       showMore(tbody, more, state);
     } catch (e) {
       if (v !== PC.currentView() || state.gone) return;
