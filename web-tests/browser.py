@@ -384,10 +384,7 @@ def a_list_the_api_cut_ends_in_an_other_line(ctx):
 
 
 def api(server, path):
-    request = urllib.request.Request(f"{server.base}{path}",
-                                     headers={"Authorization": "Bearer " + server.url.split("#token=")[1]})
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return json.load(reply)
+    return json.loads(fetch_text(server, path))
 
 
 def rows(browser):
