@@ -115,7 +115,9 @@ pub async fn compare_runs(
         let all = all_runs(served, params)?;
         let run = |key: &str| -> Result<RunSummary> {
             let name = params.one(key)?.filter(|n| !n.is_empty()).ok_or_else(|| {
-                invalid("`a` and `b` (two runs' names, as `/api/runs` gives them) are required".into())
+                invalid(
+                    "`a` and `b` (two runs' names, as `/api/runs` gives them) are required".into(),
+                )
             })?;
             all.named(name).cloned().ok_or_else(|| {
                 Error::new(

@@ -67,7 +67,12 @@ fn two_runs_are_compared_step_by_step_as_the_runs_count_their_steps() {
     // shorter's side empty past its end, and their calls differ.
     let (a, b) = (stepped[0], stepped[1]);
     let (na, nb) = (a["steps"].as_u64().unwrap(), b["steps"].as_u64().unwrap());
-    let both = compare(&server, a["run"].as_str().unwrap(), b["run"].as_str().unwrap(), "");
+    let both = compare(
+        &server,
+        a["run"].as_str().unwrap(),
+        b["run"].as_str().unwrap(),
+        "",
+    );
     let pairs = both["pairs"].as_array().unwrap();
     assert_eq!(pairs.len() as u64, na.max(nb).min(100));
     assert!(both["differing"].as_u64().unwrap() > 0, "{both}");
@@ -80,18 +85,41 @@ fn two_runs_are_compared_step_by_step_as_the_runs_count_their_steps() {
         }
     }
     // A window of steps is that part of the whole.
-    let whole = compare(&server, a["run"].as_str().unwrap(), b["run"].as_str().unwrap(), "&limit=500");
-    let window = compare(&server, a["run"].as_str().unwrap(), b["run"].as_str().unwrap(), "&from=2&limit=1");
+    let whole = compare(
+        &server,
+        a["run"].as_str().unwrap(),
+        b["run"].as_str().unwrap(),
+        "&limit=500",
+    );
+    let window = compare(
+        &server,
+        a["run"].as_str().unwrap(),
+        b["run"].as_str().unwrap(),
+        "&from=2&limit=1",
+    );
     assert_eq!(window["from"], 2);
     assert_eq!(window["pairs"].as_array().unwrap().len(), 1);
     assert_eq!(window["pairs"][0], whole["pairs"][1]);
-    let next = if na.max(nb) > 2 { serde_json::json!(3) } else { serde_json::Value::Null };
+    let next = if na.max(nb) > 2 {
+        serde_json::json!(3)
+    } else {
+        serde_json::Value::Null
+    };
     assert_eq!(window["next_from"], next);
     // Runs it does not know, or does not get.
     let unknown = server.get("/api/compare?path=&a=nope&b=nope");
-    assert_eq!((unknown.status, unknown.code()), (404, "PCHRONICLE_RUN_NOT_FOUND".into()));
-    let half = server.get(&format!("/api/compare?path=&a={}", enc(a["run"].as_str().unwrap())));
-    assert_eq!((half.status, half.code()), (400, "PCHRONICLE_SERVE_REQUEST_INVALID".into()));
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (404, "PCHRONICLE_RUN_NOT_FOUND".into())
+    );
+    let half = server.get(&format!(
+        "/api/compare?path=&a={}",
+        enc(a["run"].as_str().unwrap())
+    ));
+    assert_eq!(
+        (half.status, half.code()),
+        (400, "PCHRONICLE_SERVE_REQUEST_INVALID".into())
+    );
     let zero = server.get(&format!(
         "/api/compare?path=&a={0}&b={0}&from=0",
         enc(a["run"].as_str().unwrap())
@@ -116,19 +144,32 @@ fn runs_below_the_first_level_are_grouped_and_a_group_chooses_its_runs() {
     assert_eq!(outside["total"].as_u64().unwrap() + grouped, total);
     assert!(outside["groups"]["other"].is_null());
     for (group, count) in &groups {
-        let page = server.get(&format!("/api/runs?path=&group={}&limit=1000", enc(group))).json();
+        let page = server
+            .get(&format!("/api/runs?path=&group={}&limit=1000", enc(group)))
+            .json();
         assert_eq!(page["total"], *count, "{group}");
-        assert!(page.get("groups").is_none(), "only an ungrouped page names groups");
+        assert!(
+            page.get("groups").is_none(),
+            "only an ungrouped page names groups"
+        );
         for run in page["runs"].as_array().unwrap() {
-            assert!(run["run"].as_str().unwrap().starts_with(group.as_str()), "{run}");
+            assert!(
+                run["run"].as_str().unwrap().starts_with(group.as_str()),
+                "{run}"
+            );
         }
-        let summary = server.get(&format!("/api/runs/summary?path=&group={}", enc(group))).json();
+        let summary = server
+            .get(&format!("/api/runs/summary?path=&group={}", enc(group)))
+            .json();
         assert_eq!(summary["runs"], *count, "{group}");
     }
     // A later page names no groups; its cursor is bound to `ungrouped`.
     let first = server.get("/api/runs?path=&ungrouped=1&limit=1");
     let next = first.json()["next"].as_str().unwrap().to_string();
-    let second = server.get(&format!("/api/runs?path=&ungrouped=1&limit=1&after={}", enc(&next)));
+    let second = server.get(&format!(
+        "/api/runs?path=&ungrouped=1&limit=1&after={}",
+        enc(&next)
+    ));
     assert_eq!(second.status, 200, "{}", second.text());
     assert!(second.json().get("groups").is_none());
     let unbound = server.get(&format!("/api/runs?path=&limit=1&after={}", enc(&next)));

@@ -137,7 +137,12 @@ fn side(
     };
     let plan = Plan::new(catalog, rel, selection, Shape::Plain)?;
     let mut stepper = Stepper::new(from, limit);
-    let _ = plan.visit(catalog, Position::default(), true, &mut Reader(&mut stepper))?;
+    let _ = plan.visit(
+        catalog,
+        Position::default(),
+        true,
+        &mut Reader(&mut stepper),
+    )?;
     let side = Side {
         summary,
         records: stepper.records,

@@ -209,7 +209,9 @@ pub(super) fn is_context_raw(mut raw: &[u8]) -> bool {
             _ => break,
         }
     }
-    CONTEXT_OPENINGS.iter().any(|o| raw.starts_with(o.as_bytes()))
+    CONTEXT_OPENINGS
+        .iter()
+        .any(|o| raw.starts_with(o.as_bytes()))
 }
 
 /// A user message as a task: its words on one line, cut at

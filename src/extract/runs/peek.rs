@@ -14,8 +14,8 @@ use std::borrow::Cow;
 
 use super::Tokens;
 use super::atif;
-use super::looked;
 use super::json::Scan;
+use super::looked;
 use crate::records::scan::Landmarks;
 use crate::records::timestamp::Micros;
 

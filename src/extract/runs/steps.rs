@@ -140,9 +140,13 @@ impl Stepper {
     /// conversation.
     fn add_atif(&mut self, bytes: &[u8], agent_steps: u64) {
         let (first, last) = (self.steps + 1, self.steps + agent_steps);
-        let wanted = agent_steps > 0 && last >= self.from && first < self.from.saturating_add(self.limit);
+        let wanted =
+            agent_steps > 0 && last >= self.from && first < self.from.saturating_add(self.limit);
         let value = if wanted { content(bytes) } else { None };
-        let steps = value.as_ref().and_then(|v| v.as_object()).and_then(trajectory);
+        let steps = value
+            .as_ref()
+            .and_then(|v| v.as_object())
+            .and_then(trajectory);
         let mut agents = steps
             .into_iter()
             .flatten()
@@ -159,7 +163,12 @@ impl Stepper {
             };
             let mut parts = Parts::default();
             parts.said(step.get("message"));
-            for call in step.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+            for call in step
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let name = call.get("function_name").and_then(Value::as_str);
                 let id = call.get("tool_call_id").and_then(Value::as_str);
                 parts.call(id, name, call.get("arguments"));
@@ -291,7 +300,12 @@ impl Parts {
                 self.content_part(item);
             }
         }
-        for call in object.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+        for call in object
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let function = call.get("function").unwrap_or(call);
             let name = function.get("name").and_then(Value::as_str);
             let id = call.get("id").and_then(Value::as_str);
@@ -405,7 +419,11 @@ fn output_text(content: Option<&Value>) -> String {
     match content {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) if parts.iter().all(|p| p.get("text").is_some_and(Value::is_string) || p.is_string()) => {
+        Some(Value::Array(parts))
+            if parts
+                .iter()
+                .all(|p| p.get("text").is_some_and(Value::is_string) || p.is_string()) =>
+        {
             let texts = parts
                 .iter()
                 .filter_map(|p| p.as_str().or_else(|| p.get("text")?.as_str()));
@@ -565,7 +583,11 @@ mod tests {
         let long = "x".repeat(TEXT_CHARS_AT_MOST + 5);
         let mut stepper = Stepper::new(2, 1);
         for i in 0..4 {
-            let said = if i == 1 { long.clone() } else { format!("turn {i}") };
+            let said = if i == 1 {
+                long.clone()
+            } else {
+                format!("turn {i}")
+            };
             let said = serde_json::json!({"role": "assistant", "content": said}).to_string();
             stepper.add(said.as_bytes());
             stepper.add(br#"{"role": "user", "content": "go on"}"#);
