@@ -390,6 +390,10 @@
   function groupRow(state, dir, count) {
     const members = [];
     let after = null;
+    // Each unfolding is a reading of its own: a page that arrives after a
+    // fold (or a fold and unfold) is dropped, and one page is read at once.
+    let reading = 0;
+    let busy = false;
     const toggle = h('button', { type: 'button', class: 'group-toggle', 'aria-expanded': 'false' },
       h('span', { class: 'fold' }, '▸'), ' ', nameNode(dir), h('span', { class: 'count' }, ` · ${fmtInt(count)} runs`));
     const row = h('tr', { class: 'group', 'data-group': dir, 'data-runs': String(count) },
@@ -397,6 +401,9 @@
     const more = h('tr', { class: 'group-more' }, h('td', { colspan: String(COLUMNS.length) },
       h('button', { type: 'button', class: 'group-next', onclick: () => read() }, 'More runs of this group')));
     const read = async () => {
+      if (busy) return;
+      busy = true;
+      const mine = reading;
       const p = withRunFilters(new URLSearchParams(filtersOf(state.params)), state.params);
       p.set('group', dir);
       p.set('limit', String(PAGE));
@@ -404,18 +411,22 @@
       const v = PC.currentView();
       try {
         const answer = parseJson((await PC.request(apiHref('runs', p))).text);
-        if (v !== PC.currentView() || toggle.getAttribute('aria-expanded') !== 'true') return;
+        if (v !== PC.currentView() || mine !== reading) return;
         const rows = arr(answer.runs).map((run) => runRow(run, state));
         for (const r of rows) r.setAttribute('data-in-group', dir);
         (members.length ? members[members.length - 1] : row).after(...rows);
         members.push(...rows);
         after = typeof answer.next === 'string' ? answer.next : null;
-        if (after) members[members.length - 1].after(more); else more.remove();
+        if (after) (members.length ? members[members.length - 1] : row).after(more); else more.remove();
       } catch (e) {
         if (v === PC.currentView()) PC.showError(e);
+      } finally {
+        if (mine === reading) busy = false;
       }
     };
     toggle.addEventListener('click', () => {
+      reading += 1;
+      busy = false;
       const open = toggle.getAttribute('aria-expanded') !== 'true';
       toggle.setAttribute('aria-expanded', String(open));
       toggle.querySelector('.fold').textContent = open ? '▾' : '▸';
