@@ -63,9 +63,10 @@
         }),
         load(v, 'runs', runsUrl).then((r) => {
           if (!r) return;
-          // A reader who scrolled past the first page keeps the rows read;
-          // the change is offered, not forced on them.
-          if (shown && shown.drawn > PAGE && !shown.gone) {
+          // A reader who scrolled past the first page, unfolded a group or
+          // ticked a run keeps the rows read; the change is offered, not
+          // forced on them.
+          if (shown && !shown.gone && (shown.drawn > PAGE || shown.open > 0 || shown.picked.length)) {
             changed(shown);
             return;
           }
@@ -121,6 +122,7 @@
       const value = form.querySelector('#' + key).value.trim();
       if (value) p.set(key, value);
     }
+    if (params.get('flat') === '1') p.set('flat', '1');
     return p;
   }
 
@@ -291,7 +293,7 @@
     const runs = arr(first.runs);
     const total = Number(first.total) || 0;
     const state = { params, sort, next: typeof first.next === 'string' ? first.next : null, drawn: 0, loading: false,
-      picked: [], grouped: grouped(params, sort), groupAt: 0,
+      picked: [], grouped: grouped(params, sort), groupAt: 0, open: 0,
       groups: Object.entries(isObj(first.groups) && isObj(first.groups.runs) ? first.groups.runs : {})
         .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)) };
     const tbody = h('tbody');
@@ -368,7 +370,12 @@
     if (!state.next) rows.push(...groupsBefore(state, null));
     tbody.append(...rows);
     state.drawn += runs.length;
-    // The Run page's n/p walk the runs drawn, in this order.
+    keepRuns(tbody, state);
+  }
+
+  // The Run page's n/p walk the runs drawn, in this order (an unfolded
+  // group's too).
+  function keepRuns(tbody, state) {
     const list = [...tbody.rows].filter((row) => row.dataset.run !== undefined)
       .map((row) => [row.dataset.run, row.dataset.file]);
     PC.keepList(pathOf(state.params), list);
@@ -398,10 +405,18 @@
       h('span', { class: 'fold' }, '▸'), ' ', nameNode(dir), h('span', { class: 'count' }, ` · ${fmtInt(count)} runs`));
     const row = h('tr', { class: 'group', 'data-group': dir, 'data-runs': String(count) },
       h('td', { colspan: String(COLUMNS.length) }, toggle));
-    const more = h('tr', { class: 'group-more' }, h('td', { colspan: String(COLUMNS.length) },
-      h('button', { type: 'button', class: 'group-next', onclick: () => read() }, 'More runs of this group')));
+    const nextButton = h('button', { type: 'button', class: 'group-next', onclick: () => read() }, 'More runs of this group');
+    const more = h('tr', { class: 'group-more' }, h('td', { colspan: String(COLUMNS.length) }, nextButton));
+    const note = more.querySelector('td');
     const read = async () => {
       if (busy) return;
+      const tbody = row.parentNode;
+      // Unfolded groups count toward the rows the page holds.
+      if (!tbody || tbody.rows.length >= ROWS_AT_MOST) {
+        row.after(more);
+        clear(note).append(`The page holds ${fmtInt(ROWS_AT_MOST)} rows: fold a group to read this one.`);
+        return;
+      }
       busy = true;
       const mine = reading;
       const p = withRunFilters(new URLSearchParams(filtersOf(state.params)), state.params);
@@ -417,9 +432,14 @@
         (members.length ? members[members.length - 1] : row).after(...rows);
         members.push(...rows);
         after = typeof answer.next === 'string' ? answer.next : null;
+        clear(note).append(nextButton);
         if (after) (members.length ? members[members.length - 1] : row).after(more); else more.remove();
+        keepRuns(tbody, state);
       } catch (e) {
-        if (v === PC.currentView()) PC.showError(e);
+        if (v !== PC.currentView() || mine !== reading) return;
+        PC.showError(e);
+        clear(note).append('These runs could not be read. ', nextButton);
+        (members.length ? members[members.length - 1] : row).after(more);
       } finally {
         if (mine === reading) busy = false;
       }
@@ -430,10 +450,13 @@
       const open = toggle.getAttribute('aria-expanded') !== 'true';
       toggle.setAttribute('aria-expanded', String(open));
       toggle.querySelector('.fold').textContent = open ? '▾' : '▸';
+      state.open += open ? 1 : -1;
       if (open) { read(); return; }
+      const tbody = row.parentNode;
       for (const r of members.splice(0)) r.remove();
       more.remove();
       after = null;
+      if (tbody) keepRuns(tbody, state);
     });
     return row;
   }
@@ -442,11 +465,13 @@
   function showMore(tbody, more, state, total) {
     state.total = total === undefined ? state.total : total;
     const shown = tbody.rows.length;
+    // Rows of the list itself (not groups, nor an unfolded group's runs).
+    const listed = tbody.querySelectorAll('tr.run:not([data-in-group])').length;
     clear(more).setAttribute('data-drawn', String(shown));
     more.setAttribute('data-read', String(state.drawn));
     more.setAttribute('data-state', !state.next ? 'end' : shown >= ROWS_AT_MOST ? 'bound' : 'scroll');
     if (!state.next) {
-      if (state.drawn > shown) more.append(`the last ${fmtInt(shown)} of ${fmtInt(state.total)} runs`);
+      if (state.drawn > listed) more.append(`the last ${fmtInt(listed)} of ${fmtInt(state.total)} runs`);
       return;
     }
     if (shown >= ROWS_AT_MOST) {
