@@ -73,6 +73,8 @@ PCHRONICLE_BENCH_HISTORY_FILES=100 bash benches/history.sh
 PCHRONICLE_BENCH_POLL_SECONDS=3 PCHRONICLE_BENCH_RUNS=1 bash benches/polling.sh
 # Remote warehouses against the local S3 server (moto, installed above).
 PCHRONICLE_BENCH_REMOTE_LEAVES=100 PCHRONICLE_BENCH_REMOTE_MIB=32 bash benches/remote.sh
+# Reads over workers: local vs one vs two workers pinned to a core each.
+PCHRONICLE_BENCH_DIST_MIB=64 PCHRONICLE_BENCH_RUNS=1 bash benches/distributed.sh
 # Both install their peers (pylance, duckdb) from PyPI into a virtualenv once.
 PCHRONICLE_BENCH_RECORDS_MIB=64 PCHRONICLE_BENCH_LEAF_MIB=64 PCHRONICLE_BENCH_RUNS=1 bash benches/records.sh
 

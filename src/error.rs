@@ -278,9 +278,41 @@ error_codes! {
     ServeListen => "PCHRONICLE_SERVE_LISTEN",
         "`pchronicle serve` could not listen where it was asked: the address is taken or not local, or it is not a loopback address and no token is required (`--no-token`)",
         "Pick a free `--listen ADDR:PORT` (port 0 picks one); serving on a non-loopback address needs a token (leave out `--no-token`).";
+    WorkersInvalid => "PCHRONICLE_WORKERS_INVALID",
+        "`--workers` (or PCHRONICLE_WORKERS) could not be read: an item is not HOST:PORT or http://HOST:PORT, the list is empty, or the worker token holds characters a header cannot",
+        "Name workers as `--workers 10.0.0.5:7070,10.0.0.6:7070` (the addresses their `pchronicle worker --listen` printed), and give their token with PCHRONICLE_WORKER_TOKEN.";
+    WorkerUnavailable => "PCHRONICLE_WORKER_UNAVAILABLE",
+        "a worker named by `--workers` did not answer before the read started (nothing listens there, it is unreachable, or it did not answer within 5 s); nothing was read",
+        "Start it (`pchronicle worker --listen ADDR:PORT --warehouse ROOT`) or fix the address; with `--workers-optional` the workers that answer take its share.";
+    WorkerVersion => "PCHRONICLE_WORKER_VERSION",
+        "a worker is of another pchronicle build than the coordinator (both print theirs with `--version`), so the plans they exchange may not mean the same; nothing was run",
+        "Run the same pchronicle binary on every machine: install the coordinator's build on the worker and restart it.";
+    WorkerToken => "PCHRONICLE_WORKER_TOKEN",
+        "a worker refused a request because it did not carry the worker's token (`Authorization: Bearer`), or carried another one; nothing of the request was read",
+        "Give the coordinator the token the workers were started with: PCHRONICLE_WORKER_TOKEN=TOKEN (or `--worker-token`).";
+    WorkerRoot => "PCHRONICLE_WORKER_ROOT",
+        "a worker was asked to read a path outside the warehouse roots it serves (`--warehouse`), or a path that is not a plain relative path below one (`..`, an absolute path); it refused before reading anything",
+        "Start the worker with the warehouse the coordinator reads (`--warehouse ROOT`, the same path or `s3://` location on every machine), or read a path below one it serves.";
+    WorkerRefused => "PCHRONICLE_WORKER_REFUSED",
+        "a worker refused to start or to take a part of a plan: it serves no warehouse, or the part it was sent names sources it does not list",
+        "Start the worker with at least one `--warehouse ROOT`; a malformed part points at a coordinator of another build (see PCHRONICLE_WORKER_VERSION).";
+    WorkerLost => "PCHRONICLE_WORKER_LOST",
+        "a worker stopped answering while a distributed read ran (it was stopped or killed, its machine or the network went away); the read failed rather than give a result missing that worker's share",
+        "Run the command again: the workers that answer are used (with `--workers-optional`, a dead worker is left out); `journalctl -u pchronicle-worker` on the worker's machine says why it stopped.";
 }
 
 impl ErrorCode {
+    /// The first code named in `text` (a message carried from another
+    /// process, `error[PCHRONICLE_…]: …`).
+    pub fn parse_in(text: &str) -> Option<ErrorCode> {
+        let at = text.find("PCHRONICLE_")?;
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        ErrorCode::parse(&name).or_else(|| ErrorCode::parse_in(&text[at + 1..]))
+    }
+
     /// Looks a code up by its stable string (case-insensitive).
     pub fn parse(text: &str) -> Option<ErrorCode> {
         ErrorCode::ALL

@@ -21,6 +21,7 @@
 //!    the command line;
 //! 4. [`extract`]: the records of a Snapshot out, as JSON Lines, filtered
 //!    and resumable; [`query`]: SQL over a Snapshot's records and sources;
+//!    `distributed`: the same reads and queries spread over workers;
 //! 5. [`fs`] (the FUSE adapter), `web` (`pchronicle serve`: the JSON API
 //!    and the pages), [`cli`] and [`demo`]: they translate calls into the
 //!    layers below and present what those return.
@@ -32,6 +33,8 @@ pub mod atomic;
 pub mod catalog;
 pub mod cli;
 pub mod demo;
+#[cfg(feature = "distributed")]
+pub mod distributed;
 pub mod error;
 pub mod extract;
 pub mod fs;
@@ -44,6 +47,8 @@ pub mod records;
 pub mod remote;
 pub mod shards;
 pub mod sidecar;
+#[cfg(any(feature = "serve", feature = "distributed"))]
+pub mod signals;
 pub mod store;
 pub mod terminal;
 pub mod warehouse;
@@ -73,12 +78,14 @@ mod layering {
         ("remote", 0),
         ("work", 0),
         ("heap", 0),
+        ("signals", 0),
         ("sidecar", 1),
         ("store", 2),
         ("shards", 2),
         ("catalog", 3),
         ("extract", 4),
         ("query", 4),
+        ("distributed", 4),
         ("fs", 5),
         ("cli", 5),
         ("demo", 5),

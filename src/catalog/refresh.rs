@@ -270,6 +270,34 @@ impl Catalog {
         Ok(stats)
     }
 
+    /// Takes the counts `stats` another process made of the record file
+    /// `rel` (a worker, see `distributed/`), as if counted here, when the
+    /// file is still the one they were made of: its size and modification
+    /// time as that process saw them. False when it is not (nothing kept).
+    pub fn adopt_counts(&self, rel: &Path, size: u64, mtime_ns: i64, stats: RecordStats) -> bool {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name().and_then(|n| n.to_str()))
+        else {
+            return false;
+        };
+        let Ok(dir) = self.root_dir.resolve_dir(parent) else {
+            return false;
+        };
+        let Ok(meta) = dir.stat_at(name) else {
+            return false;
+        };
+        let id = FileId::of(&meta);
+        if id.size != size || id.mtime_ns != mtime_ns {
+            return false;
+        }
+        match self.cache_key(&dir, name) {
+            Some(key) => {
+                self.files.put(&key, id, stats);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A record file's key in the count cache: its path below the root.
     pub(super) fn cache_key(&self, dir: &Dir, name: &str) -> Option<String> {
         let rel = dir.path().strip_prefix(&self.root).ok()?.to_str()?;

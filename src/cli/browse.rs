@@ -89,6 +89,11 @@ pub(super) struct StatsArgs {
     filters: FilterArgs,
     #[command(flatten)]
     walk: WalkArgs,
+    // Record files not counted yet are counted by the workers, their
+    // counts kept here as if counted here.
+    #[cfg(feature = "distributed")]
+    #[command(flatten)]
+    workers: super::worker::WorkersArgs,
 }
 
 impl StatsArgs {
@@ -98,9 +103,21 @@ impl StatsArgs {
             json,
             filters,
             walk,
+            #[cfg(feature = "distributed")]
+            workers,
         } = self;
         let selection = filters.selection()?;
         let (catalog, rel) = Catalog::for_path(&path, walk.options())?;
+        #[cfg(feature = "distributed")]
+        let catalog = {
+            workers.configure()?;
+            let catalog = std::sync::Arc::new(catalog);
+            if let Some(workers) = crate::distributed::configured() {
+                crate::distributed::stats::count_on_workers(&workers, &catalog, &rel)
+                    .map_err(|e| at_user_path(e, &path))?;
+            }
+            catalog
+        };
         let stats = crate::extract::stats(&catalog, &rel, &selection)
             .map_err(|e| at_user_path(e, &path))?;
         if json {

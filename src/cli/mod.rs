@@ -27,6 +27,8 @@ mod runs;
 #[cfg(feature = "serve")]
 mod serve;
 mod table;
+#[cfg(feature = "distributed")]
+mod worker;
 
 use std::process::ExitCode;
 
@@ -159,6 +161,16 @@ pchronicle serve s3://bucket/warehouse --listen 0.0.0.0:8080\n\n\
 Open the printed URL: the pages keep its token. Programs send `Authorization: Bearer TOKEN`. \
 The API is documented in docs/web.md.")]
     Serve(serve::ServeArgs),
+    /// Run the parts of reads that coordinators (`query`, `cat` or `serve`
+    /// with `--workers`) send: scans of the warehouse roots it serves,
+    /// read here, their rows sent back. Runs in the foreground until
+    /// SIGINT or SIGTERM; see docs/distributed.md.
+    #[cfg(feature = "distributed")]
+    #[command(after_help = "Examples:\n  \
+PCHRONICLE_WORKER_TOKEN=s3cret pchronicle worker --listen 0.0.0.0:7070 --warehouse /srv/warehouse\n  \
+PCHRONICLE_WORKERS=10.0.0.5:7070,10.0.0.6:7070 PCHRONICLE_WORKER_TOKEN=s3cret \\\n    \
+pchronicle query /srv/warehouse \"SELECT count(*) FROM records\"")]
+    Worker(worker::WorkerArgs),
     /// Build, list, verify or drop the sidecar point-lookup indexes of a
     /// record file (`FILE.<keyhash>.idx`, listed in `FILE.indexes.json`).
     Index(index::IndexArgs),
@@ -233,6 +245,8 @@ pub fn run() -> ExitCode {
         Command::Mount(args) => args.log_filter(),
         #[cfg(feature = "serve")]
         Command::Serve(_) => "warn,pchronicle=info",
+        #[cfg(feature = "distributed")]
+        Command::Worker(_) => "warn,pchronicle=info",
         _ => "warn",
     };
     crate::logging::init(default_filter);
@@ -280,6 +294,10 @@ impl Command {
         if matches!(self, Command::Serve(_)) {
             return true;
         }
+        #[cfg(feature = "distributed")]
+        if matches!(self, Command::Worker(_)) {
+            return true;
+        }
         matches!(self, Command::Mount(_))
     }
 }
@@ -305,6 +323,8 @@ fn execute(command: Command) -> Result<ExitCode> {
         Command::Lookup(args) => args.run(),
         #[cfg(feature = "serve")]
         Command::Serve(args) => args.run(),
+        #[cfg(feature = "distributed")]
+        Command::Worker(args) => args.run(),
         Command::Errors(args) => args.run(),
         Command::Demo(args) => args.run(),
         Command::Completions(args) => args.run(Cli::command()),

@@ -110,6 +110,9 @@ pub(super) struct CatArgs {
     annotate: bool,
     #[command(flatten)]
     walk: WalkArgs,
+    #[cfg(feature = "distributed")]
+    #[command(flatten)]
+    workers: super::worker::WorkersArgs,
 }
 
 impl CatArgs {
@@ -122,6 +125,8 @@ impl CatArgs {
         } else {
             Shape::Plain
         };
+        #[cfg(feature = "distributed")]
+        self.workers.configure()?;
         let (catalog, rel) = Catalog::for_path(&self.path, self.walk.options())?;
         let plan =
             Plan::new(&catalog, &rel, selection, shape).map_err(|e| at_user_path(e, &self.path))?;
@@ -133,6 +138,15 @@ impl CatArgs {
             inner: io::BufWriter::with_capacity(OUT_BUFFER, out::exact_stdout()),
             closed: false,
         };
+        #[cfg(feature = "distributed")]
+        let ran = match crate::distributed::configured() {
+            Some(workers) => {
+                crate::distributed::cat::cat(&workers, Arc::new(catalog), plan, &mut out)
+                    .map(|()| ControlFlow::Continue(()))
+            }
+            None => plan.run(&catalog, Position::default(), &mut out),
+        };
+        #[cfg(not(feature = "distributed"))]
         let ran = plan.run(&catalog, Position::default(), &mut out);
         let flushed = out.flush();
         let _ = ran.map_err(|e| at_user_path(e, &self.path))?;
@@ -210,11 +224,16 @@ pub(super) struct QueryArgs {
     csv: bool,
     #[command(flatten)]
     walk: WalkArgs,
+    #[cfg(feature = "distributed")]
+    #[command(flatten)]
+    workers: super::worker::WorkersArgs,
 }
 
 impl QueryArgs {
     pub(super) fn run(self) -> Result<ExitCode> {
         let selection = self.filters.selection()?;
+        #[cfg(feature = "distributed")]
+        self.workers.configure()?;
         let format = if self.json {
             ResultFormat::Json
         } else if self.csv {

@@ -77,10 +77,15 @@ pub(super) struct ServeArgs {
     no_watch: bool,
     #[command(flatten, next_help_heading = "Traversal")]
     walk: WalkArgs,
+    #[cfg(feature = "distributed")]
+    #[command(flatten)]
+    workers: super::worker::WorkersArgs,
 }
 
 impl ServeArgs {
     pub(super) fn run(self) -> Result<ExitCode> {
+        #[cfg(feature = "distributed")]
+        self.workers.configure()?;
         let token = self
             .token
             .or_else(|| std::env::var("PCHRONICLE_SERVE_TOKEN").ok());

@@ -245,6 +245,34 @@ impl Plan {
         })
     }
 
+    /// The plan reading `sources` of `base` (as another plan listed
+    /// them: a worker is handed the sources of its part of a read).
+    pub fn of_sources(
+        base: PathBuf,
+        sources: Vec<Source>,
+        selection: Selection,
+        shape: Shape,
+    ) -> Plan {
+        Plan {
+            base,
+            sources,
+            selection,
+            shape,
+            warnings: Vec::new(),
+            truncated: false,
+        }
+    }
+
+    /// The opened path, relative to the catalog's root.
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// How each record is written.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
     /// Whether the Snapshot behind the plan stopped at a bound.
     pub fn truncated(&self) -> bool {
         self.truncated
@@ -327,10 +355,6 @@ impl Plan {
     /// order: the parts of a read made on several threads.
     pub fn balanced(&self, n: usize) -> Vec<Vec<usize>> {
         let sources = &self.sources;
-        let weight = |s: &Source| match s.kind {
-            SourceKind::File => s.size.unwrap_or(0),
-            SourceKind::Dataset => s.counts.record_count.unwrap_or(0).saturating_mul(512),
-        };
         let mut order: Vec<usize> = (0..sources.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(weight(&sources[i])));
         let mut groups: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); n.min(sources.len())];
@@ -349,6 +373,32 @@ impl Plan {
                 g
             })
             .collect()
+    }
+
+    /// The plan's sources cut into at most `n` runs of neighbours of
+    /// about equal bytes, in order: the parts of a read whose outputs are
+    /// put end to end (`cat` keeps `_file_` order whoever reads a part).
+    pub fn contiguous(&self, n: usize) -> Vec<Vec<usize>> {
+        let total: u64 = self.sources.iter().map(|s| weight(s).max(1)).sum();
+        let n = n.clamp(1, self.sources.len().max(1)) as u64;
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut current = Vec::new();
+        let mut done = 0u64;
+        for (i, source) in self.sources.iter().enumerate() {
+            current.push(i);
+            done += weight(source).max(1);
+            // Cut where the running total passes the next n-th of the
+            // whole, leaving at least one source for each later run.
+            let cuts_made = groups.len() as u64 + 1;
+            let left = self.sources.len() - i - 1;
+            if cuts_made < n && done * n >= total * cuts_made && left as u64 >= n - cuts_made {
+                groups.push(std::mem::take(&mut current));
+            }
+        }
+        if !current.is_empty() {
+            groups.push(current);
+        }
+        groups
     }
 
     /// This plan with only the sources `keep` says yes to (a query reads
@@ -415,6 +465,15 @@ impl Plan {
     }
 }
 
+/// What a source weighs when reads are shared out: its bytes (a leaf
+/// counts by its records).
+fn weight(source: &Source) -> u64 {
+    match source.kind {
+        SourceKind::File => source.size.unwrap_or(0),
+        SourceKind::Dataset => source.counts.record_count.unwrap_or(0).saturating_mul(512),
+    }
+}
+
 /// Hands the records of `span` (of source number `index`) to
 /// `consumer` one at a time.
 fn one_by_one<S: Selected + ?Sized>(
@@ -467,5 +526,69 @@ pub trait Selected {
     /// time (see [`Wanted::heads`](crate::records::read::Wanted::heads)).
     fn wants_heads(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: String, size: u64) -> Source {
+        Source {
+            file: name,
+            kind: SourceKind::File,
+            format: "jsonl".into(),
+            counts: Default::default(),
+            fingerprint: None,
+            trusted: false,
+            stats_origin: crate::catalog::StatsOrigin::Uncounted,
+            size: Some(size),
+            path_attrs: Default::default(),
+            cut: None,
+        }
+    }
+
+    fn plan_of(sizes: &[u64]) -> Plan {
+        let sources = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| file(format!("f{i}"), size))
+            .collect();
+        Plan::of_sources(
+            PathBuf::from("."),
+            sources,
+            Selection::default(),
+            Shape::Plain,
+        )
+    }
+
+    #[test]
+    fn contiguous_runs_keep_the_order_and_hold_every_source_once() {
+        let cases: [&[u64]; 7] = [
+            &[],
+            &[5],
+            &[1, 1, 1, 1],
+            &[100, 1, 1, 1, 1],
+            &[1, 1, 1, 100],
+            &[0, 0, 0],
+            &[7, 3, 9, 1, 1, 4, 6, 2],
+        ];
+        for sizes in cases {
+            let plan = plan_of(sizes);
+            for n in 1..6 {
+                let runs = plan.contiguous(n);
+                assert!(runs.len() <= n, "{sizes:?} in {n}: {runs:?}");
+                assert!(runs.iter().all(|r| !r.is_empty()), "{sizes:?}: {runs:?}");
+                assert_eq!(runs.concat(), (0..sizes.len()).collect::<Vec<_>>());
+            }
+        }
+        assert_eq!(
+            plan_of(&[1, 1, 1, 1]).contiguous(2),
+            [vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(
+            plan_of(&[100, 1, 1, 1, 1]).contiguous(3),
+            [vec![0], vec![1], vec![2, 3, 4]]
+        );
     }
 }

@@ -277,6 +277,8 @@ impl Selection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Glob {
     tokens: Vec<Token>,
+    /// The pattern as written (what travels to a worker).
+    text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,7 +351,15 @@ impl Glob {
                 c => Token::Literal(c),
             });
         }
-        Ok(Glob { tokens })
+        Ok(Glob {
+            tokens,
+            text: pattern.to_string(),
+        })
+    }
+
+    /// The pattern as written.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// Whether `text` matches the whole pattern.

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::common::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::config::SessionConfig;
 use datafusion::execution::context::SQLOptions;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
@@ -60,19 +61,25 @@ pub(super) fn run(
     let config = SessionConfig::new()
         .with_target_partitions(threads)
         .set_bool("datafusion.sql_parser.collect_spans", true);
-    let ctx = match limits.memory {
-        None => SessionContext::new_with_config(config),
-        Some(bytes) => {
-            let env = RuntimeEnvBuilder::new()
-                .with_memory_limit(bytes, 1.0)
-                .with_disk_manager_builder(
-                    DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-                )
-                .build_arc()
-                .map_err(|e| Error::new(ErrorCode::QueryFailed, e.to_string()))?;
-            SessionContext::new_with_config_rt(config, env)
-        }
-    };
+    let mut env = RuntimeEnvBuilder::new();
+    if let Some(bytes) = limits.memory {
+        env = env.with_memory_limit(bytes, 1.0).with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        );
+    }
+    let env = env
+        .build_arc()
+        .map_err(|e| Error::new(ErrorCode::QueryFailed, e.to_string()))?;
+    #[allow(unused_mut)]
+    let mut state = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(config)
+        .with_runtime_env(env);
+    #[cfg(feature = "distributed")]
+    if let Some(workers) = crate::distributed::configured() {
+        state = runtime.block_on(crate::distributed::coordinator::over(state, &workers))?;
+    }
+    let ctx = SessionContext::new_with_state(state.build());
     let registered = (|| {
         let mut ctx = ctx.clone();
         datafusion_functions_json::register_all(&mut ctx)?;
@@ -161,6 +168,10 @@ pub(super) fn run(
 /// An error of the SQL itself, with the position it names shown under
 /// the offending line.
 fn invalid(sql: &str, error: &DataFusionError) -> Error {
+    #[cfg(feature = "distributed")]
+    if let Some(error) = crate::distributed::worker_error(error) {
+        return error;
+    }
     let location = error
         .diagnostic()
         .and_then(|d| d.span)
@@ -213,6 +224,10 @@ fn position_in_text(text: &str) -> Option<(u64, u64)> {
 }
 
 fn failed(error: &DataFusionError) -> Error {
+    #[cfg(feature = "distributed")]
+    if let Some(error) = crate::distributed::worker_error(error) {
+        return error;
+    }
     let root = error.find_root();
     let code = match root {
         DataFusionError::ResourcesExhausted(_) => ErrorCode::QueryMemory,

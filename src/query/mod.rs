@@ -22,6 +22,8 @@ mod print;
 #[cfg(feature = "sql")]
 pub mod records;
 #[cfg(feature = "sql")]
+pub mod scan;
+#[cfg(feature = "sql")]
 mod sources;
 
 use std::path::Path;

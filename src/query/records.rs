@@ -10,45 +10,24 @@
 //! `record` lets a compact-jsonl leaf be scanned without its record
 //! columns.
 //!
-//! A scan is split into partitions of about equal bytes, each read on a
-//! blocking thread that builds batches of at most [`BATCH_ROWS`] rows or
-//! [`BATCH_BYTES`] of record text and sends them through a bounded
-//! channel: nothing materializes a whole source.
+//! A scan is a [`RecordsScan`] of the narrowed plan, split into
+//! partitions of about equal bytes (see `scan.rs`).
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
-use std::io::{self, Read};
-use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BooleanBuilder, LargeStringBuilder, RecordBatch, RecordBatchOptions, StringBuilder,
-    TimestampMicrosecondBuilder, UInt64Builder,
-};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::DataFusionError;
 use datafusion::datasource::TableType;
-use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
-use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::scalar::ScalarValue;
-use tokio::sync::mpsc::Sender;
 
-use crate::catalog::{Catalog, Source};
-use crate::extract::{Glob, Plan, Position, Selected, Selection};
-use crate::records::read::{Body, Record};
-
-/// Rows per batch.
-const BATCH_ROWS: usize = 8192;
-/// Record text per batch.
-const BATCH_BYTES: usize = 8 << 20;
-/// The largest record a query holds as text.
-const MAX_RECORD_TEXT: u64 = 256 << 20;
+use super::scan::{RecordsScan, Rows, records_field};
+use crate::catalog::Catalog;
+use crate::extract::{Glob, Plan, Selection};
 
 /// The columns every `records` table has, around the hive attributes.
 const FIXED: [&str; 5] = ["_file_", "line", "timestamp", "failed", "record"];
@@ -82,18 +61,11 @@ impl RecordsTable {
             .into_iter()
             .filter(|name| !FIXED.contains(&name.as_str()))
             .collect();
-        let mut fields = vec![Field::new("_file_", DataType::Utf8, false)];
-        fields.extend(attrs.iter().map(|a| Field::new(a, DataType::Utf8, true)));
-        fields.extend([
-            Field::new("line", DataType::UInt64, false),
-            Field::new(
-                "timestamp",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                true,
-            ),
-            Field::new("failed", DataType::Boolean, false),
-            Field::new("record", DataType::LargeUtf8, false),
-        ]);
+        let fields: Vec<_> = std::iter::once("_file_")
+            .chain(attrs.iter().map(String::as_str))
+            .chain(["line", "timestamp", "failed", "record"])
+            .map(records_field)
+            .collect();
         RecordsTable {
             plan: Arc::new(plan),
             catalog,
@@ -311,219 +283,15 @@ impl TableProvider for RecordsTable {
             None => (0..self.schema.fields().len()).collect(),
         };
         let schema = Arc::new(self.schema.project(&columns)?);
-        let bodies = schema.field_with_name("record").is_ok();
-        let narrowed = self.plan.part(|_, source| selection.may_match(source));
-        let partition = |keep: &dyn Fn(usize) -> bool| -> Arc<dyn PartitionStream> {
-            let mut part = narrowed.part(|i, _| keep(i));
-            part.set_selection(selection.clone());
-            Arc::new(RecordsPartition {
-                plan: Arc::new(part),
-                catalog: Arc::clone(&self.catalog),
-                schema: Arc::clone(&schema),
-                attrs: self.attrs.clone(),
-                bodies,
-            })
-        };
-        let mut partitions: Vec<Arc<dyn PartitionStream>> = narrowed
-            .balanced(self.partitions)
-            .into_iter()
-            .map(|group| partition(&|i| group.binary_search(&i).is_ok()))
-            .collect();
-        if partitions.is_empty() {
-            // No source: one partition that yields no rows.
-            partitions.push(partition(&|_| false));
-        }
-        Ok(Arc::new(StreamingTableExec::try_new(
+        let mut plan = self.plan.part(|_, source| selection.may_match(source));
+        plan.set_selection(selection);
+        let parts = plan.balanced(self.partitions);
+        Ok(Arc::new(RecordsScan::new(
+            Arc::clone(&self.catalog),
+            Arc::new(plan),
             schema,
-            partitions,
-            None,
-            Vec::new(),
-            false,
-            None,
-        )?))
+            Rows::Columns,
+            parts,
+        )))
     }
-}
-
-/// One partition of a scan: some of the plan's sources.
-struct RecordsPartition {
-    plan: Arc<Plan>,
-    catalog: Arc<Catalog>,
-    schema: SchemaRef,
-    attrs: Vec<String>,
-    bodies: bool,
-}
-
-impl fmt::Debug for RecordsPartition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RecordsPartition")
-            .field("sources", &self.plan.sources().len())
-            .finish()
-    }
-}
-
-impl PartitionStream for RecordsPartition {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let mut builder = RecordBatchReceiverStreamBuilder::new(Arc::clone(&self.schema), 2);
-        let sender = builder.tx();
-        let plan = Arc::clone(&self.plan);
-        let catalog = Arc::clone(&self.catalog);
-        let mut batches = Batches::new(Arc::clone(&self.schema), &self.attrs, sender);
-        let bodies = self.bodies;
-        builder.spawn_blocking(move || {
-            let read = plan.visit(&catalog, Position::default(), bodies, &mut batches);
-            match read {
-                Ok(_) => {
-                    batches.flush();
-                    Ok(())
-                }
-                Err(e) => {
-                    let message = e.render();
-                    Err(DataFusionError::External(Box::new(e)).context(message))
-                }
-            }
-        });
-        builder.build()
-    }
-}
-
-/// Builds batches of the projected columns from selected records.
-struct Batches {
-    schema: SchemaRef,
-    /// For each projected column, what fills it.
-    columns: Vec<Column>,
-    rows: usize,
-    bytes: usize,
-    sender: Sender<datafusion::common::Result<RecordBatch>>,
-    hung_up: bool,
-}
-
-enum Column {
-    File(StringBuilder),
-    Attr(String, StringBuilder),
-    Line(UInt64Builder),
-    Timestamp(TimestampMicrosecondBuilder),
-    Failed(BooleanBuilder),
-    Record(LargeStringBuilder),
-}
-
-impl Batches {
-    fn new(
-        schema: SchemaRef,
-        attrs: &[String],
-        sender: Sender<datafusion::common::Result<RecordBatch>>,
-    ) -> Batches {
-        let columns = schema
-            .fields()
-            .iter()
-            .map(|field| match field.name().as_str() {
-                "_file_" => Column::File(StringBuilder::new()),
-                "line" => Column::Line(UInt64Builder::new()),
-                "timestamp" => {
-                    Column::Timestamp(TimestampMicrosecondBuilder::new().with_timezone("UTC"))
-                }
-                "failed" => Column::Failed(BooleanBuilder::new()),
-                "record" => Column::Record(LargeStringBuilder::new()),
-                attr => {
-                    debug_assert!(attrs.iter().any(|a| a == attr));
-                    Column::Attr(attr.to_string(), StringBuilder::new())
-                }
-            })
-            .collect();
-        Batches {
-            schema,
-            columns,
-            rows: 0,
-            bytes: 0,
-            sender,
-            hung_up: false,
-        }
-    }
-
-    /// Sends what is built; false when the query stopped reading.
-    fn flush(&mut self) -> bool {
-        if self.rows == 0 {
-            return !self.hung_up;
-        }
-        let arrays: Vec<ArrayRef> = self
-            .columns
-            .iter_mut()
-            .map(|c| -> ArrayRef {
-                match c {
-                    Column::File(b) | Column::Attr(_, b) => Arc::new(b.finish()),
-                    Column::Line(b) => Arc::new(b.finish()),
-                    Column::Timestamp(b) => Arc::new(b.finish()),
-                    Column::Failed(b) => Arc::new(b.finish()),
-                    Column::Record(b) => Arc::new(b.finish()),
-                }
-            })
-            .collect();
-        // A projection of no columns (`count(*)`) still has rows.
-        let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
-        self.rows = 0;
-        self.bytes = 0;
-        let batch = RecordBatch::try_new_with_options(Arc::clone(&self.schema), arrays, &options)
-            .map_err(|e| DataFusionError::ArrowError(Box::new(e), None));
-        if self.sender.blocking_send(batch).is_err() {
-            self.hung_up = true;
-        }
-        !self.hung_up
-    }
-}
-
-impl Selected for Batches {
-    fn selected(
-        &mut self,
-        source: &Source,
-        file: &str,
-        record: Record<'_>,
-        _after: Position,
-    ) -> io::Result<ControlFlow<()>> {
-        let failed = record.failed;
-        let mut body = Some(record.body);
-        for column in &mut self.columns {
-            match column {
-                Column::File(b) => b.append_value(file),
-                Column::Attr(name, b) => b.append_option(source.path_attrs.get(name.as_str())),
-                Column::Line(b) => b.append_value(record.line),
-                Column::Timestamp(b) => b.append_option(record.timestamp),
-                Column::Failed(b) => b.append_value(failed),
-                Column::Record(b) => {
-                    let body = body.take().expect("one record column per schema");
-                    self.bytes += append_text(b, body)?;
-                }
-            }
-        }
-        self.rows += 1;
-        if (self.rows >= BATCH_ROWS || self.bytes >= BATCH_BYTES) && !self.flush() {
-            return Ok(ControlFlow::Break(()));
-        }
-        Ok(ControlFlow::Continue(()))
-    }
-}
-
-/// Appends a record's text to the `record` column: as stored (a valid
-/// record is UTF-8, it was validated), a failed one with its invalid UTF-8
-/// replaced. Returns the bytes appended.
-fn append_text(column: &mut LargeStringBuilder, body: Body<'_>) -> io::Result<usize> {
-    let bytes = match body {
-        Body::Bytes(bytes) => Cow::Borrowed(bytes),
-        Body::Stream { len, .. } if len > MAX_RECORD_TEXT => {
-            return Err(io::Error::other(format!(
-                "a record of {len} bytes is larger than a query holds ({} MiB); `pchronicle cat` streams it",
-                MAX_RECORD_TEXT >> 20
-            )));
-        }
-        Body::Stream { reader, len } => {
-            let mut all = Vec::with_capacity(len as usize);
-            reader.take(MAX_RECORD_TEXT).read_to_end(&mut all)?;
-            Cow::Owned(all)
-        }
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    column.append_value(&text);
-    Ok(text.len())
 }

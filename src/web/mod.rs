@@ -137,7 +137,7 @@ async fn run(
         n.ready(None, &format!("serving on {local}"));
     }
     let connections = connections::Connections::new(connections::Bounds::default());
-    let mut stop = std::pin::pin!(stop_signal());
+    let mut stop = std::pin::pin!(crate::signals::stop());
     loop {
         // Accepting never waits for a place: every connection is taken in
         // at once, as anonymous (see connections.rs).
@@ -233,16 +233,5 @@ fn display_host(addr: SocketAddr) -> String {
     match addr {
         SocketAddr::V4(v4) => v4.to_string(),
         SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
-    }
-}
-
-/// Resolves at the first SIGINT or SIGTERM.
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
     }
 }

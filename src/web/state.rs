@@ -172,6 +172,13 @@ fn status_of(e: &Error) -> StatusCode {
         ErrorCode::Busy | ErrorCode::AnswerLate | ErrorCode::RemoteUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE
         }
+        // A worker the query was spread over failed it.
+        ErrorCode::WorkerUnavailable
+        | ErrorCode::WorkerLost
+        | ErrorCode::WorkerToken
+        | ErrorCode::WorkerVersion
+        | ErrorCode::WorkerRoot
+        | ErrorCode::WorkerRefused => StatusCode::BAD_GATEWAY,
         ErrorCode::Io => match e.os_error {
             Some(libc::ENOENT | libc::ENOTDIR) => StatusCode::NOT_FOUND,
             Some(libc::EACCES | libc::EPERM) => StatusCode::FORBIDDEN,

@@ -13,6 +13,8 @@ mod classification;
 #[cfg(feature = "compact-jsonl")]
 mod compact;
 mod count_cache;
+#[cfg(all(feature = "distributed", feature = "remote", feature = "compact-jsonl"))]
+mod distributed;
 mod docs;
 mod extract;
 mod git;

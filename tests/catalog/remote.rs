@@ -42,7 +42,7 @@ fn write_below(root: &Path, rel: &str, bytes: &[u8]) {
 }
 
 /// A tree with every leaf kind and some awkward names.
-fn generated(root: &Path) {
+pub(crate) fn generated(root: &Path) {
     let w = |rel: &str, bytes: &[u8]| write_below(root, rel, bytes);
     w("loose/a.jsonl", jsonl(7, 1_767_225_600).as_bytes());
     w(
@@ -92,7 +92,12 @@ fn generated(root: &Path) {
 }
 
 /// The tree uploaded under `prefix` and its local copy, times in step.
-fn both(server: &S3Server, bucket: &str, prefix: &str, build: impl Fn(&Path)) -> tempfile::TempDir {
+pub(crate) fn both(
+    server: &S3Server,
+    bucket: &str,
+    prefix: &str,
+    build: impl Fn(&Path),
+) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("wh");
     std::fs::create_dir(&root).unwrap();
