@@ -11,14 +11,14 @@
 #
 # Usage: bash benches/distributed.sh      (after cargo build --release)
 # Sizes (environment): PCHRONICLE_BENCH_DIST_MIB (1024),
-#   PCHRONICLE_BENCH_RUNS (3), PCHRONICLE_BENCH_DIR (a temp dir).
+#   PCHRONICLE_BENCH_RUNS (5), PCHRONICLE_BENCH_DIR (a temp dir).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bin="${CARGO_TARGET_DIR:-/var/cache/pchronicle/target}/release/pchronicle"
 [ -x "$bin" ] || { echo "build first: cargo build --release ($bin missing)" >&2; exit 1; }
 mib="${PCHRONICLE_BENCH_DIST_MIB:-1024}"
-runs="${PCHRONICLE_BENCH_RUNS:-3}"
+runs="${PCHRONICLE_BENCH_RUNS:-5}"
 gen=benches/fixtures.py
 cores=$(nproc)
 
@@ -54,6 +54,9 @@ start_worker() {
 
 echo "== $mib MiB of records in files of 128 MiB"
 python3 "$gen" dialogue "$work/wh/turns" "$mib"
+# Written back and in the page cache before anything is timed.
+sync
+cat "$work"/wh/turns/* > /dev/null
 sql="SELECT json_get_str(record, 'role') AS role, count(*) AS n FROM records GROUP BY role ORDER BY role"
 needle='"session":"s0042"'
 query() { "$@" query "$work/wh" "$sql" --csv; }

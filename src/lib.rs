@@ -45,10 +45,10 @@ pub mod query;
 pub mod records;
 #[cfg(feature = "remote")]
 pub mod remote;
+#[cfg(any(feature = "serve", feature = "distributed"))]
+pub mod server;
 pub mod shards;
 pub mod sidecar;
-#[cfg(any(feature = "serve", feature = "distributed"))]
-pub mod signals;
 pub mod store;
 pub mod terminal;
 pub mod warehouse;
@@ -78,7 +78,7 @@ mod layering {
         ("remote", 0),
         ("work", 0),
         ("heap", 0),
-        ("signals", 0),
+        ("server", 0),
         ("sidecar", 1),
         ("store", 2),
         ("shards", 2),

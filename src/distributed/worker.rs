@@ -80,16 +80,8 @@ async fn serve(
     roots: Arc<Roots>,
     ready: Box<dyn FnOnce(SocketAddr) + Send>,
 ) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .map_err(|e| {
-            Error::new(
-                ErrorCode::ServeListen,
-                format!("cannot listen on {}: {e}", options.listen),
-            )
-        })?;
-    let local = listener
-        .local_addr()
+    let (listener, local) = crate::server::bind(options.listen)?;
+    let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| Error::new(ErrorCode::ServeListen, e.to_string()))?;
     let mut runtime_env = RuntimeEnvBuilder::new();
     if let Some(bytes) = options.max_memory {
@@ -135,7 +127,7 @@ async fn serve(
     );
     let (stopped_tx, stopped) = tokio::sync::oneshot::channel::<()>();
     // Caught from now on: a SIGTERM right after READY stops it cleanly.
-    let stop = crate::signals::stop();
+    let stop = crate::server::stop();
     let signal = async move {
         stop.await;
         log::info!("stopping: no new parts are taken, those running may end");

@@ -77,17 +77,7 @@ pub fn serve(options: ServeOptions) -> Result<()> {
         path: Some(options.warehouse.clone()),
         ..e
     })?;
-    let listener = std::net::TcpListener::bind(options.listen)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| {
-            Error::new(
-                ErrorCode::ServeListen,
-                format!("cannot listen on {}: {e}", options.listen),
-            )
-        })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Error::new(ErrorCode::ServeListen, e.to_string()))?;
+    let (listener, local) = crate::server::bind(options.listen)?;
     let served = Arc::new(Served::new(
         catalog,
         base,
@@ -137,7 +127,7 @@ async fn run(
         n.ready(None, &format!("serving on {local}"));
     }
     let connections = connections::Connections::new(connections::Bounds::default());
-    let mut stop = std::pin::pin!(crate::signals::stop());
+    let mut stop = std::pin::pin!(crate::server::stop());
     loop {
         // Accepting never waits for a place: every connection is taken in
         // at once, as anonymous (see connections.rs).
