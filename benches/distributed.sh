@@ -52,8 +52,10 @@ start_worker() {
   exit 1
 }
 
-echo "== $mib MiB of records in files of 128 MiB"
-python3 "$gen" dialogue "$work/wh/turns" "$mib"
+# Eight files whatever the size, so that every size is cut the same way.
+per_file=$(( mib / 8 > 0 ? mib / 8 : 1 ))
+echo "== $mib MiB of records in files of $per_file MiB"
+python3 "$gen" dialogue "$work/wh/turns" "$mib" "$per_file"
 # Written back and in the page cache before anything is timed.
 sync
 cat "$work"/wh/turns/* > /dev/null

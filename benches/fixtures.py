@@ -4,7 +4,7 @@ python3 benches/fixtures.py leaves DIR N        N storyline leaves in 10 partiti
 python3 benches/fixtures.py jsonl DIR MIB       MIB of JSONL in files of up to 128 MiB
 python3 benches/fixtures.py shard DIR MIB       one line shard of MIB
 python3 benches/fixtures.py walk-tree DIR N     N one-record files in directories of 1,000
-python3 benches/fixtures.py dialogue DIR MIB    MIB of JSONL turns (four roles) in files of 128 MiB
+python3 benches/fixtures.py dialogue DIR MIB [PER_FILE]   MIB of JSONL turns (four roles) in files of PER_FILE (128) MiB
 python3 benches/fixtures.py transcript DIR MIB  MIB of agent turns whose contents are real text
                                                 (this repository's code and docs), one file per 128 MiB
 python3 benches/fixtures.py median-ms RUNS CMD...   median wall time of CMD
@@ -309,7 +309,7 @@ def main():
     elif what == "walk-tree":
         walk_tree(args[0], int(args[1]))
     elif what == "dialogue":
-        dialogue(args[0], int(args[1]))
+        dialogue(args[0], int(args[1]), *(int(a) for a in args[2:3]))
     elif what == "transcript":
         transcript(args[0], int(args[1]))
     elif what == "median-ms":

@@ -161,9 +161,9 @@ pchronicle serve s3://bucket/warehouse --listen 0.0.0.0:8080\n\n\
 Open the printed URL: the pages keep its token. Programs send `Authorization: Bearer TOKEN`. \
 The API is documented in docs/web.md.")]
     Serve(serve::ServeArgs),
-    /// Run the parts of reads that coordinators (`query`, `cat` or `serve`
-    /// with `--workers`) send: scans of the warehouse roots it serves,
-    /// read here, their rows sent back. Runs in the foreground until
+    /// Run the parts of reads that coordinators (`query`, `cat`, `stats`
+    /// or `serve` with `--workers`) send: scans of the warehouse roots it
+    /// serves, read here, their rows sent back. Runs in the foreground until
     /// SIGINT or SIGTERM; see docs/distributed.md.
     #[cfg(feature = "distributed")]
     #[command(after_help = "Examples:\n  \

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::WalkArgs;
-use crate::catalog::CountCachePlace;
+use crate::catalog::{CatalogOptions, CountCachePlace};
 use crate::distributed::worker::WorkerOptions;
 use crate::error::Result;
 
@@ -47,8 +46,12 @@ pub(super) struct WorkerArgs {
     /// worker stops anyway.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     drain_seconds: u64,
-    #[command(flatten)]
-    walk: WalkArgs,
+    /// Children considered per directory before an answer is truncated.
+    #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().max_entries)]
+    max_entries: usize,
+    /// Sources collected per open before an answer is truncated.
+    #[arg(long, value_name = "N", default_value_t = CatalogOptions::default().max_files)]
+    max_files: usize,
 }
 
 fn default_tasks() -> usize {
@@ -75,10 +78,12 @@ impl WorkerArgs {
             drain: Duration::from_secs(self.drain_seconds),
             // A worker only reads: it keeps counts in memory and never
             // rewrites a leaf's manifest.
-            catalog: crate::catalog::CatalogOptions {
+            catalog: CatalogOptions {
+                max_entries: self.max_entries,
+                max_files: self.max_files,
                 count_cache: CountCachePlace::Memory,
                 repair: false,
-                ..self.walk.options()
+                ..CatalogOptions::default()
             },
         };
         let notifier = crate::fs::notify::Notifier::from_env(false).map(std::sync::Arc::new);
