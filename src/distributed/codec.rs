@@ -42,6 +42,9 @@ pub(crate) fn build() -> String {
     build
 }
 
+/// Partitions one scan may have on a worker.
+const MAX_PARTS: usize = 1024;
+
 #[derive(Debug, Serialize, Deserialize)]
 struct ScanWire {
     build: String,
@@ -236,6 +239,13 @@ fn decode(wire: ScanWire, roots: &Roots) -> crate::error::Result<Arc<dyn Executi
         wire.sources.iter().map(|s| s.file.as_str()),
     )?;
     let count = wire.sources.len();
+    let mut named = std::collections::BTreeSet::new();
+    if wire.parts.len() > MAX_PARTS || !wire.columns.iter().all(|c| named.insert(c.as_str())) {
+        return Err(Error::new(
+            ErrorCode::WorkerRefused,
+            format!("the scan names a column twice, or has more than {MAX_PARTS} partitions"),
+        ));
+    }
     let mut seen = vec![false; count];
     let disjoint = wire.parts.iter().all(|part| {
         part.windows(2).all(|w| w[0] < w[1])

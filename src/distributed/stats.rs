@@ -87,7 +87,8 @@ pub fn count_on_workers(workers: &Workers, catalog: &Arc<Catalog>, rel: &Path) -
         Ok(std::ops::ControlFlow::Continue(()))
     })?;
     log::info!("{kept} record files counted on workers");
-    // Kept for the next process too, as counts made here are.
+    // Written where counts made here are written, if anywhere (a
+    // command's cache lives in memory).
     catalog.save_counts()?;
     Ok(kept)
 }

@@ -103,11 +103,14 @@ async fn serve(
         token: options.token.clone(),
         optional: false,
     })?;
+    // What one function may make of one batch: a quarter of the memory
+    // bound, as a query's on the coordinator.
+    let most = options.max_memory.map(|bytes| (bytes / 4).max(1 << 20));
     let session = move |ctx: WorkerQueryContext| {
         let roots = Arc::clone(&roots);
         let slots = Arc::clone(&slots);
         let peers = peers.clone();
-        async move { session(ctx, roots, slots, peers) }
+        async move { session(ctx, roots, slots, peers, most) }
     };
     // The build it says it is: its own, unless told to claim another
     // (which is how the refusal of mixed builds is tested).
@@ -166,6 +169,7 @@ fn session(
     roots: Arc<Roots>,
     slots: Arc<tokio::sync::Semaphore>,
     peers: Channels,
+    most: Option<usize>,
 ) -> std::result::Result<SessionState, DataFusionError> {
     let mut builder = ctx.builder;
     if let Some(config) = builder.config().as_mut() {
@@ -177,6 +181,9 @@ fn session(
         .with_distributed_worker_plan_rewrite_handler(only_reads)
         .build();
     datafusion_functions_json::register_all(&mut state)?;
+    if let Some(most) = most {
+        crate::query::bounds::bound_state(&mut state, most)?;
+    }
     Ok(state)
 }
 
@@ -186,7 +193,6 @@ fn session(
 /// holding any other is refused before it runs.
 const RUNS: &[&str] = &[
     "RecordsScan",
-    "DistributedLeafExec",
     "NetworkShuffleExec",
     "NetworkCoalesceExec",
     "NetworkBroadcastExec",
@@ -216,6 +222,8 @@ const RUNS: &[&str] = &[
     "BoundedWindowAggExec",
     "CooperativeExec",
     "UnnestExec",
+    // `generate_series` and `range`: rows made from numbers.
+    "LazyMemoryExec",
 ];
 
 /// Refuses a plan holding a node not in [`RUNS`]; a `DataSourceExec` is

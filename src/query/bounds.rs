@@ -35,16 +35,35 @@ use datafusion::prelude::SessionContext;
 /// part of its argument and is recognised by its type, is left as it is).
 pub(super) fn bound_functions(ctx: &SessionContext, most: usize) {
     let functions: Vec<Arc<ScalarUDF>> = ctx.state().scalar_functions().values().cloned().collect();
-    for function in functions {
-        if function.name() == "get_field" || function.inner().is::<BoundedFunction>() {
-            continue;
-        }
-        let wrapped = BoundedFunction {
-            inner: Arc::clone(function.inner()),
-            most,
-        };
-        ctx.register_udf(ScalarUDF::new_from_impl(wrapped));
+    for wrapped in functions.iter().filter_map(|f| bounded(f, most)) {
+        ctx.register_udf(wrapped);
     }
+}
+
+/// [`bound_functions`] of a session a worker runs a part of a plan in
+/// (its functions are found by name when the part is decoded).
+pub(crate) fn bound_state(
+    state: &mut datafusion::execution::SessionState,
+    most: usize,
+) -> datafusion::common::Result<()> {
+    use datafusion::execution::FunctionRegistry;
+    let functions: Vec<Arc<ScalarUDF>> = state.scalar_functions().values().cloned().collect();
+    for wrapped in functions.iter().filter_map(|f| bounded(f, most)) {
+        state.register_udf(Arc::new(wrapped))?;
+    }
+    Ok(())
+}
+
+/// `function` held to `most` bytes a batch (none for `get_field`, or
+/// one already held).
+fn bounded(function: &Arc<ScalarUDF>, most: usize) -> Option<ScalarUDF> {
+    if function.name() == "get_field" || function.inner().is::<BoundedFunction>() {
+        return None;
+    }
+    Some(ScalarUDF::new_from_impl(BoundedFunction {
+        inner: Arc::clone(function.inner()),
+        most,
+    }))
 }
 
 /// A scalar function whose results are held to `most` bytes a batch.

@@ -169,7 +169,9 @@ pub(super) fn run(
 /// the offending line.
 fn invalid(sql: &str, error: &DataFusionError) -> Error {
     #[cfg(feature = "distributed")]
-    if let Some(error) = crate::distributed::worker_error(error) {
+    if let Some(error) =
+        crate::distributed::configured().and_then(|_| crate::distributed::worker_error(error))
+    {
         return error;
     }
     let location = error
@@ -225,7 +227,9 @@ fn position_in_text(text: &str) -> Option<(u64, u64)> {
 
 fn failed(error: &DataFusionError) -> Error {
     #[cfg(feature = "distributed")]
-    if let Some(error) = crate::distributed::worker_error(error) {
+    if let Some(error) =
+        crate::distributed::configured().and_then(|_| crate::distributed::worker_error(error))
+    {
         return error;
     }
     let root = error.find_root();

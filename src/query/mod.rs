@@ -14,7 +14,7 @@
 //! `PCHRONICLE_QUERY_FAILED`.
 
 #[cfg(feature = "sql")]
-mod bounds;
+pub(crate) mod bounds;
 #[cfg(feature = "sql")]
 mod engine;
 #[cfg(feature = "sql")]

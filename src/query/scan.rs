@@ -321,7 +321,9 @@ impl Sink {
         let batch = batch.map_err(|e| DataFusionError::ArrowError(Box::new(e), None));
         self.held = None;
         let sent = self.sender.blocking_send(batch).is_ok();
-        self.take_slot();
+        if sent {
+            self.take_slot();
+        }
         sent
     }
 

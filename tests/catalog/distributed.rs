@@ -161,6 +161,7 @@ const QUERIES: &[&str] = &[
     "SELECT a._file_, count(*) AS n FROM records a JOIN (SELECT _file_ FROM records WHERE line = 1) b ON a._file_ = b._file_ GROUP BY a._file_",
     "SELECT _file_ FROM records WHERE line = 1 UNION ALL SELECT _file_ FROM records WHERE line = 2",
     "SELECT json_get_str(record, 'session') AS session, count(*) AS n FROM records GROUP BY session ORDER BY n DESC, session LIMIT 3",
+    "SELECT g.value, count(*) AS n FROM records r JOIN generate_series(1, 3) AS g ON r.line = g.value GROUP BY g.value",
 ];
 
 /// Every query gives the local rows over 1, 2 and 3 workers; and with
@@ -193,6 +194,28 @@ fn queries_over_one_two_and_three_workers_give_the_local_rows() {
         "--as-of",
         "2026-01-01T00:30:00Z",
     ]);
+    // The workers really run the scans: the plan run has stages, and its
+    // scans are cut into one task a worker.
+    let over: Vec<&Worker> = workers.iter().take(2).collect();
+    let analyzed = ok(&run(
+        &[
+            "query",
+            path,
+            &format!("EXPLAIN ANALYZE {}", QUERIES[3]),
+            "--csv",
+        ],
+        &over,
+        &[],
+    ));
+    let analyzed = String::from_utf8_lossy(&analyzed);
+    for part in [
+        "DistributedExec",
+        "Stage 1",
+        "t0: RecordsScan",
+        "t1: RecordsScan",
+    ] {
+        assert!(analyzed.contains(part), "no {part:?} in {analyzed}");
+    }
     for args in &asked {
         let local = sorted(&ok(&run(args, &[], &[])));
         assert!(!local.is_empty(), "{args:?} gives no rows");
