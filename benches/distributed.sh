@@ -36,14 +36,15 @@ median_ms() { python3 "$gen" median-ms "$runs" "$@"; }
 export PCHRONICLE_WORKER_TOKEN=bench-token
 unset PCHRONICLE_WORKERS
 
-# start_worker CORE: a worker pinned to CORE; prints its address.
+# start_worker CORE: a worker pinned to CORE, its address added to
+# `workers` (not run in a subshell, so that its pid is kept for the stop).
 start_worker() {
   local out="$work/worker-$1-$RANDOM"
   taskset -c "$1" "$bin" worker --listen 127.0.0.1:0 --warehouse "$work/wh" >"$out" 2>/dev/null &
   pids+=($!)
   for _ in $(seq 200); do
     if grep -q 'listening on' "$out" 2>/dev/null; then
-      sed -n 's/.*listening on //p' "$out" | head -1
+      workers+=("$(sed -n 's/.*listening on //p' "$out" | head -1)")
       return
     fi
     sleep 0.05
@@ -77,7 +78,7 @@ for n in 1 2; do
     continue
   fi
   workers=()
-  for core in $(seq 0 $((n - 1))); do workers+=("$(start_worker "$core")"); done
+  for core in $(seq 0 $((n - 1))); do start_worker "$core"; done
   list=$(IFS=,; echo "${workers[*]}")
   [ "$(PCHRONICLE_WORKERS=$list query "$bin")" == "$local_query" ] ||
     { echo "the query over $n worker(s) differs from the local one" >&2; exit 1; }
